@@ -1,0 +1,159 @@
+"""Floating-point formats mschecker speaks: names, unit roundoff, range, and ULP distance.
+
+One place for format facts (NUMERICS.md section 1) so that every tolerance derives from the same numbers.
+bf16 comes from ml_dtypes; numpy's own testing helpers reject it, so ULP distance maps bit patterns to a
+sign-magnitude ordinal here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """Facts about one binary floating-point format."""
+
+    name: str
+    dtype: np.dtype
+    bits: int
+    mantissa_bits: int  # explicit fraction bits
+
+    @property
+    def u(self) -> float:
+        """Unit roundoff (half the machine epsilon) for round-to-nearest."""
+        return 2.0 ** -(self.mantissa_bits + 1)
+
+    @property
+    def max(self) -> float:
+        return float(_finfo(self.dtype).max)
+
+    @property
+    def smallest_normal(self) -> float:
+        return float(_finfo(self.dtype).smallest_normal)
+
+    @property
+    def uint(self) -> np.dtype:
+        return np.dtype(f"uint{self.bits}")
+
+
+def _finfo(dtype: np.dtype):
+    return ml_dtypes.finfo(dtype) if dtype == bfloat16 else np.finfo(dtype)
+
+
+FORMATS: dict[str, FloatFormat] = {
+    "float16": FloatFormat("float16", np.dtype(np.float16), 16, 10),
+    "bfloat16": FloatFormat("bfloat16", bfloat16, 16, 7),
+    "float32": FloatFormat("float32", np.dtype(np.float32), 32, 23),
+    "float64": FloatFormat("float64", np.dtype(np.float64), 64, 52),
+}
+
+_ALIASES = {
+    "fp16": "float16", "half": "float16", "f16": "float16",
+    "bf16": "bfloat16",
+    "fp32": "float32", "float": "float32", "single": "float32", "f32": "float32",
+    "fp64": "float64", "double": "float64", "f64": "float64",
+}
+
+# Non-float dtypes accepted where a tensor dtype is named (tensor I/O, --dtype).
+_OTHER = {
+    "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "bool",
+}
+
+
+def resolve_dtype(spec) -> np.dtype:
+    """Return the numpy dtype for a name ('fp16', 'bf16', 'float32', 'int64', ...) or a dtype-like object.
+
+    Raises ValueError naming the spec when it is not a dtype mschecker handles.
+    """
+    if isinstance(spec, str):
+        key = spec.strip().lower()
+        key = _ALIASES.get(key, key)
+        if key in FORMATS:
+            return FORMATS[key].dtype
+        if key in _OTHER:
+            return np.dtype(key)
+        raise ValueError(f"unknown dtype {spec!r} (expected one of {sorted(set(FORMATS) | _OTHER)} or an alias such as fp16/bf16)")
+    try:
+        return np.dtype(spec)
+    except TypeError as exc:
+        raise ValueError(f"unknown dtype {spec!r}") from exc
+
+
+def dtype_name(dtype) -> str:
+    """Canonical name of a dtype ('bfloat16' for ml_dtypes' bf16, numpy's name otherwise)."""
+    dtype = resolve_dtype(dtype)
+    return "bfloat16" if dtype == bfloat16 else dtype.name
+
+
+def float_format(dtype) -> FloatFormat:
+    """The FloatFormat of a floating dtype; ValueError for non-float dtypes."""
+    name = dtype_name(dtype)
+    if name not in FORMATS:
+        raise ValueError(f"{name} is not a floating-point format")
+    return FORMATS[name]
+
+
+def is_float(dtype) -> bool:
+    return dtype_name(dtype) in FORMATS
+
+
+def unit_roundoff(dtype) -> float:
+    return float_format(dtype).u
+
+
+def gamma(n, u: float):
+    """Higham's gamma_n = n*u / (1 - n*u); inf where n*u >= 1 (the bound says nothing there)."""
+    nu = np.asarray(n, dtype=np.float64) * u
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.where(nu < 1.0, nu / (1.0 - nu), np.inf)
+    return g if g.ndim else float(g)
+
+
+def round_to(x, dtype) -> np.ndarray:
+    """Round (round-to-nearest-even) to a storage format; overflow becomes ±inf as IEEE says."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(x).astype(resolve_dtype(dtype))
+
+
+def ordinal(x: np.ndarray) -> np.ndarray:
+    """Map floats to int64 ordinals so that adjacent representable numbers differ by 1 and +0 == -0.
+
+    Works for fp16, bf16, fp32 and fp64 by reinterpreting the bit pattern as sign-magnitude.
+    """
+    fmt = float_format(x.dtype)
+    bits = np.ascontiguousarray(x).view(fmt.uint)
+    sign_bit = np.uint64(1) << np.uint64(fmt.bits - 1)
+    if fmt.bits == 64:
+        # fp64 magnitudes fit in int64 once the sign bit is cleared.
+        b = bits.astype(np.uint64)
+        mag = (b & ~sign_bit).astype(np.int64)
+        neg = (b & sign_bit) != 0
+    else:
+        b = bits.astype(np.int64)
+        mag = b & (int(sign_bit) - 1)
+        neg = (b & int(sign_bit)) != 0
+    return np.where(neg, -mag, mag)
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray, dtype=None) -> np.ndarray:
+    """Number of representable values of `dtype` between a and b (after rounding both to it).
+
+    0 only for equal values (+0 and -0 count as equal). NaN anywhere gives the int64 maximum so that it is
+    never mistaken for a small distance. dtype defaults to a's dtype.
+    """
+    dtype = resolve_dtype(dtype if dtype is not None else np.asarray(a).dtype)
+    fa = round_to(a, dtype)
+    fb = round_to(b, dtype)
+    oa = ordinal(fa)
+    ob = ordinal(fb)
+    # Differences of fp64 ordinals can exceed int64 for opposite signs near the extremes; saturate.
+    with np.errstate(over="ignore"):
+        d = np.abs(oa.astype(np.float64) - ob.astype(np.float64))
+    d = np.minimum(d, float(np.iinfo(np.int64).max // 2)).astype(np.int64)
+    nan = np.isnan(fa.astype(np.float64)) | np.isnan(fb.astype(np.float64))
+    return np.where(nan, np.iinfo(np.int64).max, d)

@@ -1,0 +1,1 @@
+"""NPU-style kernels: lower precision, other orders, approximations. Each variant documents its numerics."""
