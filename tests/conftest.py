@@ -1,17 +1,7 @@
-"""Hypothesis profiles: `ci` (derandomized, default) and `thorough` (many more examples, on demand).
+"""Hypothesis profiles come from mschecker.profiles: `ci` (derandomized, default here) and `thorough`.
 
-Choose with MSCHECKER_HYPOTHESIS_PROFILE=thorough (or hypothesis' own --hypothesis-profile option).
+Choose with MSCHECKER_HYPOTHESIS_PROFILE=thorough or `pytest --mschecker-hypothesis-profile=thorough`.
 """
-import os
+from mschecker.profiles import load_profile
 
-from hypothesis import HealthCheck, settings
-
-settings.register_profile(
-    "ci", derandomize=True, database=None, deadline=None, max_examples=25, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.register_profile(
-    "thorough", deadline=None, max_examples=1000,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.load_profile(os.environ.get("MSCHECKER_HYPOTHESIS_PROFILE", "ci"))
+load_profile(default="ci")
