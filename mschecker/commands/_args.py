@@ -1,0 +1,162 @@
+"""Argument parsing shared by the subcommands.
+
+- `Parser`: argparse with usage errors turned into UsageError, so the CLI prints ONE line and exits 2 (argparse
+  itself prints a usage block). `--flag=value` and `--flag value` both work, as argparse does natively; abbreviated
+  flags are off so that a typo never silently means another option.
+- Option groups reused by several commands: tolerance (`--tolerance/--atol/--rtol/--ulp/--cosine`), device
+  (`--device/--profile`), raw tensor overrides (`--shape NAME:1x3x224x224`, `--dtype NAME:float16`).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..dtypes import resolve_dtype
+from ..errors import InputError, UsageError
+from ..runners import DEVICES, TensorMeta
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors raise UsageError (one line, exit 2) instead of printing usage and exiting."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):  # noqa: D401 - argparse hook
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def add_tolerance_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("tolerance (see mschecker.compare.ToleranceRule for how they combine)")
+    g.add_argument("--tolerance", type=_float("--tolerance"), help="one number for atol and rtol")
+    g.add_argument("--atol", type=_float("--atol"), help="absolute tolerance")
+    g.add_argument("--rtol", type=_float("--rtol"), help="relative tolerance")
+    g.add_argument("--ulp", type=_int("--ulp"), help="maximum ULP distance (in the golden's format)")
+    g.add_argument("--cosine", type=_float("--cosine"), help="minimum cosine similarity per output")
+
+
+def tolerance_given(args) -> bool:
+    return any(getattr(args, k) is not None for k in ("tolerance", "atol", "rtol", "ulp", "cosine"))
+
+
+def tolerance_rule(args, hint: dict | None = None):
+    """The ToleranceRule from the flags; when no flag is given, from `hint` (a golden manifest's tolerance) if any."""
+    from ..compare import ToleranceRule
+
+    if not tolerance_given(args) and hint:
+        keys = ("tolerance", "atol", "rtol", "ulp", "cosine")
+        return ToleranceRule.from_args(**{k: hint[k] for k in keys if hint.get(k) is not None})
+    try:
+        return ToleranceRule.from_args(tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, ulp=args.ulp,
+                                       cosine=args.cosine)
+    except ValueError as exc:
+        raise InputError(f"tolerance: {exc}") from None
+
+
+def add_device_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="ort", choices=DEVICES,
+                   help="ort = onnxruntime CPU (fp32 peer), reference = float64 graph executor, npu = emulated NPU")
+    p.add_argument("--profile", default=None, help="numerics profile for --device npu/reference")
+
+
+def add_override_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shape", action="append", default=[], metavar="NAME:DIMS",
+                   help="shape of a raw .bin tensor, e.g. x:1x3x224x224 (repeat, or separate with ';')")
+    p.add_argument("--dtype", action="append", default=[], metavar="NAME:DTYPE",
+                   help="dtype of a raw .bin tensor, e.g. x:float16 (repeat, or separate with ';')")
+
+
+def _float(flag):
+    def conv(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {text!r}") from None
+        if not np.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"{flag} expects a finite non-negative number, got {text!r}")
+        return value
+    return conv
+
+
+def _int(flag):
+    def conv(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} expects an integer, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{flag} expects a non-negative integer, got {text!r}")
+        return value
+    return conv
+
+
+def _entries(values: list[str]) -> list[str]:
+    return [e.strip() for v in values for e in v.split(";") if e.strip()]
+
+
+def _split_named(entry: str, flag: str) -> tuple[str | None, str]:
+    name, sep, value = entry.rpartition(":")
+    return (name if sep else None), value
+
+
+_DIMS = re.compile(r"^\d+(?:[x,]\d+)*$")
+
+
+def parse_shapes(values: list[str]) -> dict[str | None, tuple[int, ...]]:
+    """`--shape` entries -> {name (None = the only tensor): dims}. Dims separated by 'x' or ','; '' is a scalar."""
+    out = {}
+    for entry in _entries(values):
+        name, dims = _split_named(entry, "--shape")
+        dims = dims.strip().lower()
+        if dims in ("", "scalar"):
+            out[name] = ()
+        elif _DIMS.match(dims):
+            out[name] = tuple(int(d) for d in re.split(r"[x,]", dims))
+        else:
+            raise UsageError(f"--shape {entry!r}: expected NAME:DIMS such as x:1x3x224x224")
+    return out
+
+
+def parse_dtypes(values: list[str]) -> dict[str | None, np.dtype]:
+    """`--dtype` entries -> {name (None = the only tensor): dtype}; UsageError naming an unknown dtype."""
+    out = {}
+    for entry in _entries(values):
+        name, spec = _split_named(entry, "--dtype")
+        try:
+            out[name] = resolve_dtype(spec)
+        except ValueError as exc:
+            raise UsageError(f"--dtype {entry!r}: {exc}") from None
+    return out
+
+
+def apply_overrides(metas: list[TensorMeta], shapes: dict, dtypes: dict, *, others: list[str] = ()) -> list[TensorMeta]:
+    """Model metadata with --shape/--dtype applied. A nameless override needs exactly one tensor; a name must be
+    one of `metas` or `others` (e.g. output names, whose overrides describe raw golden files)."""
+    names = [m.name for m in metas]
+    for flag, table in (("--shape", shapes), ("--dtype", dtypes)):
+        for key in table:
+            if key is None and len(metas) != 1:
+                raise UsageError(f"{flag} without NAME: needs a model with exactly one input (inputs: {', '.join(names)})")
+            if key is not None and key not in names and key not in others:
+                raise UsageError(f"{flag} names {key!r}, which is not a model tensor (known: {', '.join(names + list(others))})")
+    out = []
+    for m in metas:
+        shape = shapes.get(m.name, shapes.get(None) if len(metas) == 1 else None)
+        dtype = dtypes.get(m.name, dtypes.get(None) if len(metas) == 1 else None)
+        out.append(TensorMeta(m.name, tuple(shape) if shape is not None else m.shape,
+                              dtype if dtype is not None else m.dtype))
+    return out
+
+
+def check_writable(path, flag: str) -> Path:
+    """Fail before any work when a report cannot be written (its directory is missing)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory, expected a file path")
+    if not path.parent.is_dir():
+        raise UsageError(f"{flag} {path}: directory {path.parent} does not exist")
+    return path

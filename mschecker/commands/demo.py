@@ -1,0 +1,40 @@
+"""`mschecker demo`: the main job on the bundled default (golden/default): run the small ONNX model on its msame-style
+inputs and check the outputs against the recorded onnxruntime goldens, with the manifest's tolerance hint.
+
+Same exit codes and report options as the check command; `--device npu --profile NAME` runs the emulated NPU on the
+same model once the graph executor is installed (pass a tolerance suited to that profile).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import InputError
+from ._args import Parser, add_device_args, add_tolerance_args, check_writable
+from .check import add_report_args, check_report_paths, emit_report, golden_tolerance_hint, run_check
+
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "golden" / "default"
+MODEL, INPUTS, GOLDEN = "model.onnx", ("x.bin", "t.bin"), "expected"
+
+
+def default_paths(directory: Path = DEFAULT_DIR) -> tuple[Path, str, Path]:
+    """(model, comma list of inputs, golden directory) of the bundled default."""
+    model = directory / MODEL
+    if not model.is_file():
+        raise InputError(f"bundled default not found at {directory} (install from a source checkout: pip install -e .)")
+    return model, ",".join(str(directory / n) for n in INPUTS), directory / GOLDEN
+
+
+def main(argv: list[str]) -> int:
+    p = Parser(prog="mschecker demo", description=__doc__.splitlines()[0])
+    add_device_args(p)
+    add_tolerance_args(p)
+    p.add_argument("--topk", type=int, default=5)
+    add_report_args(p)
+    args = p.parse_args(argv)
+    check_report_paths(args)
+    from ._args import tolerance_rule
+
+    model, inputs, golden = default_paths()
+    rule = tolerance_rule(args, hint=golden_tolerance_hint(str(golden)))
+    report = run_check(model, inputs, str(golden), rule, device=args.device, profile=args.profile, topk=args.topk)
+    return emit_report(report, args)

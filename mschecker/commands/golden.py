@@ -1,0 +1,81 @@
+"""`mschecker golden record|verify`: create, update and verify golden directories (mschecker.golden).
+
+record: runs the model and stores its outputs + manifest; refuses an existing golden set without --update, and with
+--update prints what changed. verify: exit 0 when every file matches the manifest, 1 with the list of problems.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import golden as golden_store
+from ..errors import InputError
+from ..runners import file_sha256, make_runner
+from ..tensorio import read_tensors, split_spec
+from ._args import (Parser, add_device_args, add_override_args, add_tolerance_args, apply_overrides,
+                    parse_dtypes, parse_shapes, tolerance_given, tolerance_rule)
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="mschecker golden", description="Record or verify golden tensors.")
+    sub = p.add_subparsers(dest="action", required=True, parser_class=Parser)
+    rec = sub.add_parser("record", help="run a model and store its outputs as goldens")
+    rec.add_argument("--model", required=True)
+    rec.add_argument("--input", required=True, help="input tensors (same forms as the check command)")
+    rec.add_argument("--out", required=True, help="golden directory to write")
+    rec.add_argument("--update", action="store_true", help="replace existing goldens (lists what changed)")
+    add_device_args(rec)
+    add_override_args(rec)
+    add_tolerance_args(rec)
+    ver = sub.add_parser("verify", help="check that golden files match their manifest")
+    ver.add_argument("directory")
+    return p
+
+
+def record_from_model(model, inputs, out, *, device="ort", profile=None, shapes=None, dtypes=None,
+                      tolerance: dict | None = None, update: bool = False) -> tuple[dict, list[str]]:
+    """Run the model and record its outputs; returns (manifest, changes against the previous manifest)."""
+    out = Path(out)
+    if not update and (golden_store.manifest_path(out).is_file() or (out.is_dir() and any(out.glob("*.npy")))):
+        # Checked before running the model: refusing early costs nothing and writes nothing.
+        raise InputError(f"golden directory {out} already holds goldens; pass --update to replace them")
+    old = golden_store.read_manifest(out) if update and golden_store.manifest_path(out).is_file() else None
+    runner = make_runner(model, device=device, profile=profile)
+    metas = apply_overrides(runner.inputs(), shapes or {}, dtypes or {})
+    outputs = runner.run(read_tensors(inputs, metas, role="input"))
+    extra = {"model": Path(model).name, "model_sha256": file_sha256(model), "inputs": [Path(i).name for i in split_spec(inputs)],
+             "device": device, "profile": profile}
+    manifest = golden_store.record(out, outputs, producer=runner.name, tolerance=tolerance, extra=extra, update=update)
+    return manifest, golden_store.changes(old, manifest)
+
+
+# Tolerance hint recorded when none is given: torch.testing.assert_close's fp32 defaults (rtol 1.3e-6, atol 1e-5;
+# NUMERICS.md section 4). Rerunning an fp32 model on another CPU or onnxruntime build changes summation order
+# and kernels, which moves results by a few fp32 ULPs (gamma_K * u_fp32 relative to sum |terms| for a length-K dot
+# product); this peer convention covers that and nothing coarser.
+DEFAULT_FP32_HINT = {"atol": 1e-5, "rtol": 1.3e-6}
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.action == "verify":
+        directory = Path(args.directory)
+        if not directory.is_dir():
+            raise InputError(f"golden directory {directory}: not found")
+        problems = golden_store.verify(directory)
+        for line in problems:
+            print(f"FAIL {line}")
+        n = len(golden_store.read_manifest(directory)["tensors"]) if golden_store.manifest_path(directory).is_file() else 0
+        print(f"{directory}: {'OK' if not problems else f'{len(problems)} problem(s)'} ({n} tensor(s) in manifest)")
+        return 0 if not problems else 1
+    if tolerance_given(args):
+        tolerance = tolerance_rule(args).to_dict()
+    else:  # the fp32 hint fits onnxruntime's fp32 outputs only; other devices leave it to the rule's default
+        tolerance = dict(DEFAULT_FP32_HINT) if args.device == "ort" else None
+    manifest, diff = record_from_model(args.model, args.input, args.out, device=args.device, profile=args.profile,
+                                       shapes=parse_shapes(args.shape), dtypes=parse_dtypes(args.dtype),
+                                       tolerance=tolerance, update=args.update)
+    for name, e in manifest["tensors"].items():
+        print(f"recorded {name}: {e['dtype']}{e['shape']} -> {Path(args.out) / e['file']} (sha256 {e['sha256'][:12]})")
+    if args.update:
+        print("changes: " + ("; ".join(diff) if diff else "none (identical goldens)"))
+    return 0
