@@ -1,0 +1,821 @@
+"""Comparison engine: per-tensor error metrics and the pass/fail verdict, streamed chunk by chunk.
+
+`compare_arrays(actual, expected, rule)` walks both tensors in flat C order, `chunk_elems` elements at a time, and
+keeps only running sums, maxima, a bounded top-k, and an integer histogram of ULP distances. Nothing larger than a
+chunk is ever materialised, so two memory-mapped multi-GiB files compare with bounded memory.
+
+Precision: every elementwise quantity is computed in float64 from the exact float64 value of each element
+(fp16/bf16/fp32 convert to float64 exactly), and sums accumulate in float64. Chunked results therefore equal
+whole-array results exactly for maxima, their indices, all counts, the top-k and the ULP percentiles (each is a
+function of per-element float64 values that do not depend on the chunking), and up to float summation order for
+the sum-based metrics (mean abs error, RMSE, cosine, relative Euclidean distance, SNR, PSNR, KL).
+
+The tolerance rule (numpy.isclose / torch.testing.assert_close convention) is documented in `ToleranceRule` and
+in docs/TOLERANCE.md; the JSON form of the results in docs/REPORT_SCHEMA.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+
+from .dtypes import FloatFormat, dtype_name, float_format, is_float, resolve_dtype
+from .errors import InputError
+
+SCHEMA_VERSION = 1
+
+#: Defaults when no elementwise option is given: Polygraphy's defaults (atol = rtol = 1e-5), also torch's fp32
+#: atol. A user checking fp16/bf16 outputs should pass a tolerance derived from the format (docs/TOLERANCE.md).
+DEFAULT_ATOL = 1e-5
+DEFAULT_RTOL = 1e-5
+
+#: Thresholds of Ascend's "thousandth ratio" style metrics (NUMERICS.md section 4).
+REL_THRESHOLDS = (1e-3, 5e-3)
+
+#: Default streaming chunk, in elements: 1 Mi elements = 8 MiB per float64 temporary; about a dozen temporaries
+#: live at once, so a comparison needs ~100 MB whatever the tensor size (benchmarks/compare_bench.py).
+DEFAULT_CHUNK_ELEMS = 1 << 20
+
+# ULP distances below this are counted in exact bins; larger ones in power-of-two buckets that a later pass
+# refines exactly (see _UlpHistogram).
+_EXACT_ULP_BINS = 1 << 16
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The tolerance rule
+# --------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ToleranceRule:
+    """The pass/fail rule, following the numpy.isclose / torch.testing.assert_close convention.
+
+    Element rule (expected e, actual a; asymmetric: the tolerance scales with the *expected* value):
+      * both finite: the element matches when |a - e| <= atol + rtol * |e|, or, when `ulp` is set, when
+        a and e rounded to the ULP format are both finite and at most `ulp` representable values apart;
+      * NaN matches only NaN (at the same position); +inf matches only +inf and -inf only -inf;
+      * a NaN or inf where the other side has a finite value (or the other infinity) is a mismatch.
+    Tensor rule: every element matches, and, when `cosine` is set, the cosine similarity over the finite pairs
+    is >= `cosine` (a tensor with no finite pair fails a cosine rule: the similarity cannot be computed).
+
+    `ulp_format` names the format ULPs are counted in (fp16, bf16, fp32, fp64); None means the expected
+    tensor's dtype (float64 when it is not a float). Unlike Polygraphy (an element fails only when it breaks
+    both atol and rtol) the bound here is the sum atol + rtol*|e|, as numpy and torch define it.
+    """
+
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+    ulp: int | None = None
+    cosine: float | None = None
+    ulp_format: str | None = None
+
+    def __post_init__(self):
+        for name in ("atol", "rtol"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float, np.floating, np.integer)) and math.isfinite(v) and v >= 0):
+                raise InputError(f"tolerance: {name} must be a finite number >= 0, got {v!r}")
+        if self.ulp is not None and (isinstance(self.ulp, bool) or int(self.ulp) != self.ulp or self.ulp < 0):
+            raise InputError(f"tolerance: ulp must be an integer >= 0, got {self.ulp!r}")
+        if self.cosine is not None and not (-1.0 <= float(self.cosine) <= 1.0):
+            raise InputError(f"tolerance: cosine must lie in [-1, 1], got {self.cosine!r}")
+        if self.ulp_format is not None:
+            try:
+                float_format(resolve_dtype(self.ulp_format))
+            except ValueError:
+                raise InputError(f"tolerance: ulp format must be fp16, bf16, fp32 or fp64, got {self.ulp_format!r}")
+
+    @classmethod
+    def from_args(cls, tolerance=None, atol=None, rtol=None, ulp=None, cosine=None, ulp_format=None):
+        """Build the rule from command-line style options.
+
+        * `tolerance=T` alone means atol = rtol = T; an explicit `atol`/`rtol` overrides its half.
+        * When any elementwise option (tolerance, atol, rtol, ulp) is given, the unspecified ones are 0 / off:
+          `--atol 1e-3` alone is a pure absolute rule and `--ulp 4` alone a pure ULP rule.
+        * When none is given: atol = rtol = 1e-5 (DEFAULT_ATOL/DEFAULT_RTOL).
+        * `cosine` is a tensor-level rule added on top; it does not change the element rule.
+        """
+        def num(name, v):
+            try:
+                return float(v)
+            except (TypeError, ValueError):
+                raise InputError(f"tolerance: {name} must be a number, got {v!r}") from None
+
+        any_elementwise = any(v is not None for v in (tolerance, atol, rtol, ulp))
+        base = num("tolerance", tolerance) if tolerance is not None else (0.0 if any_elementwise else None)
+        a = num("atol", atol) if atol is not None else (base if base is not None else DEFAULT_ATOL)
+        r = num("rtol", rtol) if rtol is not None else (base if base is not None else DEFAULT_RTOL)
+        if ulp is not None:
+            u = num("ulp", ulp)
+            if not u.is_integer():
+                raise InputError(f"tolerance: ulp must be an integer >= 0, got {ulp!r}")
+            ulp = int(u)
+        c = num("cosine", cosine) if cosine is not None else None
+        return cls(atol=a, rtol=r, ulp=ulp, cosine=c, ulp_format=ulp_format)
+
+    def describe(self) -> str:
+        """One line that states the rule exactly."""
+        parts = [f"|actual - expected| <= {self.atol:g} + {self.rtol:g}*|expected|"]
+        if self.ulp is not None:
+            fmt = dtype_name(resolve_dtype(self.ulp_format)) if self.ulp_format else "the expected dtype"
+            parts.append(f"or within {self.ulp} ULP of {fmt}")
+        text = " ".join(parts) + " (numpy.isclose convention); NaN matches NaN, inf matches same-sign inf"
+        if self.cosine is not None:
+            text += f"; cosine >= {self.cosine:g}"
+        return text
+
+    def to_dict(self) -> dict:
+        return {
+            "convention": "numpy.isclose",
+            "atol": float(self.atol),
+            "rtol": float(self.rtol),
+            "ulp": self.ulp,
+            "ulp_format": dtype_name(resolve_dtype(self.ulp_format)) if self.ulp_format else None,
+            "cosine": None if self.cosine is None else float(self.cosine),
+            "text": self.describe(),
+        }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class NonFiniteStats:
+    """NaN / +inf / -inf counts of one tensor and the multi-dimensional index of the first of each (or None)."""
+
+    nan: int = 0
+    posinf: int = 0
+    neginf: int = 0
+    first_nan: tuple | None = None
+    first_posinf: tuple | None = None
+    first_neginf: tuple | None = None
+
+    @property
+    def total(self) -> int:
+        return self.nan + self.posinf + self.neginf
+
+    def to_dict(self) -> dict:
+        idx = lambda t: None if t is None else [int(i) for i in t]  # noqa: E731
+        return {"nan": self.nan, "posinf": self.posinf, "neginf": self.neginf,
+                "first_nan": idx(self.first_nan), "first_posinf": idx(self.first_posinf),
+                "first_neginf": idx(self.first_neginf)}
+
+
+@dataclass
+class WorstElement:
+    """One of the k worst elements: ranked by |actual - expected|, non-finite mismatches first."""
+
+    index: tuple
+    actual: float
+    expected: float
+    abs_err: float
+    rel_err: float
+
+    def __iter__(self):  # unpacks as (index, actual, expected, abs_err, rel_err)
+        return iter((self.index, self.actual, self.expected, self.abs_err, self.rel_err))
+
+    def to_dict(self) -> dict:
+        return {"index": [int(i) for i in self.index], "actual": _json_float(self.actual),
+                "expected": _json_float(self.expected), "abs_err": _json_float(self.abs_err),
+                "rel_err": _json_float(self.rel_err)}
+
+
+@dataclass
+class TensorComparison:
+    """Metrics and verdict for one output tensor. Field meanings: docs/REPORT_SCHEMA.md.
+
+    Error metrics (max/mean abs, relative, RMSE, cosine, relative Euclidean, SNR, PSNR, KL, ULP) are computed
+    over the `finite_pairs` elements where both tensors are finite; non-finite values are reported by the
+    NaN/inf statistics and are judged by the tolerance rule (they count in `mismatches`). A metric that cannot
+    be computed (no finite pair, KL of a signed tensor, ULP of a non-float tensor) is None.
+    """
+
+    name: str
+    shape: tuple
+    dtype: str
+    expected_dtype: str
+    size: int
+    passed: bool = True
+    failed_rules: list[str] = field(default_factory=list)
+    finite_pairs: int = 0
+    max_abs_err: float | None = None
+    max_abs_index: tuple | None = None
+    max_rel_err: float | None = None
+    max_rel_index: tuple | None = None
+    rel_err_floor: float = 0.0
+    mean_abs_err: float | None = None
+    rmse: float | None = None
+    cosine: float | None = None
+    rel_euclidean: float | None = None
+    snr_db: float | None = None
+    psnr_db: float | None = None
+    psnr_peak: float | None = None
+    kl_div: float | None = None
+    kl_note: str = ""
+    ulp_format: str | None = None
+    ulp_max: int | None = None
+    ulp_p50: int | None = None
+    ulp_p99: int | None = None
+    frac_rel_lt_1e3: float | None = None
+    frac_rel_lt_5e3: float | None = None
+    mismatches: int = 0
+    mismatch_frac: float = 0.0
+    nonfinite_mismatches: int = 0
+    actual_nonfinite: NonFiniteStats = field(default_factory=NonFiniteStats)
+    expected_nonfinite: NonFiniteStats = field(default_factory=NonFiniteStats)
+    worst: list[WorstElement] = field(default_factory=list)
+    abs_err_histogram: list[tuple[str, int]] = field(default_factory=list)
+
+    # Flat aliases named in apis.md ("nan/inf counts and first positions for actual and expected").
+    @property
+    def actual_nan(self) -> int:
+        return self.actual_nonfinite.nan
+
+    @property
+    def actual_inf(self) -> int:
+        return self.actual_nonfinite.posinf + self.actual_nonfinite.neginf
+
+    @property
+    def expected_nan(self) -> int:
+        return self.expected_nonfinite.nan
+
+    @property
+    def expected_inf(self) -> int:
+        return self.expected_nonfinite.posinf + self.expected_nonfinite.neginf
+
+    def to_dict(self) -> dict:
+        idx = lambda t: None if t is None else [int(i) for i in t]  # noqa: E731
+        return {
+            "name": self.name,
+            "passed": self.passed,
+            "failed_rules": list(self.failed_rules),
+            "shape": [int(s) for s in self.shape],
+            "dtype": self.dtype,
+            "expected_dtype": self.expected_dtype,
+            "size": self.size,
+            "finite_pairs": self.finite_pairs,
+            "mismatches": self.mismatches,
+            "mismatch_frac": _json_float(self.mismatch_frac),
+            "nonfinite_mismatches": self.nonfinite_mismatches,
+            "metrics": {
+                "max_abs_err": _json_float(self.max_abs_err),
+                "max_abs_index": idx(self.max_abs_index),
+                "max_rel_err": _json_float(self.max_rel_err),
+                "max_rel_index": idx(self.max_rel_index),
+                "rel_err_floor": _json_float(self.rel_err_floor),
+                "mean_abs_err": _json_float(self.mean_abs_err),
+                "rmse": _json_float(self.rmse),
+                "cosine": _json_float(self.cosine),
+                "rel_euclidean": _json_float(self.rel_euclidean),
+                "snr_db": _json_float(self.snr_db),
+                "psnr_db": _json_float(self.psnr_db),
+                "psnr_peak": _json_float(self.psnr_peak),
+                "kl_div": _json_float(self.kl_div),
+                "kl_note": self.kl_note,
+                "ulp_format": self.ulp_format,
+                "ulp_max": self.ulp_max,
+                "ulp_p50": self.ulp_p50,
+                "ulp_p99": self.ulp_p99,
+                "frac_rel_lt_1e3": _json_float(self.frac_rel_lt_1e3),
+                "frac_rel_lt_5e3": _json_float(self.frac_rel_lt_5e3),
+            },
+            "nonfinite": {"actual": self.actual_nonfinite.to_dict(),
+                          "expected": self.expected_nonfinite.to_dict()},
+            "worst": [w.to_dict() for w in self.worst],
+            "abs_err_histogram": [{"bucket": b, "count": c} for b, c in self.abs_err_histogram],
+        }
+
+
+@dataclass
+class CheckReport:
+    """A whole check: one TensorComparison per output, the rule, and free-form metadata.
+
+    `meta` holds what the caller knows (model, inputs, golden, runner/device, profile, timings...); it must be
+    JSON-serialisable. `passed` is True when every tensor passed (vacuously True for an empty report; the CLI
+    treats "nothing compared" as bad input before it gets here).
+    """
+
+    tensors: list[TensorComparison]
+    rule: ToleranceRule
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(t.passed for t in self.tensors)
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": "mschecker",
+            "passed": self.passed,
+            "verdict": "PASS" if self.passed else "FAIL",
+            "rule": self.rule.to_dict(),
+            "summary": {
+                "tensors": len(self.tensors),
+                "failed": sum(not t.passed for t in self.tensors),
+                "failed_names": [t.name for t in self.tensors if not t.passed],
+            },
+            "meta": _json_safe(self.meta),
+            "tensors": [t.to_dict() for t in self.tensors],
+        }
+
+
+def _json_float(v):
+    """JSON has no NaN/inf: encode them as the strings "nan", "inf", "-inf"; None (N/A) stays null."""
+    if v is None:
+        return None
+    v = float(v)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
+
+
+def _json_safe(obj):
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return _json_float(obj)
+    if obj is None or isinstance(obj, str):
+        return obj
+    return str(obj)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Streaming helpers
+# --------------------------------------------------------------------------------------------------------------
+
+def _chunks(x: np.ndarray, chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield (flat offset, 1-D chunk) in C order; views for C-contiguous arrays (memmaps), O(chunk) copies else."""
+    n = x.size
+    if x.flags.c_contiguous:
+        flat = x.reshape(-1)
+        for start in range(0, n, chunk):
+            yield start, flat[start:start + chunk]
+    else:
+        for start in range(0, n, chunk):
+            yield start, np.asarray(x.flat[start:start + chunk])
+
+
+def _to_f64(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64, copy=False)
+
+
+def _ulp_ordinal(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """Biased sign-magnitude ordinal as fmt's unsigned type: monotonic in value, +0 and -0 both map to 2^(bits-1).
+
+    Same ordering as dtypes.ordinal (offset by 2^(bits-1)) but without int64 temporaries, so that ULP distances of
+    16/32/64-bit formats fit their own unsigned type (the largest is +inf - (-inf) = 2*inf_bits < 2^bits).
+    """
+    bits = np.ascontiguousarray(x).view(fmt.uint)
+    sign = fmt.uint.type(1 << (fmt.bits - 1))
+    out = bits | sign
+    np.negative(bits, out=out, where=bits >= sign)  # negative: 2^bits - bits = 2^(bits-1) - magnitude
+    return out
+
+
+def _ulp_distances(a_fmt: np.ndarray, e_fmt: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """|ordinal(a) - ordinal(e)| as fmt's unsigned type (equal to dtypes.ulp_distance for non-NaN inputs)."""
+    oa = _ulp_ordinal(a_fmt, fmt)
+    oe = _ulp_ordinal(e_fmt, fmt)
+    hi = np.maximum(oa, oe)
+    np.minimum(oa, oe, out=oa)
+    hi -= oa
+    return hi
+
+
+class _UlpHistogram:
+    """Exact distribution of ULP distances with bounded memory.
+
+    Distances below 2^16 are counted in exact bins; larger ones in buckets [2^k, 2^(k+1)). A percentile that
+    falls into a bucket is resolved exactly by `refine`, which re-streams the data and counts the bucket's
+    values in 2^16 sub-bins, narrowing until a bin holds one value (at most 1 extra pass for fp32 distances
+    below 2^32... see _resolve; 3 for fp64).
+
+    Percentile definition (nearest rank): p-th percentile = the smallest distance d such that at least
+    ceil(p * n / 100) of the n distances are <= d, i.e. sorted[ceil(p*n/100) - 1] (numpy's "inverted_cdf").
+    """
+
+    def __init__(self):
+        self.low = np.zeros(_EXACT_ULP_BINS, dtype=np.int64)
+        self.high = np.zeros(64, dtype=np.int64)  # high[k]: count of distances in [2^k, 2^(k+1)), k >= 16
+        self.n = 0
+        self.max = 0
+        self._edges = np.array([1 << k for k in range(16, 64)], dtype=np.uint64)
+
+    def add(self, d: np.ndarray) -> None:
+        if d.size == 0:
+            return
+        self.n += d.size
+        self.max = max(self.max, int(d.max()))
+        if self.max < _EXACT_ULP_BINS:
+            self.low += np.bincount(d.astype(np.intp, copy=False), minlength=_EXACT_ULP_BINS)
+            return
+        big = d >= _EXACT_ULP_BINS
+        nbig = int(np.count_nonzero(big))
+        if nbig:
+            k = 15 + np.searchsorted(self._edges, d[big].astype(np.uint64), side="right")
+            self.high += np.bincount(k, minlength=64)
+            small = d[~big]
+        else:
+            small = d
+        self.low += np.bincount(small.astype(np.intp, copy=False), minlength=_EXACT_ULP_BINS)
+
+    def rank(self, p: int) -> int:
+        """1-based nearest rank for percentile p (integer arithmetic, no float rounding)."""
+        return max(1, -(-p * self.n // 100))
+
+    def locate(self, r: int):
+        """Exact value for 1-based rank r if it lies in an exact bin, else (lo, width, rank within bucket)."""
+        cum_low = np.cumsum(self.low)
+        if r <= cum_low[-1]:
+            return int(np.searchsorted(cum_low, r))
+        r -= int(cum_low[-1])
+        cum_high = np.cumsum(self.high)
+        k = int(np.searchsorted(cum_high, r))
+        before = int(cum_high[k - 1]) if k else 0
+        return (1 << k, 1 << k, r - before)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The accumulator
+# --------------------------------------------------------------------------------------------------------------
+
+class _Accumulator:
+    """Running state of one comparison; `update` takes matching chunks, `finish` builds the TensorComparison."""
+
+    def __init__(self, name, shape, a_dtype, e_dtype, rule: ToleranceRule, topk: int):
+        self.name, self.shape, self.rule, self.topk = name, tuple(shape), rule, max(0, int(topk))
+        self.a_dtype, self.e_dtype = a_dtype, e_dtype
+        ulp_dtype = resolve_dtype(rule.ulp_format) if rule.ulp_format else (e_dtype if is_float(e_dtype) else None)
+        self.fmt: FloatFormat | None = float_format(ulp_dtype) if ulp_dtype is not None else None
+        # Relative-error floor: below the smallest normal of the format the expected value has no relative
+        # precision left, so the relative error is measured against max(|e|, smallest normal).
+        self.tiny = (self.fmt or float_format(np.float64)).smallest_normal
+        self.n = 0
+        self.finite = 0
+        self.sum_abs = 0.0
+        self.sum_dd = 0.0
+        self.sum_aa = 0.0
+        self.sum_ee = 0.0
+        self.max_abs = -1.0
+        self.max_abs_flat = None
+        self.max_rel = -1.0
+        self.max_rel_flat = None
+        self.peak = 0.0
+        self.rel_counts = [0 for _ in REL_THRESHOLDS]
+        self.mismatches = 0
+        self.nonfinite_mismatches = 0
+        self.nf = {"a": [0, 0, 0, None, None, None], "e": [0, 0, 0, None, None, None]}
+        # KL divergence: eligible while every value seen is finite and >= 0.
+        self.kl_ok = True
+        self.kl_note = ""
+        self.sum_a = 0.0
+        self.sum_e = 0.0
+        self.sum_elog = 0.0
+        self.ulp = _UlpHistogram() if self.fmt is not None else None
+        # Top-k: keys (sort by key desc, flat index asc), flat indices, actual, expected.
+        self.top_key = np.empty(0)
+        self.top_idx = np.empty(0, dtype=np.int64)
+        self.top_a = np.empty(0)
+        self.top_e = np.empty(0)
+        # log10 |err| histogram buckets: (-inf, 1e-12), [1e-12, 1e-11), ..., [1e2, inf), exact zeros separately.
+        self.hist_edges = 10.0 ** np.arange(-12, 3)
+        self.hist = np.zeros(len(self.hist_edges) + 2, dtype=np.int64)  # [zero, <1e-12, ..., >=1e2]
+
+    # -- per chunk ------------------------------------------------------------------------------------------
+    def update(self, a: np.ndarray, e: np.ndarray, offset: int) -> None:
+        n = a.size
+        self.n += n
+        a64 = _to_f64(a)
+        e64 = _to_f64(e)
+        d = a64 - e64
+        dd = float(np.dot(d, d))
+        if math.isfinite(dd):
+            # Fast path: no NaN/inf in either chunk (a NaN/inf anywhere makes d, hence dd, non-finite).
+            self._finite_pairs(a, e, a64, e64, d, dd, None, offset)
+            return
+        fa = np.isfinite(a64)
+        fe = np.isfinite(e64)
+        self._nonfinite_stats("a", a64, fa, offset)
+        self._nonfinite_stats("e", e64, fe, offset)
+        both = fa & fe
+        if both.all():  # only the float64 sum of squares overflowed
+            self._finite_pairs(a, e, a64, e64, d, dd, None, offset)
+            return
+        self.kl_ok, self.kl_note = False, "N/A: tensor has NaN/inf"
+        sel = np.flatnonzero(both)
+        if sel.size:
+            d_sel = d[sel]
+            self._finite_pairs(a[sel], e[sel], a64[sel], e64[sel], d_sel, float(np.dot(d_sel, d_sel)), sel, offset)
+        self._nonfinite_pairs(a64, e64, ~both, offset)
+
+    def _finite_pairs(self, a, e, a64, e64, d, dd, sel, offset) -> None:
+        """Accumulate metrics over pairs that are both finite. sel: their positions within the chunk (None=all)."""
+        m = d.size
+        if m == 0:
+            return
+        self.finite += m
+        self.sum_dd += dd
+        self.sum_aa += float(np.dot(a64, a64))
+        self.sum_ee += float(np.dot(e64, e64))
+        ad = np.abs(d, out=d)
+        self.sum_abs += float(ad.sum())
+        pos = lambda i: offset + (int(i) if sel is None else int(sel[i]))  # noqa: E731
+        i = int(np.argmax(ad))
+        if ad[i] > self.max_abs:
+            self.max_abs, self.max_abs_flat = float(ad[i]), pos(i)
+        abs_e = np.abs(e64)
+        self.peak = max(self.peak, float(abs_e.max()))
+        # Element rule bound atol + rtol*|e| (computed before abs_e is reused as the relative-error denominator).
+        bound = abs_e * self.rule.rtol
+        bound += self.rule.atol
+        over = ad > bound
+        den = np.maximum(abs_e, self.tiny, out=abs_e)
+        rel = np.divide(ad, den, out=den)
+        j = int(np.argmax(rel))
+        if rel[j] > self.max_rel:
+            self.max_rel, self.max_rel_flat = float(rel[j]), pos(j)
+        for t, thr in enumerate(REL_THRESHOLDS):
+            self.rel_counts[t] += int(np.count_nonzero(rel < thr))
+        if self.ulp is not None:
+            ulp_d, fin_fmt = self._ulps(a, e)
+            self.ulp.add(ulp_d)
+            if self.rule.ulp is not None and over.any():
+                ok = ulp_d <= self.rule.ulp
+                if fin_fmt is not None:
+                    ok &= fin_fmt
+                over &= ~ok
+        self.mismatches += int(np.count_nonzero(over))
+        self._histogram(ad)
+        if self.kl_ok:
+            self._kl(a64, e64)
+        self._top(ad, a64, e64, sel, offset)
+
+    def _ulps(self, a, e):
+        """ULP distances of finite pairs after rounding to the ULP format; plus a mask 'both still finite there'
+        when rounding could overflow (None when it cannot)."""
+        fdt = self.fmt.dtype
+        with np.errstate(over="ignore", invalid="ignore"):
+            ar = a if a.dtype == fdt else a.astype(fdt)
+            er = e if e.dtype == fdt else e.astype(fdt)
+        fin = None
+        if a.dtype != fdt or e.dtype != fdt:
+            fin = np.isfinite(ar.astype(np.float64)) & np.isfinite(er.astype(np.float64))
+        return _ulp_distances(ar, er, self.fmt), fin
+
+    def _histogram(self, ad) -> None:
+        zeros = int(np.count_nonzero(ad == 0))
+        self.hist[0] += zeros
+        counts = np.bincount(np.searchsorted(self.hist_edges, ad, side="right"), minlength=len(self.hist_edges) + 1)
+        counts[0] -= zeros
+        self.hist[1:] += counts
+
+    def _kl(self, a64, e64) -> None:
+        if (a64.size and float(a64.min()) < 0) or (e64.size and float(e64.min()) < 0):
+            self.kl_ok, self.kl_note = False, "N/A: tensor has negative values"
+            return
+        self.sum_a += float(a64.sum())
+        self.sum_e += float(e64.sum())
+        pos = e64 > 0
+        ep = e64[pos]
+        ap = a64[pos]
+        with np.errstate(divide="ignore"):
+            self.sum_elog += float(np.dot(ep, np.log(ep) - np.log(ap)))  # a = 0 where e > 0 gives +inf
+
+    def _top(self, key, a64, e64, sel, offset) -> None:
+        """Keep the k largest keys across chunks; ties go to the lower flat index (chunks arrive in flat order,
+        so a later element never displaces an equal earlier one)."""
+        k = self.topk
+        if k == 0:
+            return
+        if self.top_key.size >= k:
+            cand = np.flatnonzero(key > self.top_key[-1])
+        else:
+            cand = np.arange(key.size)
+        if cand.size > k:
+            kth = np.partition(key[cand], cand.size - k)[cand.size - k]  # k-th largest candidate key
+            kc = key[cand]
+            gt = cand[kc > kth]
+            cand = np.concatenate([gt, cand[kc == kth][: k - gt.size]])
+        if cand.size == 0:
+            return
+        flat = offset + (cand if sel is None else sel[cand])
+        self._merge_top(key[cand], flat.astype(np.int64), a64[cand], e64[cand])
+
+    def _merge_top(self, key, flat, a, e) -> None:
+        keys = np.concatenate([self.top_key, key])
+        idx = np.concatenate([self.top_idx, flat])
+        order = np.lexsort((idx, -keys))[: self.topk]
+        self.top_key = keys[order]
+        self.top_idx = idx[order]
+        self.top_a = np.concatenate([self.top_a, a])[order]
+        self.top_e = np.concatenate([self.top_e, e])[order]
+
+    def _nonfinite_stats(self, side, x64, finite, offset) -> None:
+        st = self.nf[side]
+        if finite.all():
+            return
+        for slot, mask in enumerate((np.isnan(x64), np.isposinf(x64), np.isneginf(x64))):
+            hits = np.flatnonzero(mask)
+            if hits.size:
+                st[slot] += int(hits.size)
+                if st[slot + 3] is None:
+                    st[slot + 3] = offset + int(hits[0])
+
+    def _nonfinite_pairs(self, a64, e64, mask, offset) -> None:
+        """Pairs where at least one side is NaN/inf: NaN matches NaN, inf matches same-sign inf, else mismatch."""
+        sel = np.flatnonzero(mask)
+        a = a64[sel]
+        e = e64[sel]
+        match = (np.isnan(a) & np.isnan(e)) | (a == e)
+        nmatch = int(np.count_nonzero(match))
+        for t in range(len(REL_THRESHOLDS)):
+            self.rel_counts[t] += nmatch  # equal non-finite values count as relative error 0
+        bad = ~match
+        nbad = int(np.count_nonzero(bad))
+        self.mismatches += nbad
+        self.nonfinite_mismatches += nbad
+        if nbad:
+            self._merge_candidates(np.full(nbad, np.inf), sel[bad], a[bad], e[bad], offset)
+
+    def _merge_candidates(self, key, sel, a, e, offset) -> None:
+        if self.topk:
+            self._merge_top(key, (offset + sel).astype(np.int64), a, e)
+
+    # -- final ----------------------------------------------------------------------------------------------
+    def finish(self, rechunk) -> TensorComparison:
+        r = TensorComparison(name=self.name, shape=self.shape, dtype=dtype_name(self.a_dtype),
+                             expected_dtype=dtype_name(self.e_dtype), size=self.n, finite_pairs=self.finite,
+                             rel_err_floor=self.tiny, ulp_format=self.fmt.name if self.fmt else None)
+        unravel = lambda f: None if f is None else tuple(int(i) for i in np.unravel_index(f, self.shape))  # noqa
+        if self.n:
+            r.frac_rel_lt_1e3 = self.rel_counts[0] / self.n
+            r.frac_rel_lt_5e3 = self.rel_counts[1] / self.n
+        r.mismatches = self.mismatches
+        r.mismatch_frac = self.mismatches / self.n if self.n else 0.0
+        r.nonfinite_mismatches = self.nonfinite_mismatches
+        for side, target in (("a", "actual_nonfinite"), ("e", "expected_nonfinite")):
+            s = self.nf[side]
+            setattr(r, target, NonFiniteStats(s[0], s[1], s[2], unravel(s[3]), unravel(s[4]), unravel(s[5])))
+        if self.finite:
+            m = self.finite
+            r.max_abs_err, r.max_abs_index = self.max_abs, unravel(self.max_abs_flat)
+            r.max_rel_err, r.max_rel_index = self.max_rel, unravel(self.max_rel_flat)
+            r.mean_abs_err = self.sum_abs / m
+            r.rmse = math.sqrt(self.sum_dd / m)
+            r.cosine = _cosine(self.sum_aa, self.sum_ee, self.sum_dd)
+            r.rel_euclidean = _ratio_sqrt(self.sum_dd, self.sum_ee)
+            r.snr_db = _db(self.sum_ee, self.sum_dd)
+            r.psnr_peak = self.peak
+            r.psnr_db = _db(self.peak ** 2, self.sum_dd / m)
+        if self.kl_ok and self.finite:
+            if self.sum_e <= 0 or self.sum_a <= 0:
+                self.kl_note = "N/A: a tensor sums to 0"
+            else:
+                r.kl_div = max(0.0, self.sum_elog / self.sum_e + math.log(self.sum_a / self.sum_e))
+                self.kl_note = "nonnegative tensors normalized to sum 1"
+        elif self.kl_ok:
+            self.kl_note = "N/A: no finite elements"
+        r.kl_note = self.kl_note
+        if self.ulp is not None and self.ulp.n:
+            r.ulp_max = self.ulp.max
+            r.ulp_p50, r.ulp_p99 = _ulp_percentiles(self.ulp, (50, 99), rechunk, self)
+        r.worst = [WorstElement(unravel(int(i)), float(a), float(e), float(abs(a - e)), _rel(a, e, self.tiny))
+                   for key, i, a, e in zip(self.top_key, self.top_idx, self.top_a, self.top_e) if key > 0]
+        labels = ["0"] + [f"<1e{-12}"] + [f"[1e{k},1e{k + 1})" for k in range(-12, 2)] + ["≥1e2"]
+        r.abs_err_histogram = [(lab, int(c)) for lab, c in zip(labels, self.hist)]
+        # Verdict.
+        finite_mism = self.mismatches - self.nonfinite_mismatches
+        if finite_mism:
+            r.failed_rules.append("elementwise")
+        if self.nonfinite_mismatches:
+            r.failed_rules.append("nonfinite")
+        if self.rule.cosine is not None and self.n and (r.cosine is None or r.cosine < self.rule.cosine):
+            r.failed_rules.append("cosine")
+        r.passed = not r.failed_rules
+        return r
+
+
+def _rel(a: float, e: float, tiny: float) -> float:
+    with np.errstate(all="ignore"):
+        if np.isnan(a) and np.isnan(e) or (a == e):
+            return 0.0
+        return float(abs(a - e) / max(abs(e), tiny)) if np.isfinite(e) else float("inf")
+
+
+def _cosine(aa: float, ee: float, dd: float) -> float:
+    """cos = 1 - (|a-e|^2 - (|a|-|e|)^2) / (2|a||e|): algebraically a.e/(|a||e|), but computed from the
+    directly accumulated |a-e|^2 so that 1 - cos keeps full precision near 1 (a.e/(|a||e|) loses it to
+    cancellation). Exactly 1 for identical tensors. Both zero: 1 (identical); one zero: 0."""
+    na, ne = math.sqrt(aa), math.sqrt(ee)
+    if na == 0 and ne == 0:
+        return 1.0
+    if na == 0 or ne == 0:
+        return 0.0
+    if not (math.isfinite(na) and math.isfinite(ne) and math.isfinite(dd)):
+        return float("nan")
+    c = 1.0 - (dd - (na - ne) ** 2) / (2.0 * na * ne)
+    return min(1.0, max(-1.0, c))
+
+
+def _ratio_sqrt(num: float, den: float) -> float:
+    if den == 0:
+        return 0.0 if num == 0 else float("inf")
+    return math.sqrt(num / den)
+
+
+def _db(signal: float, noise: float) -> float:
+    """10*log10(signal/noise); +inf without noise, -inf for zero signal with noise."""
+    if noise == 0:
+        return float("inf")
+    if signal == 0:
+        return float("-inf")
+    return 10.0 * math.log10(signal / noise)
+
+
+def _ulp_percentiles(hist: _UlpHistogram, percentiles, rechunk, acc: _Accumulator) -> tuple:
+    """Exact nearest-rank percentiles; ranks that land in a power-of-two bucket are refined by re-streaming."""
+    results = {}
+    pending = {}
+    for p in percentiles:
+        loc = hist.locate(hist.rank(p))
+        if isinstance(loc, int):
+            results[p] = loc
+        else:
+            pending[p] = loc
+    while pending:
+        # One pass over the data counts, for each pending range [lo, lo+width), 2^16 sub-bins.
+        plans = {}
+        for p, (lo, width, r) in pending.items():
+            shift = max(0, width.bit_length() - 1 - 16)
+            plans[p] = (lo, width, r, shift, np.zeros(min(width, _EXACT_ULP_BINS), dtype=np.int64))
+        for a_c, e_c in rechunk():
+            a64, e64 = _to_f64(a_c), _to_f64(e_c)
+            both = np.isfinite(a64) & np.isfinite(e64)
+            if not both.all():
+                a_c, e_c = a_c[both], e_c[both]
+            d, _ = acc._ulps(a_c, e_c)
+            d = d.astype(np.uint64)
+            for p, (lo, width, r, shift, counts) in plans.items():
+                inr = d[(d >= np.uint64(lo)) & (d < np.uint64(lo + width))]
+                if inr.size:
+                    counts += np.bincount(((inr - np.uint64(lo)) >> np.uint64(shift)).astype(np.int64),
+                                          minlength=counts.size)
+        new_pending = {}
+        for p, (lo, width, r, shift, counts) in plans.items():
+            cum = np.cumsum(counts)
+            j = int(np.searchsorted(cum, r))
+            r_in = r - (int(cum[j - 1]) if j else 0)
+            sub_lo, sub_w = lo + (j << shift), 1 << shift
+            if sub_w == 1:
+                results[p] = sub_lo
+            else:
+                new_pending[p] = (sub_lo, sub_w, r_in)
+        pending = new_pending
+    return tuple(results[p] for p in percentiles)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------------------------------
+
+def compare_arrays(actual, expected, rule: ToleranceRule | None = None, *, name: str = "output", topk: int = 10,
+                   chunk_elems: int | None = None) -> TensorComparison:
+    """Compare one tensor with its expected value under `rule`, streaming `chunk_elems` elements at a time.
+
+    Works on ndarrays and np.memmap alike (memmaps are read chunk by chunk, never loaded whole). Shapes must be
+    equal (no broadcasting: a golden of another shape is a bad input); dtypes may differ. Raises InputError
+    naming the tensor when shapes differ or a dtype is not numeric.
+    """
+    rule = rule or ToleranceRule()
+    a = actual if isinstance(actual, np.ndarray) else np.asarray(actual)
+    e = expected if isinstance(expected, np.ndarray) else np.asarray(expected)
+    if a.shape != e.shape:
+        raise InputError(f"tensor {name!r}: actual shape {tuple(a.shape)} does not match expected shape "
+                         f"{tuple(e.shape)}")
+    for label, x in (("actual", a), ("expected", e)):
+        if not (is_float(x.dtype) or np.issubdtype(x.dtype, np.integer) or x.dtype == np.bool_):
+            raise InputError(f"tensor {name!r}: {label} dtype {x.dtype} cannot be compared numerically")
+    chunk = int(chunk_elems or DEFAULT_CHUNK_ELEMS)
+    if chunk <= 0:
+        raise InputError(f"chunk_elems must be positive, got {chunk_elems!r}")
+    acc = _Accumulator(name, a.shape, a.dtype, e.dtype, rule, topk)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for (off, ac), (_, ec) in zip(_chunks(a, chunk), _chunks(e, chunk)):
+            acc.update(ac, ec, off)
+
+    def rechunk():
+        for (_, ac), (_, ec) in zip(_chunks(a, chunk), _chunks(e, chunk)):
+            yield ac, ec
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        return acc.finish(rechunk)
