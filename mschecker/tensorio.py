@@ -343,14 +343,13 @@ def _decode_polygraphy_array(value, where: str) -> np.ndarray:
 def write_tensor(path, array) -> None:
     """Write one tensor atomically; the suffix picks the format (.npy, .npz, .pb, otherwise raw + sidecar JSON).
 
-    bf16 goes to .npy as uint16 bits (numpy has no bf16 descriptor); raw files get a `<file>.json` sidecar.
+    bf16 goes to .npy the way numpy writes it ('<V2', read back as bf16); raw files get a `<file>.json` sidecar.
     """
     path = Path(path)
     arr = np.ascontiguousarray(array)
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        data = arr.view(np.uint16) if arr.dtype == bfloat16 else arr
-        atomic_write(path, lambda f: np.save(f, data, allow_pickle=False))
+        atomic_write(path, lambda f: np.save(f, arr, allow_pickle=False))
     elif suffix == ".npz":
         atomic_write(path, lambda f: np.savez(f, **{path.stem: arr}))
     elif suffix == ".pb":
