@@ -124,9 +124,10 @@ def _banner(report: CheckReport) -> Panel:
 def _summary_table(report: CheckReport) -> Table:
     """One row per output; kept to seven short columns so that it fits an 80-column terminal."""
     tab = Table(title="outputs", box=box.SIMPLE_HEAVY, title_justify="left")
-    tab.add_column("output", overflow="fold")
-    for col in ("verdict", "shape", "dtype"):
-        tab.add_column(col, no_wrap=True)
+    tab.add_column("output", overflow="fold", min_width=16)
+    tab.add_column("verdict", no_wrap=True)
+    for col in ("shape", "dtype"):
+        tab.add_column(col, overflow="fold")
     for col in ("max |err|", "cosine", "mismatches"):
         tab.add_column(col, justify="right", no_wrap=True)
     for t in report.tensors:
