@@ -1,0 +1,251 @@
+"""The graph executor: one topological walk of an ONNX graph, a policy choosing dtype and kernels per node.
+
+Planning (once per model and policy) sorts the nodes, binds each one to its op implementation and the policy's
+NodeContext, and counts consumers. Anything that cannot run (an op we do not implement, an attribute combination
+we do not support, a kernel or variant missing from the registry) is reported at plan time, all at once, as one
+InputError naming the ops and nodes: a run never dies half-way on something we could have known.
+
+Running frees every tensor right after its last consumer (graph outputs are kept), so peak memory is the live
+set, and hands each produced tensor to an optional capture callback (filtered by node window / name pattern).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import onnx
+
+from ..errors import InputError
+from .capture import CaptureFilter, CaptureFn
+from .loader import LoadedModel, from_proto, load_model
+from .ops import OpSpec, attribute_values, lookup
+from .policy import KernelUnavailable, NodeContext, Policy, is_float_dtype
+
+
+class ExecutionError(InputError):
+    """A node failed while running (usually: the inputs' shapes do not fit the graph). Names the node."""
+
+
+def node_label(node: onnx.NodeProto, index: int) -> str:
+    return node.name or f"#{index}:{node.op_type}"
+
+
+@dataclass
+class Step:
+    """One node, planned: its implementation, bound context and what to free after it."""
+
+    index: int
+    node: onnx.NodeProto
+    label: str
+    spec: OpSpec
+    attrs: dict[str, Any]
+    ctx: NodeContext
+    inputs: list[str]
+    outputs: list[str]
+    frees: list[str]
+
+
+def topological_order(graph: onnx.GraphProto, available: set[str], where: str) -> list[int]:
+    """Node indices in an order where every input exists before it is read (stable: keeps file order if valid)."""
+    producers: dict[str, int] = {}
+    for i, node in enumerate(graph.node):
+        for o in node.output:
+            if o:
+                producers[o] = i
+    deps: list[set[int]] = []
+    for i, node in enumerate(graph.node):
+        d = set()
+        for name in node.input:
+            if not name or name in available:
+                continue
+            if name not in producers:
+                raise InputError(f"{where}: node {node_label(node, i)!r} reads tensor {name!r}, which no node, "
+                                 "initializer or graph input provides")
+            d.add(producers[name])
+        deps.append(d)
+    users: dict[int, list[int]] = defaultdict(list)
+    missing = [len(d) for d in deps]
+    for i, d in enumerate(deps):
+        for j in d:
+            users[j].append(i)
+    import heapq
+
+    ready = [i for i, m in enumerate(missing) if m == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            missing[u] -= 1
+            if missing[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(graph.node):
+        stuck = [node_label(graph.node[i], i) for i, m in enumerate(missing) if m > 0][:5]
+        raise InputError(f"{where}: the graph has a cycle (nodes {', '.join(stuck)} never become ready)")
+    return order
+
+
+class Executor:
+    """Runs one ONNX model under one policy. Build once, run many times (plans are reused)."""
+
+    def __init__(self, model: LoadedModel | onnx.ModelProto | str | Path, policy: Policy):
+        if isinstance(model, (str, Path)):
+            model = load_model(model)
+        elif isinstance(model, onnx.ModelProto):
+            model = from_proto(model)
+        self.model = model
+        self.policy = policy
+        self.where = str(model.path)
+        graph = model.graph
+        self.initializers = model.initializers
+        self.input_infos = [i for i in graph.input if i.name not in self.initializers]
+        self.output_names = [o.name for o in graph.output]
+        self.steps = self._plan()
+
+    # ------------------------------------------------------------------ planning
+    def _plan(self) -> list[Step]:
+        graph, opset = self.model.graph, self.model.opset
+        available = set(self.initializers) | {i.name for i in self.input_infos}
+        order = topological_order(graph, available, self.where)
+        unsupported: dict[str, list[str]] = defaultdict(list)
+        problems: list[str] = []
+        steps: list[Step] = []
+        for pos, i in enumerate(order):
+            node = graph.node[i]
+            label = node_label(node, i)
+            spec = lookup(node.op_type) if node.domain in ("", "ai.onnx") else None
+            if spec is None:
+                key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+                unsupported[key].append(label)
+                continue
+            attrs = attribute_values(node)
+            reason = spec.check(attrs, node, opset) if spec.check else None
+            if reason is None and opset < spec.min_opset:
+                reason = f"{node.op_type} does not exist before opset {spec.min_opset} (model has {opset})"
+            if reason:
+                unsupported[f"{node.op_type} ({reason})"].append(label)
+                continue
+            try:
+                ctx = self.policy.bind(node, opset, list(spec.kernel_names(attrs, opset)), spec.cube)
+            except KernelUnavailable as exc:
+                problems.append(f"node {label!r} ({node.op_type}): {exc}")
+                continue
+            steps.append(Step(pos, node, label, spec, attrs, ctx, list(node.input), list(node.output), []))
+        if unsupported or problems:
+            parts = [f"{op} (nodes {', '.join(_clip(names))})" for op, names in sorted(unsupported.items())]
+            msg = f"{self.where}: cannot run under the {self.policy.name} policy: "
+            if parts:
+                msg += f"{len(unsupported)} unsupported op type(s): " + "; ".join(parts)
+            if problems:
+                msg += ("; " if parts else "") + "; ".join(_clip(problems, 8))
+            raise InputError(msg)
+        # free each tensor after its last reader; graph outputs are kept
+        last_use: dict[str, int] = {}
+        for s, step in enumerate(steps):
+            for name in step.inputs:
+                if name:
+                    last_use[name] = s
+        keep = set(self.output_names)
+        for name, s in last_use.items():
+            if name not in keep:
+                steps[s].frees.append(name)
+        # produced but never read and not an output: free at once
+        for step in steps:
+            step.frees.extend(o for o in step.outputs if o and o not in last_use and o not in keep)
+        return steps
+
+    @property
+    def node_names(self) -> list[str]:
+        return [s.label for s in self.steps]
+
+    # ------------------------------------------------------------------ running
+    def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        known = {i.name: i for i in self.input_infos}
+        extra = sorted(set(feeds) - set(known))
+        if extra:
+            raise InputError(f"{self.where}: input(s) {', '.join(map(repr, extra))} are not graph inputs "
+                             f"(graph inputs: {', '.join(known) or 'none'})")
+        missing = [n for n in known if n not in feeds]
+        if missing:
+            raise InputError(f"{self.where}: missing value for graph input(s) {', '.join(map(repr, missing))}")
+        env = {}
+        for name, info in known.items():
+            x = np.asarray(feeds[name])
+            tt = info.type.tensor_type
+            declared = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type) if tt.elem_type else None
+            if declared is not None and is_float_dtype(declared) != is_float_dtype(x.dtype):
+                raise InputError(f"{self.where}: input {name!r} has dtype {x.dtype}, the graph declares "
+                                 f"{np.dtype(declared)}")
+            if tt.HasField("shape"):
+                dims = tt.shape.dim
+                if len(dims) != x.ndim:
+                    raise InputError(f"{self.where}: input {name!r} has shape {x.shape}, the graph declares rank "
+                                     f"{len(dims)}")
+                for axis, d in enumerate(dims):
+                    if d.HasField("dim_value") and d.dim_value != x.shape[axis]:
+                        raise InputError(f"{self.where}: input {name!r} has shape {x.shape}, the graph declares "
+                                         f"{d.dim_value} at axis {axis}")
+            if is_float_dtype(x.dtype):
+                with np.errstate(over="ignore"):
+                    x = x.astype(self.policy.input_dtype(x.dtype), copy=False)
+            elif declared is not None and x.dtype != declared:
+                x = x.astype(declared)
+            env[name] = x
+        return env
+
+    def run(self, feeds: Mapping[str, np.ndarray], *, capture: CaptureFn | None = None,
+            capture_filter: CaptureFilter | None = None,
+            progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
+        """Run the graph on `feeds`; returns the graph outputs (in the policy's dtypes) by name."""
+        env: dict[str, Any] = dict(self.initializers)
+        env.update(self._check_feeds(feeds))
+        lo, hi, rx = (capture_filter or CaptureFilter()).resolve(self.node_names) if capture else (0, -1, None)
+        policy, total = self.policy, len(self.steps)
+        for s, step in enumerate(self.steps):
+            spec, ctx = step.spec, step.ctx
+            args = []
+            for k, name in enumerate(step.inputs):
+                x = env[name] if name else None
+                if x is not None and spec.convert_inputs and k not in spec.exact_inputs \
+                        and is_float_dtype(x.dtype) and x.dtype != ctx.dtype:
+                    with np.errstate(over="ignore"):
+                        x = x.astype(ctx.dtype)
+                args.append(x)
+            try:
+                result = spec.fn(ctx, step.attrs, *args)
+            except InputError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure inside a node is reported with the node
+                shapes = ", ".join(f"{n}{tuple(a.shape)}:{a.dtype}" for n, a in zip(step.inputs, args)
+                                   if a is not None)
+                raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) failed on inputs "
+                                     f"[{shapes}]: {type(exc).__name__}: {exc}") from exc
+            values = result if isinstance(result, (tuple, list)) else (result,)
+            for k, name in enumerate(step.outputs):
+                if not name:
+                    continue
+                if k >= len(values) or values[k] is None:
+                    raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) did not produce "
+                                         f"its output {name!r}")
+                v = policy.finish(ctx, np.asarray(values[k]), keep_dtype=spec.keeps_output_dtype)
+                env[name] = v
+                if capture is not None and lo <= s <= hi and (
+                        rx is None or rx.search(name) or rx.search(step.node.name)):
+                    capture(step.node, name, v)
+            del result, values, args
+            for name in step.frees:
+                env.pop(name, None)
+            if progress is not None:
+                progress(s + 1, total)
+        missing = [n for n in self.output_names if n not in env]
+        if missing:
+            raise ExecutionError(f"{self.where}: graph output(s) {missing} were never produced")
+        return {n: env[n] for n in self.output_names}
+
+
+def _clip(items: list[str], n: int = 6) -> list[str]:
+    return items if len(items) <= n else items[:n] + [f"... {len(items) - n} more"]

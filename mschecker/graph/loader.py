@@ -1,0 +1,151 @@
+"""Load an ONNX model without trusting its external-data paths, and turn tensors into numpy arrays.
+
+Why not `onnx.load(path)`: it follows every external-data `location` the file names. A model is untrusted input,
+so a location that is absolute, climbs out with `..`, or reaches outside through a symlink is refused with an
+InputError *before any byte of it is read*. External data is memory-mapped (read-only, lazily paged in), so
+models larger than protobuf's 2 GB limit load without copying their weights into memory.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import InputError
+
+
+@dataclass
+class LoadedModel:
+    """A model proto (weights not inlined) plus its initializers as numpy arrays (memmaps for external data)."""
+
+    path: Path
+    proto: onnx.ModelProto
+    initializers: dict[str, np.ndarray]
+
+    @property
+    def graph(self) -> onnx.GraphProto:
+        return self.proto.graph
+
+    @property
+    def opset(self) -> int:
+        """The default-domain opset the graph was written for."""
+        for imp in self.proto.opset_import:
+            if imp.domain in ("", "ai.onnx"):
+                return int(imp.version)
+        raise InputError(f"{self.path}: the model imports no default-domain (ai.onnx) opset")
+
+
+def _external_info(tensor: onnx.TensorProto) -> dict[str, str]:
+    return {e.key: e.value for e in tensor.external_data}
+
+
+def safe_external_path(model_dir: Path, location: str, tensor_name: str, model_path: Path) -> Path:
+    """The real path of an external-data file, or InputError when `location` escapes the model's folder."""
+    where = f"{model_path}: initializer {tensor_name!r} external data location {location!r}"
+    if not location:
+        raise InputError(f"{where} is empty")
+    if os.path.isabs(location) or Path(location).is_absolute() or location.startswith(("/", "\\")) \
+            or (len(location) > 1 and location[1] == ":"):
+        raise InputError(f"{where} is an absolute path; external data must live inside the model's folder")
+    parts = Path(location.replace("\\", "/")).parts
+    if ".." in parts:
+        raise InputError(f"{where} climbs out of the model's folder through '..'")
+    root = model_dir.resolve()
+    target = (model_dir / location).resolve()
+    if target != root and root not in target.parents:
+        raise InputError(f"{where} resolves (through a symlink) to {target}, outside the model's folder {root}")
+    if not target.is_file():
+        raise InputError(f"{where}: file {target} does not exist")
+    return target
+
+
+def tensor_dtype(tensor: onnx.TensorProto, where: str) -> np.dtype:
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
+    except Exception:  # noqa: BLE001 - onnx raises KeyError/ValueError depending on version
+        raise InputError(f"{where}: unsupported tensor element type {tensor.data_type}") from None
+
+
+def external_array(tensor: onnx.TensorProto, model_dir: Path, model_path: Path) -> np.ndarray:
+    """A read-only memmap of one external tensor (checked path, offset and length)."""
+    info = _external_info(tensor)
+    path = safe_external_path(model_dir, info.get("location", ""), tensor.name, model_path)
+    dtype = tensor_dtype(tensor, f"{model_path}: initializer {tensor.name!r}")
+    shape = tuple(int(d) for d in tensor.dims)
+    count = int(np.prod(shape, dtype=np.int64))
+    offset = int(info.get("offset", 0) or 0)
+    nbytes = count * dtype.itemsize
+    if "length" in info and int(info["length"]) < nbytes:
+        raise InputError(f"{model_path}: initializer {tensor.name!r} needs {nbytes} bytes but its external data "
+                         f"length is {info['length']}")
+    size = path.stat().st_size
+    if offset < 0 or offset + nbytes > size:
+        raise InputError(f"{model_path}: initializer {tensor.name!r} reads bytes {offset}..{offset + nbytes} of "
+                         f"{path.name}, which has {size} bytes")
+    if count == 0:
+        return np.zeros(shape, dtype)
+    return np.memmap(path, dtype=dtype.newbyteorder("<"), mode="r", offset=offset, shape=shape)
+
+
+def tensor_to_array(tensor: onnx.TensorProto, model_dir: Path | None = None,
+                    model_path: Path | None = None) -> np.ndarray:
+    """numpy view of a TensorProto: zero-copy for raw data, memmap for external data, onnx's helper otherwise."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        if model_dir is None:
+            raise InputError(f"tensor {tensor.name!r} uses external data but no model folder is known")
+        return external_array(tensor, model_dir, model_path or model_dir)
+    if tensor.HasField("raw_data") and tensor.data_type not in (onnx.TensorProto.STRING,) \
+            and tensor.data_type not in _PACKED_TYPES:
+        dtype = tensor_dtype(tensor, f"tensor {tensor.name!r}").newbyteorder("<")
+        arr = np.frombuffer(tensor.raw_data, dtype=dtype)
+        return arr.reshape(tuple(int(d) for d in tensor.dims))
+    return numpy_helper.to_array(tensor)
+
+
+# Sub-byte types pack two values per byte: onnx's own helper unpacks them.
+_PACKED_TYPES = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(onnx.TensorProto, n)}
+
+
+def _check_all_external(graph: onnx.GraphProto, model_dir: Path, model_path: Path) -> None:
+    """Validate every external location (initializers, Constant attributes, subgraphs) before reading anything."""
+    tensors = list(graph.initializer)
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR:
+                tensors.append(attr.t)
+            elif attr.type == onnx.AttributeProto.GRAPH:
+                _check_all_external(attr.g, model_dir, model_path)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    _check_all_external(g, model_dir, model_path)
+    for t in tensors:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            safe_external_path(model_dir, _external_info(t).get("location", ""), t.name, model_path)
+
+
+def load_model(path) -> LoadedModel:
+    """Load `path` (an .onnx file) with every external-data location checked first; InputError on bad input."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: model file does not exist")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError and others
+        raise InputError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from None
+    model_dir = path.parent
+    _check_all_external(proto.graph, model_dir, path)
+    inits = {t.name: tensor_to_array(t, model_dir, path) for t in proto.graph.initializer}
+    return LoadedModel(path=path, proto=proto, initializers=inits)
+
+
+def from_proto(proto: onnx.ModelProto, base_dir=None) -> LoadedModel:
+    """Wrap an in-memory model (tests, builders). External data, if any, resolves against `base_dir`."""
+    base = Path(base_dir) if base_dir is not None else None
+    if base is not None:
+        _check_all_external(proto.graph, base, base / "<in-memory model>")
+    inits = {t.name: tensor_to_array(t, base, base) for t in proto.graph.initializer}
+    return LoadedModel(path=(base or Path(".")) / "<in-memory model>", proto=proto, initializers=inits)

@@ -1,0 +1,139 @@
+"""Elementwise and broadcast ops in the node's dtype (numpy ufuncs round each result once to that dtype).
+
+numpy computes fp16 (and ml_dtypes bf16) ufuncs through float32 and rounds the result, which is the correctly
+rounded result a vector unit produces for one basic operation; in the reference policy everything is float64.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import register
+from ..policy import is_float_dtype
+
+
+def _binary(ufunc):
+    def fn(ctx, attrs, a, b):
+        return ufunc(a, b)
+    return fn
+
+
+for _name, _uf in {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Equal": np.equal, "Less": np.less,
+                   "LessOrEqual": np.less_equal, "Greater": np.greater, "GreaterOrEqual": np.greater_equal,
+                   "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}.items():
+    register(_name)(_binary(_uf))
+
+
+@register("Div")
+def div(ctx, attrs, a, b):
+    if is_float_dtype(a.dtype):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.divide(a, b)
+    # ONNX integer division truncates toward zero (C semantics), numpy's // floors.
+    q = np.floor_divide(a, b)
+    fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+    return (q + fix).astype(a.dtype)
+
+
+@register("Pow")
+def pow_(ctx, attrs, a, b):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if is_float_dtype(a.dtype):
+            return np.power(a, b.astype(a.dtype) if is_float_dtype(b.dtype) else b).astype(a.dtype)
+        # integer base: ONNX's output type is the base's type
+        return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+
+
+def _unary(ufunc):
+    def fn(ctx, attrs, x):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return ufunc(x)
+    return fn
+
+
+for _name, _uf in {"Neg": np.negative, "Sqrt": np.sqrt, "Sin": np.sin, "Cos": np.cos, "Abs": np.abs,
+                   "Floor": np.floor, "Ceil": np.ceil, "Log": np.log, "Reciprocal": np.reciprocal,
+                   "Sign": np.sign, "Not": np.logical_not, "IsNaN": np.isnan}.items():
+    register(_name)(_unary(_uf))
+
+
+@register("Relu")
+def relu(ctx, attrs, x):
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+@register("LeakyRelu")
+def leaky_relu(ctx, attrs, x):
+    alpha = np.asarray(attrs.get("alpha", 0.01), dtype=x.dtype)
+    return np.where(x >= 0, x, x * alpha)
+
+
+@register("IsInf")
+def isinf(ctx, attrs, x):
+    pos, neg = attrs.get("detect_positive", 1), attrs.get("detect_negative", 1)
+    return ((x == np.inf) & bool(pos)) | ((x == -np.inf) & bool(neg))
+
+
+def _variadic(ufunc):
+    def fn(ctx, attrs, *xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = ufunc(out, x)
+        return out if len(xs) > 1 else np.array(out, copy=True)
+    return fn
+
+
+register("Max")(_variadic(np.maximum))
+register("Min")(_variadic(np.minimum))
+register("Sum")(_variadic(np.add))
+
+
+@register("Mean")
+def mean(ctx, attrs, *xs):
+    return np.divide(_variadic(np.add)(ctx, attrs, *xs), np.asarray(len(xs), dtype=xs[0].dtype))
+
+
+@register("Clip")
+def clip(ctx, attrs, x, lo=None, hi=None):
+    if ctx.opset < 11:
+        lo, hi = attrs.get("min"), attrs.get("max")
+    out = x
+    if lo is not None:
+        out = np.maximum(out, np.asarray(lo, dtype=x.dtype))
+    if hi is not None:
+        out = np.minimum(out, np.asarray(hi, dtype=x.dtype))
+    return out if out is not x else np.array(x, copy=True)
+
+
+@register("Where")
+def where(ctx, attrs, cond, a, b):
+    return np.where(cond, a, b)
+
+
+@register("Identity")
+def identity(ctx, attrs, x):
+    return x
+
+
+@register("Dropout")
+def dropout(ctx, attrs, x, ratio=None, training_mode=None):
+    """Inference: identity (ONNX says so when training_mode is false or absent)."""
+    if training_mode is not None and bool(np.asarray(training_mode)):
+        raise ValueError(f"Dropout node {ctx.node.name!r}: training_mode=True is random and not emulated")
+    return x, np.ones(x.shape, dtype=bool)
+
+
+def _check_bn(attrs, node, opset):
+    if attrs.get("training_mode", 0):
+        return "BatchNormalization with training_mode=1 (batch statistics) is not an inference op"
+    if len(node.output) > 1 and any(node.output[1:]):
+        return "BatchNormalization running-statistics outputs (training) are not supported"
+    return None
+
+
+@register("BatchNormalization", check=_check_bn)
+def batch_norm(ctx, attrs, x, scale, bias, mean, var):
+    """Inference batch norm in the node dtype: (x - mean) / sqrt(var + eps) * scale + bias over axis 1."""
+    eps = np.asarray(attrs.get("epsilon", 1e-5), dtype=x.dtype)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    inv = (scale / np.sqrt(var + eps)).reshape(shape)
+    return (x - mean.reshape(shape)) * inv + bias.reshape(shape)

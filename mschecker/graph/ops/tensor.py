@@ -1,0 +1,228 @@
+"""Shape, index and data-movement ops, plus Cast and constants: exact, so the policy only fixes float dtypes."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from . import register
+from .onnx_reference import run_onnx_reference
+
+
+def _ints(x) -> list[int]:
+    return [int(v) for v in np.asarray(x).reshape(-1)]
+
+
+@register("Shape", convert_inputs=False)
+def shape(ctx, attrs, x):
+    dims = list(x.shape)
+    start, end = attrs.get("start", 0), attrs.get("end")
+    return np.array(dims[start:end] if end is not None else dims[start:], dtype=np.int64)
+
+
+@register("Size", convert_inputs=False)
+def size(ctx, attrs, x):
+    return np.array(x.size, dtype=np.int64)
+
+
+@register("Reshape")
+def reshape(ctx, attrs, x, shape):
+    dims = _ints(shape)
+    if not attrs.get("allowzero", 0):
+        dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+    return x.reshape(dims)
+
+
+@register("Flatten")
+def flatten(ctx, attrs, x):
+    axis = int(attrs.get("axis", 1)) % (x.ndim + 1) if x.ndim else 0
+    return x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64)))
+
+
+def _axes(ctx, attrs, axes, since: int):
+    if ctx.opset < since:
+        return attrs.get("axes")
+    return None if axes is None else _ints(axes)
+
+
+@register("Squeeze")
+def squeeze(ctx, attrs, x, axes=None):
+    axes = _axes(ctx, attrs, axes, 13)
+    return np.squeeze(x, axis=None if axes is None else tuple(a % x.ndim for a in axes))
+
+
+@register("Unsqueeze")
+def unsqueeze(ctx, attrs, x, axes=None):
+    axes = _axes(ctx, attrs, axes, 13)
+    out_rank = x.ndim + len(axes)
+    return np.expand_dims(x, tuple(sorted(a % out_rank for a in axes)))
+
+
+@register("Transpose")
+def transpose(ctx, attrs, x):
+    return np.transpose(x, attrs.get("perm"))
+
+
+@register("Concat")
+def concat(ctx, attrs, *xs):
+    return np.concatenate([x for x in xs if x is not None], axis=int(attrs["axis"]))
+
+
+@register("Split")
+def split(ctx, attrs, x, split=None):
+    axis = int(attrs.get("axis", 0))
+    n_out = len(ctx.node.output)
+    sizes = attrs.get("split") if ctx.opset < 13 else (None if split is None else _ints(split))
+    if sizes is None:
+        length = x.shape[axis]
+        parts = int(attrs.get("num_outputs", n_out))
+        chunk = -(-length // parts)  # opset 18: ceil-sized chunks, the last one smaller
+        sizes = [min(chunk, length - i * chunk) for i in range(parts)]
+    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
+
+
+@register("Gather")
+def gather(ctx, attrs, x, indices):
+    axis = int(attrs.get("axis", 0))
+    n = x.shape[axis]
+    idx = np.asarray(indices)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise ValueError(f"Gather node {ctx.node.name!r}: index out of range for axis of size {n}")
+    return np.take(x, np.where(idx < 0, idx + n, idx), axis=axis)
+
+
+@register("Expand")
+def expand(ctx, attrs, x, shape):
+    return np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(_ints(shape))))
+
+
+@register("Tile")
+def tile(ctx, attrs, x, repeats):
+    return np.tile(x, _ints(repeats))
+
+
+@register("ConstantOfShape")
+def constant_of_shape(ctx, attrs, shape):
+    value = attrs.get("value")
+    value = np.zeros(1, np.float32) if value is None else np.asarray(value)
+    return np.full(_ints(shape), value.reshape(-1)[0], dtype=value.dtype)
+
+
+def _check_constant(attrs, node, opset):
+    if any(k in attrs for k in ("sparse_value", "value_string", "value_strings")):
+        return "Constant with a sparse or string value"
+    return None
+
+
+@register("Constant", check=_check_constant)
+def constant(ctx, attrs):
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
+                       ("value_ints", np.int64)):
+        if key in attrs:
+            return np.array(attrs[key], dtype=dtype)
+    if "value" in attrs:
+        return np.asarray(attrs["value"])
+    raise ValueError(f"Constant node {ctx.node.name!r}: unsupported value kind {sorted(attrs)}")
+
+
+def _cast(ctx, x, target: np.dtype):
+    target = ctx.cast_target(np.dtype(target))
+    if target == np.bool_:
+        return x != 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        if target.kind in "iu" and x.dtype.kind not in "iub":
+            return np.trunc(x.astype(np.float64)).astype(target)  # ONNX: float -> int truncates toward zero
+        return x.astype(target)
+
+
+def _check_cast(attrs, node, opset):
+    to = attrs.get("to")
+    if to is not None:
+        try:
+            dt = np.dtype(helper.tensor_dtype_to_np_dtype(to))
+        except Exception:  # noqa: BLE001
+            return f"Cast to element type {to}"
+        if dt.kind in "OSU":
+            return "Cast to string"
+        if dt.itemsize == 1 and dt.kind == "V":
+            return f"Cast to 8-bit float type {helper.tensor_dtype_to_string(to)}"
+    return None
+
+
+@register("Cast", convert_inputs=False, keeps_output_dtype=True, check=_check_cast)
+def cast(ctx, attrs, x):
+    return _cast(ctx, x, np.dtype(helper.tensor_dtype_to_np_dtype(attrs["to"])))
+
+
+@register("CastLike", convert_inputs=False, keeps_output_dtype=True)
+def cast_like(ctx, attrs, x, like):
+    return _cast(ctx, x, like.dtype)
+
+
+@register("Range")
+def range_(ctx, attrs, start, limit, delta):
+    start, limit, delta = (np.asarray(v).reshape(()) for v in (start, limit, delta))
+    n = max(int(np.ceil((limit.astype(np.float64) - start.astype(np.float64)) / delta.astype(np.float64))), 0)
+    return (start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)
+
+
+@register("ArgMax")
+def argmax(ctx, attrs, x):
+    axis = int(attrs.get("axis", 0)) % x.ndim
+    if attrs.get("select_last_index", 0):
+        idx = x.shape[axis] - 1 - np.argmax(np.flip(x, axis=axis), axis=axis)
+    else:
+        idx = np.argmax(x, axis=axis)
+    idx = idx.astype(np.int64)
+    return np.expand_dims(idx, axis) if attrs.get("keepdims", 1) else idx
+
+
+@register("CumSum")
+def cumsum(ctx, attrs, x, axis):
+    """Running sum in the node dtype: each partial sum is rounded, as a sequential vector loop does."""
+    ax = int(np.asarray(axis).reshape(())) % x.ndim
+    y = np.flip(x, ax) if attrs.get("reverse", 0) else x
+    out = np.cumsum(y, axis=ax, dtype=x.dtype)
+    if attrs.get("exclusive", 0):
+        out = np.concatenate([np.zeros_like(np.take(out, [0], axis=ax)), np.take(out, range(out.shape[ax] - 1),
+                                                                                 axis=ax)], axis=ax)
+    return np.flip(out, ax) if attrs.get("reverse", 0) else out
+
+
+def _resize_fast_scale(attrs, x, scales, sizes):
+    """Integer upsampling factors per axis when a nearest Resize is a plain np.repeat, else None.
+
+    Exact for mode=nearest with integer factors when (asymmetric, floor) or (half_pixel / pytorch_half_pixel,
+    any rounding): the source index of output i = k*s + r is then exactly k (see docs/EXECUTOR.md).
+    """
+    if attrs.get("mode", "nearest") != "nearest" or attrs.get("axes") is not None or attrs.get("antialias", 0):
+        return None
+    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
+    nearest = attrs.get("nearest_mode", "round_prefer_floor")
+    if not ((ctm == "asymmetric" and nearest == "floor") or ctm in ("half_pixel", "pytorch_half_pixel")):
+        return None
+    if sizes is not None and np.asarray(sizes).size:
+        out = _ints(sizes)
+        if attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+            return None
+    elif scales is not None and np.asarray(scales).size:
+        sc = np.asarray(scales, dtype=np.float64).reshape(-1)
+        out = [int(np.floor(n * s)) for n, s in zip(x.shape, sc)]
+        if not np.all(sc == np.round(sc)):
+            return None
+    else:
+        return None
+    if len(out) != x.ndim or any(o % n or o < n for o, n in zip(out, x.shape) if n):
+        return None
+    return [o // n if n else 1 for o, n in zip(out, x.shape)]
+
+
+@register("Resize", exact_inputs=(1, 2, 3))
+def resize(ctx, attrs, x, roi=None, scales=None, sizes=None):
+    factors = _resize_fast_scale(attrs, x, scales, sizes) if ctx.opset >= 11 else None
+    if factors is None:
+        return run_onnx_reference(ctx, x, roi, scales, sizes)
+    y = x
+    for axis, f in enumerate(factors):
+        if f != 1:
+            y = np.repeat(y, f, axis=axis)
+    return y
