@@ -123,18 +123,18 @@ def _banner(report: CheckReport) -> Panel:
 
 def _summary_table(report: CheckReport) -> Table:
     """One row per output; kept to seven short columns so that it fits an 80-column terminal."""
-    tab = Table(title="outputs", box=box.SIMPLE_HEAVY, title_justify="left")
+    tab = Table(title="outputs", box=box.SIMPLE_HEAVY, title_justify="left", pad_edge=False)
     tab.add_column("output", overflow="fold", min_width=16)
     tab.add_column("verdict", no_wrap=True)
-    for col in ("shape", "dtype"):
-        tab.add_column(col, overflow="fold")
-    for col in ("max |err|", "cosine", "mismatches"):
+    for col in ("mismatches", "max |err|", "cosine"):
         tab.add_column(col, justify="right", overflow="fold")
+    for col in ("dtype", "shape"):  # least important last: a narrow terminal crops these first
+        tab.add_column(col, overflow="fold")
     for t in report.tensors:
         dtype = t.dtype if t.dtype == t.expected_dtype else f"{t.dtype}/{t.expected_dtype}"
         tab.add_row(t.name, Text(_verdict(t.passed), style="green" if t.passed else "bold red"),
-                    "x".join(str(s) for s in t.shape) or "scalar", dtype, fmt_num(t.max_abs_err, ".3g"),
-                    fmt_num(t.cosine, ".6f"), str(t.mismatches))
+                    str(t.mismatches), fmt_num(t.max_abs_err, ".3g"), fmt_num(t.cosine, ".6f"), dtype,
+                    "x".join(str(s) for s in t.shape) or "scalar")
     return tab
 
 
