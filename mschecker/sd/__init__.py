@@ -1,0 +1,18 @@
+"""Bundled Stable Diffusion 1.5 graphs (CLIP text encoder, UNet, VAE decoder) built with onnx.helper from
+seeded synthetic weights, and the text-to-image pipeline loop that runs them on any runner.
+
+No weights are downloaded and PyTorch is not needed: the graphs have the real SD-1.5 architecture (``sd15``
+preset: 123M / 860M / 49.5M parameters) or a narrower copy of it (``tiny`` for tests, ``small`` for the main job).
+"""
+from .clip import build_text_encoder
+from .modelfile import generate_models, load_model, save_model
+from .pipeline import PipelineResult, SDModels, ort_stage_runner, run_pipeline, stage_runner_factory
+from .presets import PRESETS, SDPreset, get_preset
+from .unet import build_unet
+from .vae import build_vae_decoder
+
+__all__ = [
+    "build_text_encoder", "build_unet", "build_vae_decoder", "generate_models", "load_model", "save_model",
+    "PipelineResult", "SDModels", "ort_stage_runner", "run_pipeline", "stage_runner_factory", "PRESETS",
+    "SDPreset", "get_preset",
+]

@@ -1,0 +1,147 @@
+"""The SD-1.5 UNet (diffusers' UNet2DConditionModel) as an ONNX graph.
+
+Inputs: ``sample`` (batch, 4, h, w), ``timestep`` (batch,) float32, ``encoder_hidden_states`` (batch, L, cross_dim).
+Output: ``out_sample`` (batch, 4, h, w), the predicted noise.
+
+Architecture (diffusers names): sinusoidal timestep embedding (flip_sin_to_cos, freq_shift 0) + time_embedding
+MLP (linear, SiLU, linear); conv_in; down blocks (``layers_per_block`` ResNets, each followed by a Transformer
+where ``attention`` says so, then a stride-2 conv downsampler except at the last level); mid block (ResNet,
+Transformer, ResNet); up blocks (``layers_per_block + 1`` ResNets on the concatenated skips, Transformers
+mirroring the down path, nearest-2x upsampling + conv except at the last level); GroupNorm, SiLU, conv_out.
+ResNet: GroupNorm, SiLU, conv3x3, + time_emb_proj(SiLU(temb)), GroupNorm, SiLU, conv3x3, + (1x1 conv) shortcut.
+Transformer: GroupNorm, proj_in (1x1 conv), LN + self-attention, LN + cross-attention on the text embedding,
+LN + GEGLU feed-forward (inner 4x width), proj_out (1x1 conv), residual.
+
+Weights: see layers.py; gains are 1 except ``BRANCH_OUT_GAIN`` on the last layer of every residual branch
+(ResNet conv2, attention out, feed-forward out, proj_out): trained SD UNets have residual branches of about the
+stream's own size, so the residual stream grows through the blocks (max |x| of order 10-100 at small sizes).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from .builder import GraphBuilder
+from .layers import (attention, conv2d, gelu, group_norm, layer_norm, linear, nchw_to_tokens, silu,
+                     tokens_to_nchw, upsample_nearest2x)
+from .presets import SDPreset, UNetConfig, get_preset
+
+BRANCH_OUT_GAIN = 1.0
+
+
+def timestep_frequencies(dim: int, max_period: float = 10000.0) -> np.ndarray:
+    """diffusers get_timestep_embedding frequencies: exp(-ln(max_period) * i / half), i < half (freq_shift 0)."""
+    half = dim // 2
+    return np.exp(-math.log(max_period) * np.arange(half, dtype=np.float64) / half).astype(np.float32)[None]
+
+
+def resnet(b: GraphBuilder, x: str, name: str, c_in: int, c_out: int, groups: int, eps: float,
+           temb_act: str | None = None, temb_dim: int = 0, branch_gain: float = BRANCH_OUT_GAIN) -> str:
+    """ResnetBlock2D; ``temb_act`` is SiLU(temb) (None in the VAE, which has no time embedding)."""
+    h = silu(b, group_norm(b, x, f"{name}.norm1", c_in, groups, eps), f"{name}.act1")
+    h = conv2d(b, h, f"{name}.conv1", c_in, c_out, 3)
+    if temb_act is not None:
+        t = linear(b, temb_act, f"{name}.time_emb_proj", temb_dim, c_out)
+        t = b.op("Unsqueeze", [t, b.const(f"{name}/hw_axes", np.array([2, 3], np.int64))], name)
+        h = b.op("Add", [h, t], name)
+    h = silu(b, group_norm(b, h, f"{name}.norm2", c_out, groups, eps), f"{name}.act2")
+    h = conv2d(b, h, f"{name}.conv2", c_out, c_out, 3, gain=branch_gain)
+    shortcut = conv2d(b, x, f"{name}.conv_shortcut", c_in, c_out, 1) if c_in != c_out else x
+    return b.op("Add", [shortcut, h], name)
+
+
+def transformer(b: GraphBuilder, x: str, context: str, name: str, channels: int, cfg: UNetConfig) -> str:
+    """Transformer2DModel with one BasicTransformerBlock (conv proj_in/proj_out, as SD 1.5)."""
+    h = group_norm(b, x, f"{name}.norm", channels, cfg.groups, cfg.attn_norm_eps)
+    h = conv2d(b, h, f"{name}.proj_in", channels, channels, 1)
+    h = nchw_to_tokens(b, h, f"{name}/to_tokens", channels)
+    blk = f"{name}.transformer_blocks.0"
+    a = attention(b, layer_norm(b, h, f"{blk}.norm1", channels), f"{blk}.attn1", channels, cfg.heads,
+                  out_gain=BRANCH_OUT_GAIN)
+    h = b.op("Add", [h, a], blk)
+    a = attention(b, layer_norm(b, h, f"{blk}.norm2", channels), f"{blk}.attn2", channels, cfg.heads,
+                  context=context, context_dim=cfg.cross_dim, out_gain=BRANCH_OUT_GAIN)
+    h = b.op("Add", [h, a], blk)
+    inner = 4 * channels
+    f = linear(b, layer_norm(b, h, f"{blk}.norm3", channels), f"{blk}.ff.net.0.proj", channels, 2 * inner)
+    hidden, gate = b.op("Split", [f, b.const(f"{blk}/geglu_split", np.array([inner, inner], np.int64))],
+                        f"{blk}.ff.net.0", outputs=2, axis=-1)
+    f = b.op("Mul", [hidden, gelu(b, gate, f"{blk}.ff.net.0.gelu")], f"{blk}.ff.net.0")
+    f = linear(b, f, f"{blk}.ff.net.2", inner, channels, gain=BRANCH_OUT_GAIN)
+    h = b.op("Add", [h, f], blk)
+    h = tokens_to_nchw(b, h, f"{name}/to_nchw", x)
+    h = conv2d(b, h, f"{name}.proj_out", channels, channels, 1, gain=BRANCH_OUT_GAIN)
+    return b.op("Add", [h, x], name)
+
+
+def _emit(b: GraphBuilder, cfg: UNetConfig) -> None:
+    sample = b.input("sample", TensorProto.FLOAT, ["batch", cfg.in_channels, "height", "width"])
+    timestep = b.input("timestep", TensorProto.FLOAT, ["batch"])
+    context = b.input("encoder_hidden_states", TensorProto.FLOAT, ["batch", "sequence", cfg.cross_dim])
+    ch0, tdim = cfg.channels[0], cfg.time_dim
+
+    # time embedding: [cos, sin] (flip_sin_to_cos=True) of t * freqs, then the MLP
+    t = b.op("Unsqueeze", [timestep, b.const("time_proj/axis", np.array([1], np.int64))], "time_proj")
+    args = b.op("Mul", [t, b.const("time_proj/freqs", timestep_frequencies(ch0))], "time_proj")
+    temb = b.op("Concat", [b.op("Cos", [args], "time_proj"), b.op("Sin", [args], "time_proj")], "time_proj", axis=1)
+    temb = linear(b, temb, "time_embedding.linear_1", ch0, tdim)
+    temb = linear(b, silu(b, temb, "time_embedding.act"), "time_embedding.linear_2", tdim, tdim)
+    temb_act = silu(b, temb, "resnets.time_act")  # every ResNet's nonlinearity(temb), computed once
+
+    def res(x, name, c_in, c_out):
+        return resnet(b, x, name, c_in, c_out, cfg.groups, cfg.resnet_eps, temb_act, tdim)
+
+    x = conv2d(b, sample, "conv_in", cfg.in_channels, ch0, 3)
+    skips = [(x, ch0)]
+    c_prev = ch0
+    levels = len(cfg.channels)
+    for level, c_out in enumerate(cfg.channels):
+        for i in range(cfg.layers_per_block):
+            x = res(x, f"down_blocks.{level}.resnets.{i}", c_prev if i == 0 else c_out, c_out)
+            if cfg.attention[level]:
+                x = transformer(b, x, context, f"down_blocks.{level}.attentions.{i}", c_out, cfg)
+            skips.append((x, c_out))
+        c_prev = c_out
+        if level < levels - 1:
+            x = conv2d(b, x, f"down_blocks.{level}.downsamplers.0.conv", c_out, c_out, 3, stride=2)
+            skips.append((x, c_out))
+
+    top = cfg.channels[-1]
+    x = res(x, "mid_block.resnets.0", top, top)
+    x = transformer(b, x, context, "mid_block.attentions.0", top, cfg)
+    x = res(x, "mid_block.resnets.1", top, top)
+
+    reversed_channels = list(reversed(cfg.channels))
+    reversed_attention = list(reversed(cfg.attention))
+    c_prev = reversed_channels[0]
+    for level, c_out in enumerate(reversed_channels):
+        for i in range(cfg.layers_per_block + 1):
+            skip, c_skip = skips.pop()
+            x = b.op("Concat", [x, skip], f"up_blocks.{level}.resnets.{i}", axis=1)
+            x = res(x, f"up_blocks.{level}.resnets.{i}", (c_prev if i == 0 else c_out) + c_skip, c_out)
+            if reversed_attention[level]:
+                x = transformer(b, x, context, f"up_blocks.{level}.attentions.{i}", c_out, cfg)
+        c_prev = c_out
+        if level < levels - 1:
+            x = upsample_nearest2x(b, x, f"up_blocks.{level}.upsamplers.0")
+            x = conv2d(b, x, f"up_blocks.{level}.upsamplers.0.conv", c_out, c_out, 3)
+    assert not skips, "skip stack not consumed"
+
+    x = silu(b, group_norm(b, x, "conv_norm_out", ch0, cfg.groups, cfg.resnet_eps), "conv_act")
+    x = conv2d(b, x, "conv_out", ch0, cfg.out_channels, 3)
+    b.output(x, "out_sample", shape=["batch", cfg.out_channels, "height", "width"])
+
+
+def unet_builder(preset: str | SDPreset, seed: int = 0, *, materialize: bool = True) -> GraphBuilder:
+    b = GraphBuilder("unet", seed, materialize)
+    _emit(b, get_preset(preset).unet)
+    return b
+
+
+def build_unet(preset: str | SDPreset, seed: int = 0) -> onnx.ModelProto:
+    """The UNet of ``preset`` with weights seeded by ``seed``."""
+    p = get_preset(preset)
+    return unet_builder(p, seed).model(f"mschecker SD UNet, preset {p.name}, seed {seed}")
