@@ -1,0 +1,76 @@
+"""ConvTranspose2D (ONNX semantics) in the two forms NPU libraries use, fp16 storage with fp32 accumulation.
+
+- conv_transpose2d_fp16_fp32acc_scatter: GEMM then col2im. cols = W^T x (a GEMM over C_in/group in fp32), and
+  every column is scatter-added into the output at (p*sh + i*dh, q*sw + j*dw) in fp32; crop by pads, add bias,
+  round once to fp16.
+- conv_transpose2d_fp16_fp32acc_zero_insert: insert (s-1) zeros between input pixels, pad by d*(k-1) - pad
+  (plus output_padding at the end), and run the direct stride-1 Conv2D (optimized_kernels/conv.py) with the
+  kernel flipped in both spatial axes and its in/out channels swapped per group.
+- conv_transpose2d_bug_noflip (planted bug): the zero-insertion form without the kernel flip (a common slip:
+  correct for symmetric kernels only).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..reference.conv import check_conv_args, conv_transpose_output_size
+from .conv import conv2d_fp16_fp32acc
+
+
+def conv_transpose2d_fp16_fp32acc_scatter(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1),
+                                          group=1, output_padding=(0, 0)):
+    check_conv_args(x, w, group, transpose=True)
+    n, c_in, h, wd = x.shape
+    _, cog, kh, kw = w.shape
+    (sh, sw), (dh, dw) = strides, dilations
+    pt, pl, pb, pr = pads
+    cig = c_in // group
+    full_h = sh * (h - 1) + dh * (kh - 1) + 1 + output_padding[0]
+    full_w = sw * (wd - 1) + dw * (kw - 1) + 1 + output_padding[1]
+    wm = w.astype(np.float32).reshape(group, cig, cog * kh * kw).transpose(0, 2, 1)  # (G, Cog*kh*kw, Cig)
+    cols = np.matmul(wm[None], x.astype(np.float32).reshape(n, group, cig, h * wd))
+    cols = cols.reshape(n, group, cog, kh, kw, h, wd)
+    full = np.zeros((n, group, cog, full_h, full_w), dtype=np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            full[..., i * dh: i * dh + sh * (h - 1) + 1: sh, j * dw: j * dw + sw * (wd - 1) + 1: sw] += cols[:, :, :, i, j]
+    y = full.reshape(n, group * cog, full_h, full_w)[:, :, pt: full_h - pb, pl: full_w - pr]
+    if b is not None:
+        y = y + np.asarray(b).astype(np.float32).reshape(1, -1, 1, 1)
+    return y.astype(np.float16)
+
+
+def _zero_insert(x, w, b, strides, pads, dilations, group, output_padding, flip: bool):
+    check_conv_args(x, w, group, transpose=True)
+    n, c_in, h, wd = x.shape
+    _, cog, kh, kw = w.shape
+    (sh, sw), (dh, dw) = strides, dilations
+    pt, pl, pb, pr = pads
+    xz = np.zeros((n, c_in, sh * (h - 1) + 1, sw * (wd - 1) + 1), dtype=x.dtype)
+    xz[:, :, ::sh, ::sw] = x
+    # Padding of the equivalent direct conv; a negative value crops the zero-inserted input instead.
+    before = (dh * (kh - 1) - pt, dw * (kw - 1) - pl)
+    after = (dh * (kh - 1) - pb + output_padding[0], dw * (kw - 1) - pr + output_padding[1])
+    xz = np.pad(xz, ((0, 0), (0, 0), (max(before[0], 0), max(after[0], 0)), (max(before[1], 0), max(after[1], 0))))
+    xz = xz[:, :, max(-before[0], 0): xz.shape[2] - max(-after[0], 0), max(-before[1], 0): xz.shape[3] - max(-after[1], 0)]
+    cig = c_in // group
+    # (G, Cig, Cog, kh, kw) -> (G, Cog, Cig, kh, kw) -> (G*Cog, Cig, kh, kw), flipped spatially.
+    wc = w.reshape(group, cig, cog, kh, kw).transpose(0, 2, 1, 3, 4).reshape(group * cog, cig, kh, kw)
+    if flip:
+        wc = wc[:, :, ::-1, ::-1]
+    return conv2d_fp16_fp32acc(xz, np.ascontiguousarray(wc), b, dilations=(dh, dw), group=group)
+
+
+def conv_transpose2d_fp16_fp32acc_zero_insert(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1),
+                                              group=1, output_padding=(0, 0)):
+    return _zero_insert(x, w, b, strides, pads, dilations, group, output_padding, flip=True)
+
+
+def conv_transpose2d_bug_noflip(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1,
+                                output_padding=(0, 0)):
+    """Planted bug: the kernel is not flipped."""
+    return _zero_insert(x, w, b, strides, pads, dilations, group, output_padding, flip=False)
+
+
+__all__ = ["conv_transpose2d_fp16_fp32acc_scatter", "conv_transpose2d_fp16_fp32acc_zero_insert",
+           "conv_transpose2d_bug_noflip", "conv_transpose_output_size"]
