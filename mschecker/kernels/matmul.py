@@ -1,0 +1,216 @@
+"""Registry entries: matmul (np.matmul semantics) and gemm (ONNX Gemm).
+
+Contract (both): Higham's GEMM bound with exact fp16/bf16 products, gamma_K(u_acc)|A||B| + u_storage|C|
+(contracts.dot_bound). For Gemm the epilogue adds roundings: alpha and beta rounded to the accumulator format,
+the two scalings and the add, i.e. (1+d)^(K+2) on the alpha A'B' term and (1+d)^3 on beta C, so the same bound
+with K+2 and |alpha||A'||B'| + |beta||C| in place of |A||B|. Where K*u_acc >= 1 (fp16 accumulation, K >= 2048)
+gamma is infinite: Higham's bound promises nothing there, and an fp16 running sum of > 2048 positive terms does
+stall (see tests/kernels/test_linalg_extra.py). The planted bug sells exactly that kernel as fp32 accumulation.
+
+Strategies: generic (batched, broadcast, 1-D, K up to 160 so the K-blocked kernel crosses block boundaries),
+long_positive (K > 2048 positive terms: fp16 accumulation stalls), cancellation (rows c + eps z against
+columns of +-1 that cancel c exactly: C is small while |A||B| is large; every partial sum stays finite in fp16),
+near_overflow (positive outputs in
+[2^14, 0.9 * 65504]; positive so that no partial sum exceeds the final one).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from hypothesis import strategies as st
+
+from .. import strategies as S
+from ..contracts import dot_bound
+from ..dtypes import round_to
+from ..registry import Case, KernelInfo, Variant, register_kernel
+from ..reference import linalg as ref
+from ..optimized_kernels import matmul as opt
+
+FP16_MAX = 65504.0
+
+
+def _exact(x):
+    """Round to fp16 and back: every strategy value is exact in fp16 (and so its rounding to bf16 is the input)."""
+    return round_to(x, "float16").astype(np.float64)
+
+
+@st.composite
+def _matrices(draw, kind: str, batched: bool):
+    """(A (..., M, K), B (..., K, N)) float64 arrays exact in fp16, for one adversarial family."""
+    rng = np.random.default_rng(draw(S.seeds()))
+    m, n = draw(st.integers(1, 24)), draw(st.integers(1, 24))
+    batch_a = batch_b = ()
+    if batched and draw(st.booleans()):
+        batch = draw(st.sampled_from([(2,), (3, 2), (2, 1)]))
+        batch_a = batch
+        batch_b = draw(st.sampled_from([batch, batch[-1:], ()]))  # broadcast batch dims
+    if kind == "generic":
+        k = draw(st.integers(1, 160))
+        sa, sb = draw(st.sampled_from([1e-3, 0.1, 1.0, 10.0])), draw(st.sampled_from([1e-2, 1.0, 4.0]))
+        a = rng.standard_normal(batch_a + (m, k)) * sa
+        b = rng.uniform(-sb, sb, batch_b + (k, n))
+    elif kind == "long_positive":
+        k = draw(st.integers(2049, 3500))
+        m, n = min(m, 3), min(n, 3)
+        a = np.abs(1.0 + 0.1 * rng.standard_normal(batch_a + (m, k)))
+        b = np.abs(1.0 + 0.1 * rng.standard_normal(batch_b + (k, n)))
+    elif kind == "cancellation":
+        c = draw(st.sampled_from([100.0, 1000.0, -4096.0]))
+        eps = draw(st.sampled_from([1e-2, 0.1, 1.0]))
+        # Higham's bound presumes no overflow: keep every partial sum (at most |c|+4eps times k/2) under 65504.
+        # What an fp16 running sum does past that is a separate finding (test_linalg_extra.py).
+        k = 2 * draw(st.integers(1, min(80, int(0.9 * FP16_MAX / (abs(c) + 4 * eps)))))
+        a = c + eps * rng.standard_normal(batch_a + (m, k))
+        signs = np.concatenate([np.ones(k // 2), -np.ones(k // 2)])
+        b = np.stack([rng.permutation(signs) for _ in range(n)], axis=-1) * draw(st.sampled_from([1.0, 0.5]))
+        b = np.broadcast_to(b, batch_b + (k, n)).copy()
+    elif kind == "near_overflow":
+        k = draw(st.integers(1, 64))
+        target = draw(st.floats(2.0**14, 0.9 * FP16_MAX))
+        s = np.sqrt(target / k)
+        a = rng.uniform(0.5, 1.0, batch_a + (m, k)) * s
+        b = rng.uniform(0.5, 1.0, batch_b + (k, n)) * s
+    else:
+        raise ValueError(kind)
+    a, b = _exact(a), _exact(b)
+    if kind == "generic" and batched and not batch_a and draw(st.integers(0, 3)) == 0:
+        a = a[0]  # 1-D left operand: np.matmul promotes and squeezes it
+    if kind == "near_overflow":
+        # fp16 rounding of the inputs may push a product sum just past the target; keep it under 0.95 * max
+        top = np.max(np.matmul(a, b))
+        if top > 0.95 * FP16_MAX:
+            a = _exact(a * (0.9 * FP16_MAX / top))
+    return a, b
+
+
+def _matmul_case(kind):
+    @st.composite
+    def build(draw):
+        a, b = draw(_matrices(kind, batched=True))
+        return Case((a, b), {}, label=f"{kind} {a.shape} @ {b.shape}")
+    return build()
+
+
+@st.composite
+def _gemm_case(draw, kind):
+    a, b = draw(_matrices(kind, batched=False))
+    m, n = a.shape[0], b.shape[1]
+    trans_a, trans_b = draw(st.booleans()), draw(st.booleans())
+    if kind == "near_overflow":
+        alpha, beta, c = 1.0, 1.0, None
+    else:
+        alpha = draw(st.sampled_from([1.0, 0.5, -2.0, 1.0 / 3.0]))
+        beta = draw(st.sampled_from([1.0, 0.25, -1.0]))
+        c_shape = draw(st.sampled_from([None, (m, n), (n,), (1, n), (m, 1), ()]))
+        c = None
+        if c_shape is not None:
+            rng = np.random.default_rng(draw(S.seeds()))
+            c = _exact(rng.standard_normal(c_shape) * float(np.max(np.abs(a @ b), initial=1.0)))
+    inputs = (a.T.copy() if trans_a else a, b.T.copy() if trans_b else b) + (() if c is None else (c,))
+    params = {"alpha": alpha, "beta": beta, "trans_a": trans_a, "trans_b": trans_b}
+    return Case(inputs, params, label=f"{kind} gemm {a.shape}x{b.shape} C {None if c is None else c.shape} "
+                                      f"alpha {alpha:g} beta {beta:g} tA {trans_a} tB {trans_b}")
+
+
+# ------------------------------------------------------------------------------------------------ contracts
+def _matmul_abs_product(case: Case):
+    a, b = case.inputs
+    return np.matmul(np.abs(np.asarray(a, np.float64)), np.abs(np.asarray(b, np.float64)))
+
+
+def _gemm_abs_terms(case: Case):
+    a, b = case.inputs[:2]
+    ap, bp = ref.gemm_operands(np.abs(np.asarray(a, np.float64)), np.abs(np.asarray(b, np.float64)),
+                               case.params.get("trans_a", False), case.params.get("trans_b", False))
+    t = abs(case.params.get("alpha", 1.0)) * (ap @ bp)
+    if len(case.inputs) > 2:
+        t = t + abs(case.params.get("beta", 1.0)) * np.abs(np.asarray(case.inputs[2], np.float64))
+    return t
+
+
+def _gemm_inner(case: Case) -> int:
+    a = case.inputs[0]
+    return (a.shape[0] if case.params.get("trans_a", False) else a.shape[1]) + 2
+
+
+MATMUL_CONTRACT = dot_bound(_matmul_abs_product, lambda case: case.inputs[0].shape[-1])
+GEMM_CONTRACT = dot_bound(_gemm_abs_terms, _gemm_inner)
+GEMM_CONTRACT = type(GEMM_CONTRACT)(GEMM_CONTRACT.bound, GEMM_CONTRACT.why.replace(
+    "gamma_K(u_acc)|A||B|", "gamma_{K+2}(u_acc)(|alpha||A'||B'| + |beta||C|) (epilogue: alpha, beta rounded, "
+    "2 multiplies, 1 add)"))
+
+
+# ------------------------------------------------------------------------------------------------- goldens
+def _matmul_golden():
+    rng = np.random.default_rng(20261131)
+    return [
+        Case((_exact(rng.standard_normal((8, 64))), _exact(rng.standard_normal((64, 32)) * 0.1)), {}, "8x64 @ 64x32"),
+        Case((_exact(rng.standard_normal((2, 3, 5, 40))), _exact(rng.uniform(-1, 1, (3, 40, 7)))), {},
+             "batched broadcast (2,3,5,40) @ (3,40,7)"),
+        Case((_exact(rng.standard_normal(24)), _exact(rng.standard_normal((24, 6)))), {}, "1-D @ 2-D"),
+        Case((_exact(np.abs(1 + 0.1 * rng.standard_normal((1, 4096)))),
+              _exact(np.abs(1 + 0.1 * rng.standard_normal((4096, 2))))), {}, "long positive K=4096"),
+    ]
+
+
+def _gemm_golden():
+    rng = np.random.default_rng(20261132)
+    a, b = _exact(rng.standard_normal((16, 96))), _exact(rng.standard_normal((48, 96)) * 0.1)
+    return [
+        Case((a, b, _exact(rng.standard_normal(48))), {"alpha": 0.5, "beta": 2.0, "trans_b": True},
+             "ONNX Linear: 16x96 @ (48x96)^T + bias"),
+        Case((_exact(rng.standard_normal((40, 8))), _exact(rng.standard_normal((40, 12)))),
+             {"alpha": 1.0, "trans_a": True}, "A^T B, no C"),
+    ]
+
+
+def _variants(fns: dict, contract, bug_fn, bug_kind):
+    """The five variants plus the planted bug, shared by matmul and gemm."""
+    return {
+        "fp32": Variant("fp32", fns["fp32"], "float32", contract, accumulate="float32",
+                        doc="fp32 storage and accumulation (BLAS sgemm)"),
+        "fp16_fp32acc": Variant("fp16_fp32acc", fns["fp16_fp32acc"], "float16", contract, accumulate="float32",
+                                doc="cube unit: fp16 in, exact products, fp32 accumulation, fp16 out"),
+        "bf16_fp32acc": Variant("bf16_fp32acc", fns["bf16_fp32acc"], "bfloat16", contract, accumulate="float32",
+                                doc="bf16 in, fp32 accumulation, bf16 out"),
+        "fp16_fp16acc": Variant("fp16_fp16acc", fns["fp16_fp16acc"], "float16", contract, accumulate="float16",
+                                implmode="high_performance",
+                                doc="fp16 running sum rounded after every add (stalls past 2048 x 1.0)"),
+        "fp16_fp32acc_kblocked": Variant("fp16_fp32acc_kblocked", fns["fp16_fp32acc_kblocked"], "float16",
+                                         contract, accumulate="float32",
+                                         doc=f"K in blocks of {opt.DEFAULT_KB}, fp32 partials combined in fp32"),
+        "bug_fp16acc_as_fp32acc": Variant(
+            "bug_fp16acc_as_fp32acc", bug_fn, "float16", None, accumulate="float32",
+            planted_bug="fp16 accumulation sold as fp32 accumulation", bug_of="fp16_fp32acc",
+            catch_with=bug_kind),
+    }
+
+
+_STRATEGY_KINDS = ("generic", "long_positive", "cancellation", "near_overflow")
+
+register_kernel(KernelInfo(
+    name="matmul",
+    family="linalg",
+    reference=ref.matmul,
+    variants=_variants({
+        "fp32": opt.matmul_fp32, "fp16_fp32acc": opt.matmul_fp16_fp32acc, "bf16_fp32acc": opt.matmul_bf16_fp32acc,
+        "fp16_fp16acc": opt.matmul_fp16_fp16acc, "fp16_fp32acc_kblocked": opt.matmul_fp16_fp32acc_kblocked,
+    }, MATMUL_CONTRACT, opt.matmul_fp16_fp16acc, "long_positive"),
+    strategies={kind: functools.partial(_matmul_case, kind) for kind in _STRATEGY_KINDS},
+    golden_cases=_matmul_golden,
+    doc="np.matmul / ONNX MatMul: batched, broadcast batch dims, 1-D operands promoted.",
+))
+
+register_kernel(KernelInfo(
+    name="gemm",
+    family="linalg",
+    reference=ref.gemm,
+    variants=_variants({
+        "fp32": opt.gemm_fp32, "fp16_fp32acc": opt.gemm_fp16_fp32acc, "bf16_fp32acc": opt.gemm_bf16_fp32acc,
+        "fp16_fp16acc": opt.gemm_fp16_fp16acc, "fp16_fp32acc_kblocked": opt.gemm_fp16_fp32acc_kblocked,
+    }, GEMM_CONTRACT, opt.gemm_fp16_fp16acc, "long_positive"),
+    strategies={kind: functools.partial(_gemm_case, kind) for kind in _STRATEGY_KINDS},
+    golden_cases=_gemm_golden,
+    doc="ONNX Gemm: Y = alpha A' B' + beta C, C unidirectionally broadcast.",
+))

@@ -1,0 +1,128 @@
+"""NPU-style MatMul and Gemm kernels: how a cube unit (and its lower-precision modes) computes a @ b.
+
+Every kernel is an *accumulator* (how the K-term sums are formed, in which format) followed by an *epilogue*
+(Gemm's alpha/beta/C in the accumulator format, then one rounding to the storage format).
+
+Accumulators
+- BLAS fp32 (`_acc_fp32`): fp16/bf16 inputs upcast to fp32 (exact) and multiplied with numpy's sgemm. A product
+  of two fp16 numbers has at most 22 significant bits (two bf16: 16), so it is exact in fp32, exactly as on a
+  cube unit; what remains is fp32 summation of the K products. OpenBLAS sums in fp32 registers (FMA, in its own
+  blocked order), so the emulation matches a cube unit's fp32 accumulation up to summation order, and Higham's
+  bound gamma_K(u_fp32)|A||B| holds for every order (Blanchard et al., SIAM J. Sci. Comput. 42(3), 2020).
+- fp16 sequential (`_acc_fp16_sequential`): the lower-precision mode. The running sum is an fp16 number and is
+  rounded to fp16 after every add, over K in order (vectorized over the output). Each step adds the exact
+  product to the fp16 partial sum in float64 (exact unless the operands are > 2^31 apart, then within 2^-53
+  relative) and rounds once to fp16: the per-add error is u_fp16 (+ a negligible 2^-53), the model of
+  gamma_K(u_fp16). This is the kernel whose sum of K > 2048 ones stalls at 2048.
+- K-blocked fp32 (`_acc_fp32_kblocked`): K split in blocks of kb; each block's partial product is formed in
+  fp32 (BLAS), partials are added one after another in fp32 (what a cube unit does when K exceeds its L0 tile:
+  partial results are written out in fp32 and accumulated). Blocked summation error is at most
+  gamma_{kb + K/kb}(u) <= gamma_K(u) (Higham 4.2), so the fp32 GEMM contract covers it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..reference.linalg import gemm_operands
+
+F32 = np.dtype(np.float32)
+F16 = np.dtype(np.float16)
+BF16 = np.dtype("bfloat16")
+
+#: Default K block of the blocked kernel (a cube unit's K tile is a few tens to hundreds of fp16 values).
+DEFAULT_KB = 64
+
+
+def _acc_fp32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.matmul(a.astype(F32), b.astype(F32))
+
+
+def _acc_fp32_kblocked(a: np.ndarray, b: np.ndarray, kb: int = DEFAULT_KB) -> np.ndarray:
+    if kb < 1:
+        raise ValueError(f"kb must be >= 1, got {kb}")
+    k = a.shape[-1]
+    acc = None
+    for k0 in range(0, max(k, 1), kb):
+        a_s = a[..., k0:k0 + kb]
+        b_s = b[k0:k0 + kb] if b.ndim == 1 else b[..., k0:k0 + kb, :]
+        part = np.matmul(a_s.astype(F32), b_s.astype(F32))
+        acc = part if acc is None else acc + part  # fp32 + fp32 -> fp32: one rounding per block
+    return acc
+
+
+def _acc_fp16_sequential(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ValueError(f"matmul: inner dimensions differ, {a.shape} @ {b.shape}")
+    a64 = a2.astype(np.float64)
+    b64 = b2.astype(np.float64)
+    shape = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
+    acc = np.zeros(shape, dtype=F16)
+    for k in range(a2.shape[-1]):
+        # exact product + fp16 partial sum, formed in float64, rounded once to fp16
+        acc = (acc + a64[..., :, k, None] * b64[..., None, k, :]).astype(F16)
+    if a.ndim == 1:
+        acc = acc[..., 0, :]
+    if b.ndim == 1:
+        acc = acc[..., 0]
+    return acc
+
+
+# ---------------------------------------------------------------------------------------------------- matmul
+def matmul_fp32(a, b):
+    """fp32 storage and fp32 accumulation (the fp32 peer)."""
+    return _acc_fp32(a, b)
+
+
+def matmul_fp16_fp32acc(a, b):
+    """Cube unit: fp16 in, exact products, fp32 accumulation, output rounded to fp16."""
+    return _acc_fp32(a, b).astype(F16)
+
+
+def matmul_bf16_fp32acc(a, b):
+    """bf16 in, exact products, fp32 accumulation, output rounded to bf16."""
+    return _acc_fp32(a, b).astype(BF16)
+
+
+def matmul_fp16_fp16acc(a, b):
+    """fp16 in, fp16 running sum rounded after each add (a high-performance mode)."""
+    return _acc_fp16_sequential(a, b)
+
+
+def matmul_fp16_fp32acc_kblocked(a, b, kb: int = DEFAULT_KB):
+    """fp16 in, K split into blocks of kb with fp32 partial sums combined in fp32, output rounded to fp16."""
+    return _acc_fp32_kblocked(a, b, kb).astype(F16)
+
+
+# ------------------------------------------------------------------------------------------------------ gemm
+def _gemm(acc_fn, storage, a, b, c, alpha, beta, trans_a, trans_b):
+    """Epilogue in the accumulator's format: alpha*acc (+ beta*C), then one rounding to storage."""
+    ap, bp = gemm_operands(a, b, trans_a, trans_b)
+    acc = acc_fn(ap, bp)
+    y = acc * acc.dtype.type(alpha)
+    if c is not None:
+        y = y + acc.dtype.type(beta) * np.asarray(c).astype(acc.dtype)
+    return y.astype(storage)
+
+
+def gemm_fp32(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
+    return _gemm(_acc_fp32, F32, a, b, c, alpha, beta, trans_a, trans_b)
+
+
+def gemm_fp16_fp32acc(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
+    return _gemm(_acc_fp32, F16, a, b, c, alpha, beta, trans_a, trans_b)
+
+
+def gemm_bf16_fp32acc(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
+    return _gemm(_acc_fp32, BF16, a, b, c, alpha, beta, trans_a, trans_b)
+
+
+def gemm_fp16_fp16acc(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
+    """fp16 running sum, and the epilogue in fp16 too (alpha, beta rounded to fp16)."""
+    return _gemm(_acc_fp16_sequential, F16, a, b, c, alpha, beta, trans_a, trans_b)
+
+
+def gemm_fp16_fp32acc_kblocked(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False,
+                               kb: int = DEFAULT_KB):
+    return _gemm(lambda x, y: _acc_fp32_kblocked(x, y, kb), F16, a, b, c, alpha, beta, trans_a, trans_b)
