@@ -1,0 +1,93 @@
+"""Graph runners: the executor behind the Runner protocol (mschecker.runners) for --device reference / npu."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx
+
+from ..errors import InputError
+from .capture import CaptureFilter, CaptureFn
+from .executor import Executor
+from .loader import load_model
+from .policy import KernelUnavailable, Policy, ReferencePolicy
+
+
+def _meta(info: onnx.ValueInfoProto):
+    from ..runners import TensorMeta
+
+    tt = info.type.tensor_type
+    dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else np.dtype(np.float32)
+    return TensorMeta(info.name, dims, dtype)
+
+
+class GraphRunner:
+    """Runs a model with the graph executor under a policy; `run_captured` exposes the capture hooks."""
+
+    def __init__(self, model_path, policy: Policy):
+        self.path = Path(model_path)
+        self.policy = policy
+        self.executor = Executor(load_model(self.path), policy)
+        self.name = f"mschecker graph executor ({policy.name})"
+        self.progress: Callable[[int, int], None] | None = None
+
+    def inputs(self):
+        return [_meta(i) for i in self.executor.input_infos]
+
+    def outputs(self):
+        return [_meta(o) for o in self.executor.model.graph.output]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.executor.run(feeds, progress=self.progress)
+
+    def run_captured(self, feeds, capture: CaptureFn, capture_filter: CaptureFilter | None = None):
+        return self.executor.run(feeds, capture=capture, capture_filter=capture_filter, progress=self.progress)
+
+
+def npu_profile(profile=None, *, precision_mode: str | None = None, keep_dtype=None, op_precision=None,
+                overflow_mode: str | None = None, implmode: str | None = None):
+    """A profile (preset name / file, default ascend910b) with CLI-style overrides applied on top.
+
+    keep_dtype: a list of entries or an ATC keep_dtype file path (added to the profile's list);
+    op_precision: an ATC op_precision.ini path (its entries override the profile's per-type / per-node implmodes).
+    """
+    from ..npu import load_profile, parse_keep_dtype, parse_op_precision_ini
+
+    prof = load_profile(profile or "ascend910b")
+    changes: dict = {}
+    if precision_mode:
+        changes["precision_mode"] = precision_mode
+        if precision_mode == "allow_fp32_to_bf16":
+            changes["storage_dtype"] = "bfloat16"
+    if overflow_mode:
+        changes["overflow_mode"] = {"inf_nan": "inf_nan", "infnan": "inf_nan", "saturation": "saturation"}.get(
+            overflow_mode.lower(), overflow_mode)
+    if implmode:
+        changes["implmode"] = implmode
+    if keep_dtype:
+        entries = parse_keep_dtype(keep_dtype) if isinstance(keep_dtype, (str, Path)) else list(keep_dtype)
+        changes["keep_dtype"] = tuple(prof.keep_dtype) + tuple(entries)
+    if op_precision:
+        by_type, by_node = parse_op_precision_ini(op_precision)
+        changes["implmode_by_op_type"] = {**prof.implmode_by_op_type, **by_type}
+        changes["implmode_by_node"] = {**prof.implmode_by_node, **by_node}
+    return prof.replace(**changes) if changes else prof
+
+
+def make_graph_runner(model_path, device: str, profile: str | None = None, **options) -> GraphRunner:
+    """GraphRunner for device "reference" (float64) or "npu" (emulated; profile + options as npu_profile)."""
+    if device == "reference":
+        if profile is not None or any(v for v in options.values()):
+            raise InputError("--device reference is the float64 truth: it takes no --profile or precision options")
+        return GraphRunner(model_path, ReferencePolicy())
+    if device == "npu":
+        from ..npu import NpuPolicy
+
+        try:
+            policy = NpuPolicy(npu_profile(profile, **options))
+        except KernelUnavailable as exc:
+            raise InputError(f"--device npu: {exc}") from None
+        return GraphRunner(model_path, policy)
+    raise InputError(f"unknown graph device {device!r} (reference or npu)")

@@ -1,0 +1,132 @@
+"""The emulated NPU policy: per node, a dtype and registry variants chosen by a NumericsProfile.
+
+Node dtype (node_dtype): a keep_dtype node -> float32; otherwise by precision_mode: force_fp16 -> float16,
+force_lowerprecision -> storage_dtype, allow_fp32_to_fp16 / allow_fp32_to_bf16 -> cube ops in float16 / bfloat16
+and everything else float32, must_keep_origin_dtype / force_fp32 -> float32 (the models we emulate are fp32
+exports; "origin" is fp32). A node's float inputs are rounded to its dtype, its float outputs are stored in it.
+Cast to a float type produces the node dtype, except under must_keep_origin_dtype where the graph's Cast is kept.
+
+Variant selection (select_variant), among a kernel's correct (non-bug) variants whose storage is the node dtype:
+- an explicit `[variants] kernel = name` in the profile wins;
+- cube ops: accumulate == cube_accumulation first, then implmode match;
+- vector ops: implmode match first, then accumulation (fp32 for high_precision, the storage dtype for
+  high_performance), because implmode is exactly what picks fp16-accumulating / approximate kernels;
+- then the plainest name (fewest characters, then alphabetical), so algorithmic variants (blocked, winograd)
+  are only used when asked for. No match is a plan-time error naming the kernel and the variants it has.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import dtype_name, resolve_dtype
+from ..graph.policy import KernelUnavailable, NodeContext, Policy
+from ..registry import KernelInfo, Variant, get_kernel
+from .profile import NumericsProfile, load_profile
+
+
+def keep_dtype_matches(entries, node) -> bool:
+    """ATC keep_dtype semantics: an entry is a node name, or OpType::TypeName for every node of that type."""
+    for e in entries:
+        if e.startswith("OpType::"):
+            if e[len("OpType::"):] == node.op_type:
+                return True
+        elif e == node.name:
+            return True
+    return False
+
+
+def select_variant(info: KernelInfo, dtype: str, implmode: str, *, cube: bool, cube_acc: str,
+                   override: str | None = None) -> Variant:
+    pool = [v for v in info.correct_variants if v.dtype == dtype]
+    if override:
+        chosen = info.variants.get(override)
+        if chosen is None:
+            raise KernelUnavailable(f"profile asks for variant {override!r} of kernel {info.name!r}, which has "
+                                    f"{sorted(info.variants)}")
+        if chosen.dtype == dtype:
+            return chosen
+    if not pool:
+        raise KernelUnavailable(f"kernel {info.name!r} has no {dtype} variant (variants: "
+                                f"{', '.join(f'{v.name}[{v.dtype}]' for v in info.correct_variants)})")
+    want_acc = cube_acc if cube else ("float32" if implmode == "high_precision" else dtype)
+
+    def rank(v: Variant):
+        acc_miss = v.accumulate != want_acc
+        mode_miss = v.implmode != implmode
+        first, second = (acc_miss, mode_miss) if cube else (mode_miss, acc_miss)
+        return (first, second, len(v.name), v.name)
+
+    return min(pool, key=rank)
+
+
+class NpuPolicy(Policy):
+    """Emulated NPU numerics from a NumericsProfile (a preset name, a file path or a profile object)."""
+
+    def __init__(self, profile: NumericsProfile | str = "ascend910b"):
+        self.profile = load_profile(profile)
+        self.name = f"npu:{self.profile.name}"
+        p = self.profile
+        self.storage = np.dtype(resolve_dtype(p.storage_dtype))
+        if p.int8_weight_only or p.int4_intermediates:
+            what = "int8_weight_only" if p.int8_weight_only else "int4_intermediates"
+            raise KernelUnavailable(f"profile {p.name!r} sets {what}, but the kernel registry has no such kernels "
+                                    "yet (no int8 weight-only / 4-bit intermediate variants are registered)")
+        if p.winograd:
+            info = get_kernel("conv2d_winograd")
+            info.variant(p.winograd)  # KeyError names the known variants
+
+    def node_dtype(self, node, cube: bool) -> np.dtype:
+        p = self.profile
+        if keep_dtype_matches(p.keep_dtype, node):
+            return np.dtype(np.float32)
+        mode = p.precision_mode
+        if mode == "force_fp16":
+            return np.dtype(np.float16)
+        if mode == "force_lowerprecision":
+            return self.storage
+        if mode in ("allow_fp32_to_fp16", "allow_fp32_to_bf16"):
+            low = np.dtype(np.float16) if mode.endswith("fp16") else resolve_dtype("bfloat16")
+            return low if cube else np.dtype(np.float32)
+        return np.dtype(np.float32)  # must_keep_origin_dtype, force_fp32
+
+    def implmode_of(self, node) -> str:
+        p = self.profile
+        return p.implmode_by_node.get(node.name) or p.implmode_by_op_type.get(node.op_type) or p.implmode
+
+    def input_dtype(self, dtype) -> np.dtype:
+        if self.profile.precision_mode == "force_fp16":
+            return np.dtype(np.float16)
+        if self.profile.precision_mode == "force_lowerprecision":
+            return self.storage
+        return np.dtype(np.float32)
+
+    def _winograd_applies(self, node) -> bool:
+        if not self.profile.winograd or node.op_type != "Conv":
+            return False
+        a = {x.name: list(x.ints) if x.ints else x.i for x in node.attribute}
+        return (a.get("kernel_shape") == [3, 3] and a.get("strides", [1, 1]) == [1, 1]
+                and a.get("dilations", [1, 1]) == [1, 1] and a.get("group", 1) == 1)
+
+    def bind(self, node, opset, kernel_names, cube) -> NodeContext:
+        p = self.profile
+        dtype = self.node_dtype(node, cube)
+        dname = dtype_name(dtype)
+        implmode = self.implmode_of(node)
+        kernels, chosen = {}, []
+        for k in kernel_names:
+            try:
+                if k == "conv2d" and self._winograd_applies(node) and \
+                        get_kernel("conv2d_winograd").variant(p.winograd).dtype == dname:
+                    v = get_kernel("conv2d_winograd").variant(p.winograd)
+                else:
+                    v = select_variant(get_kernel(k), dname, implmode, cube=cube, cube_acc=p.cube_accumulation,
+                                       override=p.variants.get(k))
+            except KeyError as exc:
+                raise KernelUnavailable(str(exc).strip('"')) from None
+            kernels[k] = v.fn
+            chosen.append(f"{k}:{v.name}")
+        keep_casts = p.precision_mode == "must_keep_origin_dtype"
+        return NodeContext(node=node, opset=opset, dtype=dtype, implmode=implmode, kernels=kernels,
+                           cast_float=(lambda t: t) if keep_casts else (lambda t, d=dtype: d),
+                           saturate=p.overflow_mode == "saturation",
+                           description=f"{dname} {implmode} " + " ".join(chosen))

@@ -1,0 +1,160 @@
+"""Numerics profiles: what an emulated NPU run does with dtypes, accumulation, implmode and overflow.
+
+A profile is a plain TOML or JSON file (presets live in presets/*.toml, one per part). Fields:
+  name, description
+  precision_mode      ATC's --precision_mode: force_fp16 | force_lowerprecision | allow_fp32_to_fp16 |
+                      allow_fp32_to_bf16 | must_keep_origin_dtype | force_fp32 (see node_dtype in policy.py)
+  storage_dtype       float16 | bfloat16 | float32: the low-precision format tensors are rounded to
+  cube_accumulation   accumulator of MatMul/Gemm/Conv/ConvTranspose/Attention (float32 on real cube units)
+  overflow_mode       inf_nan (IEEE) | saturation (+-inf -> +-max, NaN -> 0 after every node)
+  [implmode] default, by_op_type = {Op = mode}, by_node_name = {node = mode}   (node name wins)
+  keep_dtype          node names or "OpType::TypeName": those nodes compute and store in fp32
+  winograd            "" (off) or a conv2d_winograd variant name used for 3x3 stride-1 convs
+  int8_weight_only, int4_intermediates   need matching registry kernels (checked when the policy binds)
+  [variants]          kernel name -> variant name: an explicit choice that overrides the selection rule
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..dtypes import dtype_name, resolve_dtype
+from ..errors import InputError
+from .atc import IMPLMODES
+
+PRECISION_MODES = ("force_fp16", "force_lowerprecision", "allow_fp32_to_fp16", "allow_fp32_to_bf16",
+                   "must_keep_origin_dtype", "force_fp32")
+OVERFLOW_MODES = ("inf_nan", "saturation")
+
+
+@dataclass(frozen=True)
+class NumericsProfile:
+    name: str
+    description: str = ""
+    precision_mode: str = "force_fp16"
+    storage_dtype: str = "float16"
+    cube_accumulation: str = "float32"
+    overflow_mode: str = "inf_nan"
+    implmode: str = "high_performance"
+    implmode_by_op_type: Mapping[str, str] = field(default_factory=dict)
+    implmode_by_node: Mapping[str, str] = field(default_factory=dict)
+    keep_dtype: tuple[str, ...] = ()
+    winograd: str = ""
+    int8_weight_only: bool = False
+    int4_intermediates: bool = False
+    variants: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        where = f"profile {self.name!r}"
+        if self.precision_mode not in PRECISION_MODES:
+            raise InputError(f"{where}: precision_mode {self.precision_mode!r} is not one of "
+                             f"{', '.join(PRECISION_MODES)}")
+        if self.overflow_mode not in OVERFLOW_MODES:
+            raise InputError(f"{where}: overflow_mode {self.overflow_mode!r} is not one of {', '.join(OVERFLOW_MODES)}")
+        for key in ("storage_dtype", "cube_accumulation"):
+            try:
+                object.__setattr__(self, key, dtype_name(resolve_dtype(getattr(self, key))))
+            except ValueError as exc:
+                raise InputError(f"{where}: {key}: {exc}") from None
+            if getattr(self, key) not in ("float16", "bfloat16", "float32"):
+                raise InputError(f"{where}: {key} must be float16, bfloat16 or float32, not {getattr(self, key)}")
+        modes = [("implmode", self.implmode)] + [(f"implmode.by_op_type.{k}", v)
+                                                 for k, v in self.implmode_by_op_type.items()] \
+            + [(f"implmode.by_node_name.{k}", v) for k, v in self.implmode_by_node.items()]
+        for key, mode in modes:
+            if mode not in IMPLMODES:
+                raise InputError(f"{where}: {key} = {mode!r} is not one of {', '.join(IMPLMODES)}")
+        object.__setattr__(self, "keep_dtype", tuple(self.keep_dtype))
+
+    def replace(self, **changes) -> "NumericsProfile":
+        """A copy with fields changed (CLI flags on top of a preset)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file form (what load_profile reads back)."""
+        return {
+            "name": self.name, "description": self.description, "precision_mode": self.precision_mode,
+            "storage_dtype": self.storage_dtype, "cube_accumulation": self.cube_accumulation,
+            "overflow_mode": self.overflow_mode,
+            "implmode": {"default": self.implmode, "by_op_type": dict(self.implmode_by_op_type),
+                         "by_node_name": dict(self.implmode_by_node)},
+            "keep_dtype": list(self.keep_dtype), "winograd": self.winograd,
+            "int8_weight_only": self.int8_weight_only, "int4_intermediates": self.int4_intermediates,
+            "variants": dict(self.variants),
+        }
+
+
+_TOP_KEYS = {"name", "description", "precision_mode", "storage_dtype", "cube_accumulation", "overflow_mode",
+             "implmode", "keep_dtype", "winograd", "int8_weight_only", "int4_intermediates", "variants"}
+
+
+def profile_from_dict(data: Mapping[str, Any], where: str) -> NumericsProfile:
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise InputError(f"{where}: unknown profile field(s) {', '.join(unknown)} (known: {', '.join(sorted(_TOP_KEYS))})")
+    imp = data.get("implmode", {})
+    if isinstance(imp, str):
+        imp = {"default": imp}
+    if not isinstance(imp, Mapping) or set(imp) - {"default", "by_op_type", "by_node_name"}:
+        raise InputError(f"{where}: implmode must be a string or a table with default/by_op_type/by_node_name")
+    keep = data.get("keep_dtype", [])
+    if not isinstance(keep, list) or not all(isinstance(k, str) for k in keep):
+        raise InputError(f"{where}: keep_dtype must be a list of node names / OpType::TypeName strings")
+    for key in ("int8_weight_only", "int4_intermediates"):
+        if not isinstance(data.get(key, False), bool):
+            raise InputError(f"{where}: {key} must be true or false")
+    winograd = data.get("winograd", "")
+    if winograd is False:
+        winograd = ""
+    if not isinstance(winograd, str):
+        raise InputError(f"{where}: winograd must be \"\" (off) or a conv2d_winograd variant name")
+    try:
+        return NumericsProfile(
+            name=str(data.get("name", Path(where).stem)), description=str(data.get("description", "")),
+            precision_mode=data.get("precision_mode", "force_fp16"), storage_dtype=data.get("storage_dtype", "float16"),
+            cube_accumulation=data.get("cube_accumulation", "float32"),
+            overflow_mode=data.get("overflow_mode", "inf_nan"), implmode=imp.get("default", "high_performance"),
+            implmode_by_op_type=dict(imp.get("by_op_type", {})), implmode_by_node=dict(imp.get("by_node_name", {})),
+            keep_dtype=tuple(keep), winograd=winograd, int8_weight_only=data.get("int8_weight_only", False),
+            int4_intermediates=data.get("int4_intermediates", False), variants=dict(data.get("variants", {})))
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+
+
+def _parse_text(text: str, where: str, suffix: str) -> dict:
+    try:
+        if suffix == ".json":
+            return json.loads(text)
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        return tomllib.loads(text)
+    except (ValueError, TypeError) as exc:  # JSONDecodeError and TOMLDecodeError are ValueErrors
+        raise InputError(f"{where}: not a valid {suffix[1:].upper()} profile ({exc})") from None
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files(__package__).joinpath("presets").iterdir()
+                  if p.name.endswith(".toml"))
+
+
+def load_profile(spec: str | Path | NumericsProfile) -> NumericsProfile:
+    """A profile from a preset name (ascend910b, ascend310p, bf16, fp32) or a .toml / .json file path."""
+    if isinstance(spec, NumericsProfile):
+        return spec
+    text_spec = str(spec)
+    if text_spec in preset_names():
+        res = resources.files(__package__).joinpath("presets", f"{text_spec}.toml")
+        return profile_from_dict(_parse_text(res.read_text(encoding="utf-8"), f"preset {text_spec}", ".toml"),
+                                 f"preset {text_spec}")
+    path = Path(text_spec)
+    if path.suffix.lower() not in (".toml", ".json"):
+        raise InputError(f"profile {text_spec!r} is neither a preset ({', '.join(preset_names())}) nor a .toml/.json file")
+    if not path.is_file():
+        raise InputError(f"{path}: profile file does not exist")
+    return profile_from_dict(_parse_text(path.read_text(encoding="utf-8"), str(path), path.suffix.lower()), str(path))
