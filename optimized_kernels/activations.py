@@ -1,0 +1,277 @@
+"""NPU-style elementwise activation kernels: accurate (high_precision) and fast (high_performance) forms.
+
+Every public kernel takes an array in its storage dtype (fp16, bf16 or fp32) and returns the same dtype.
+- `*_accurate`: upcast to fp32, evaluate an accurate formula in fp32, round once to storage. Used for the
+  fp32, fp16_fp32acc and bf16_fp32acc variants (the output dtype follows the input).
+- GELU approximations (`gelu_tanh_form`, `gelu_quick`, `gelu_poly`): fp32 evaluation of a cheaper formula; the
+  error is dominated by the approximation itself (NUMERICS.md section 3), not by the arithmetic.
+- `*_fast_fp16`: fp16 arithmetic throughout with exp computed as 2^n * p(f) (range reduction plus a degree-4
+  polynomial), as a vector unit's high_performance mode does.
+- `bug_*`: planted bugs for the kernel checker to catch; each docstring says what is wrong.
+
+The formula helpers (`erfc_nr`, `gelu_*_formula`, `exp2_poly`) take the compute dtype as a parameter so that a test
+can evaluate them in float64 and measure the approximation error alone.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+F16 = np.dtype(np.float16)
+F32 = np.dtype(np.float32)
+SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
+GELU_TANH_CUBIC = 0.044715
+QUICK_GELU_ALPHA = 1.702
+# I-BERT's integer GELU (Kim et al., ICML 2021): erf(z) ~ sign(z) [a (min(|z|, -b) + b)^2 + 1].
+IGELU_A, IGELU_B = -0.2888, -1.769
+# Numerical Recipes (Press et al., 2nd ed., section 6.2, erfcc): fractional error < 1.2e-7 everywhere.
+_NR_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+            -0.82215223, 0.17087277)
+# Taylor coefficients of 2^f = exp(f ln2) up to degree 4; on |f| <= 1/2 the truncation error is < 4e-5 relative.
+_EXP2_TAYLOR = tuple(float(np.log(2.0) ** k / np.prod(np.arange(1, k + 1))) for k in range(5))
+LOG2E = float(np.log2(np.e))
+# erf(x) = 2/sqrt(pi) * sum_k (-1)^k x^(2k+1) / (k! (2k+1)), used below |x| < 1/2 (truncation < 2e-8 relative).
+_ERF_TAYLOR = tuple(2.0 / np.sqrt(np.pi) * (-1.0) ** k / (float(np.prod(np.arange(1, k + 1))) * (2 * k + 1))
+                    for k in range(7))
+
+
+def _horner(coefs, t, dt):
+    acc = np.full_like(t, coefs[-1], dtype=dt)
+    for c in reversed(coefs[:-1]):
+        acc = (acc * t + dt.type(c)).astype(dt)
+    return acc
+
+
+def _limits(x, y, neg_inf):
+    """Return the reference's limit at -inf (inf*0 would give NaN); +inf maps to +inf already."""
+    return np.where(np.isneginf(x), y.dtype.type(neg_inf), y)
+
+
+# ----------------------------------------------------------------------------------------- formula helpers
+def erfc_nr(z: np.ndarray, dt=F32) -> np.ndarray:
+    """erfc(z) for any real z in dtype dt: Numerical Recipes' Chebyshev fit for |z|, reflected for z < 0."""
+    dt = np.dtype(dt)
+    z = np.asarray(z, dtype=dt)
+    a = np.abs(z)
+    t = (dt.type(1) / (dt.type(1) + dt.type(0.5) * a)).astype(dt)
+    r = t * np.exp(-a * a + _horner(_NR_ERFC, t, dt))
+    return np.where(z < 0, dt.type(2) - r, r).astype(dt)
+
+
+def erf_formula(x: np.ndarray, dt=F32) -> np.ndarray:
+    """erf via its Taylor series for |x| < 1/2 (no cancellation near 0) and 1 - erfc_nr(|x|) beyond."""
+    dt = np.dtype(dt)
+    x = np.asarray(x, dtype=dt)
+    small = x * _horner(_ERF_TAYLOR, x * x, dt)
+    large = np.copysign(dt.type(1) - erfc_nr(np.abs(x), dt), x)
+    return np.where(np.abs(x) < 0.5, small, large).astype(dt)
+
+
+def gelu_erf_formula(x: np.ndarray, dt=F32) -> np.ndarray:
+    """x * Phi(x), Phi(x) = erfc(-x/sqrt2)/2: accurate in both tails."""
+    dt = np.dtype(dt)
+    x = np.asarray(x, dtype=dt)
+    y = x * (dt.type(0.5) * erfc_nr(-x * dt.type(1 / np.sqrt(2.0)), dt))
+    return _limits(x, y.astype(dt), -0.0)
+
+
+def gelu_tanh_formula(x: np.ndarray, dt=F32, cubic: float = GELU_TANH_CUBIC) -> np.ndarray:
+    """0.5 x (1 + tanh(sqrt(2/pi)(x + cubic x^3))) as written by PyTorch/ONNX (approximate="tanh")."""
+    dt = np.dtype(dt)
+    x = np.asarray(x, dtype=dt)
+    t = dt.type(SQRT_2_OVER_PI) * (x + dt.type(cubic) * x * x * x)
+    y = dt.type(0.5) * x * (dt.type(1) + np.tanh(t))
+    return _limits(x, y.astype(dt), -0.0)
+
+
+def gelu_quick_formula(x: np.ndarray, dt=F32) -> np.ndarray:
+    """x * sigmoid(1.702 x), sigmoid evaluated without overflow."""
+    dt = np.dtype(dt)
+    x = np.asarray(x, dtype=dt)
+    y = x * sigmoid_formula(dt.type(QUICK_GELU_ALPHA) * x, dt)
+    return _limits(x, y.astype(dt), -0.0)
+
+
+def gelu_poly_formula(x: np.ndarray, dt=F32, a: float = IGELU_A, b: float = IGELU_B) -> np.ndarray:
+    """I-BERT i-GELU: x/2 (1 + L(x/sqrt2)), L(z) = sign(z)[a (min(|z|, -b) + b)^2 + 1]."""
+    dt = np.dtype(dt)
+    x = np.asarray(x, dtype=dt)
+    z = x * dt.type(1 / np.sqrt(2.0))
+    c = np.minimum(np.abs(z), dt.type(-b)) + dt.type(b)
+    erf_approx = np.sign(z) * (dt.type(a) * c * c + dt.type(1))
+    y = (dt.type(0.5) * x) * (dt.type(1) + erf_approx)
+    return _limits(x, y.astype(dt), -0.0)
+
+
+def sigmoid_formula(x: np.ndarray, dt=F32) -> np.ndarray:
+    """1/(1+e^-x) for x >= 0 and e^x/(1+e^x) for x < 0: exp never overflows, no cancellation."""
+    dt = np.dtype(dt)
+    x = np.asarray(x, dtype=dt)
+    e = np.exp(-np.abs(x)).astype(dt)
+    one = dt.type(1)
+    return np.where(x >= 0, one / (one + e), e / (one + e)).astype(dt)
+
+
+def exp2_poly(t: np.ndarray, dt=F16, coefs=_EXP2_TAYLOR, ftz: bool = False) -> np.ndarray:
+    """2^t as 2^n * p(f), n = rint(t), f = t - n in [-1/2, 1/2] (exact by Sterbenz), p = degree-4 Taylor of 2^f.
+
+    t is clamped to [-40, 40] first (2^-40 and 2^40 are already 0 and inf in fp16), which also maps +-inf to the
+    right limits; NaN propagates. With ftz=True results below the smallest normal are flushed to zero.
+    """
+    dt = np.dtype(dt)
+    t = np.asarray(t, dtype=dt)
+    tc = np.clip(np.nan_to_num(t, nan=0.0), -40, 40).astype(dt)
+    n = np.rint(tc)
+    f = (tc - n).astype(dt)
+    p = _horner(coefs, f, dt)
+    y = np.ldexp(p, n.astype(np.int32)).astype(dt)
+    if ftz:
+        y = np.where(np.abs(y) < np.finfo(dt).smallest_normal, dt.type(0), y)
+    return np.where(np.isnan(t), t, y).astype(dt)
+
+
+def _accurate(fn, x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    with np.errstate(all="ignore"):
+        return fn(x.astype(F32), F32).astype(x.dtype)
+
+
+# ------------------------------------------------------------------------------- accurate (fp32-compute) kernels
+def gelu_accurate(x):
+    """Exact-erf GELU, erf from erfc_nr in fp32 (high_precision); rounded once to storage."""
+    return _accurate(gelu_erf_formula, x)
+
+
+def gelu_tanh_accurate(x):
+    """Tanh GELU in fp32 as x*sigmoid(2t) (no 1+tanh cancellation in the negative tail); rounded once."""
+
+    def formula(x, dt):
+        t = dt.type(SQRT_2_OVER_PI) * (x + dt.type(GELU_TANH_CUBIC) * x * x * x)
+        return _limits(x, (x * sigmoid_formula(dt.type(2) * t, dt)).astype(dt), -0.0)
+
+    return _accurate(formula, x)
+
+
+def sigmoid_accurate(x):
+    return _accurate(sigmoid_formula, x)
+
+
+def silu_accurate(x):
+    return _accurate(lambda x, dt: _limits(x, (x * sigmoid_formula(x, dt)).astype(dt), -0.0), x)
+
+
+def exp_accurate(x):
+    return _accurate(lambda x, dt: np.exp(x).astype(dt), x)
+
+
+def erf_accurate(x):
+    return _accurate(erf_formula, x)
+
+
+def tanh_accurate(x):
+    return _accurate(lambda x, dt: np.tanh(x).astype(dt), x)
+
+
+# ------------------------------------------------------------------------------------ GELU approximations
+def gelu_tanh_form(x):
+    """Tanh GELU (4.73e-4 max abs error against erf GELU), fp32 compute, rounded to storage."""
+    return _accurate(gelu_tanh_formula, x)
+
+
+def gelu_quick(x):
+    """x*sigmoid(1.702x) (2.03e-2 max abs error against erf GELU), fp32 compute, rounded to storage."""
+    return _accurate(gelu_quick_formula, x)
+
+
+def gelu_poly(x):
+    """I-BERT piecewise quadratic GELU (1.82e-2 max abs error against erf GELU), fp32 compute, rounded."""
+    return _accurate(gelu_poly_formula, x)
+
+
+# ----------------------------------------------------------------------------------- fp16-arithmetic kernels
+def exp_fast_fp16(x):
+    """exp(x) = 2^(x log2 e) in fp16 arithmetic: the fp16 product x*log2e costs |x| u16 relative."""
+    x = np.asarray(x, dtype=F16)
+    with np.errstate(all="ignore"):
+        return exp2_poly((x * F16.type(LOG2E)).astype(F16), F16)
+
+
+def _sigmoid_fast(x, exp_fn):
+    x = np.asarray(x, dtype=F16)
+    with np.errstate(all="ignore"):
+        e = exp_fn(-np.abs(x))  # <= 1: never overflows
+        one = F16.type(1)
+        return np.where(x >= 0, one / (one + e), e / (one + e)).astype(F16)
+
+
+def sigmoid_fast_fp16(x):
+    """sigmoid from the fast fp16 exp of -|x| (no overflow), fp16 add and divide."""
+    return _sigmoid_fast(x, exp_fast_fp16)
+
+
+def silu_fast_fp16(x):
+    """x * sigmoid_fast_fp16(x) in fp16."""
+    x = np.asarray(x, dtype=F16)
+    with np.errstate(all="ignore"):
+        return _limits(x, (x * sigmoid_fast_fp16(x)).astype(F16), -0.0)
+
+
+def gelu_tanh_fast_fp16(x):
+    """Tanh GELU as x*sigmoid(2t) with the fast fp16 sigmoid; t = sqrt(2/pi)(x + 0.044715 x^3) in fp32 (the
+    cubic overflows fp16 for |x| > 40)."""
+    x = np.asarray(x, dtype=F16)
+    with np.errstate(all="ignore"):
+        x32 = x.astype(F32)
+        t2 = (F32.type(2 * SQRT_2_OVER_PI) * (x32 + F32.type(GELU_TANH_CUBIC) * x32 * x32 * x32))
+        t2 = np.clip(t2, -65504, 65504).astype(F16)
+        return _limits(x, (x * sigmoid_fast_fp16(t2)).astype(F16), -0.0)
+
+
+# ------------------------------------------------------------------------------------------- planted bugs
+def bug_gelu_poly_wrong_coef(x):
+    """Planted bug: i-GELU with a = -0.2 instead of -0.2888 (a typo in the quadratic's coefficient)."""
+    return _accurate(lambda x, dt: gelu_poly_formula(x, dt, a=-0.2), x)
+
+
+def bug_gelu_tanh_wrong_cubic(x):
+    """Planted bug: tanh GELU with 0.44715 instead of 0.044715 in the cubic term."""
+    return _accurate(lambda x, dt: gelu_tanh_formula(x, dt, cubic=0.44715), x)
+
+
+def bug_sigmoid_naive_fp16(x):
+    """Planted bug: 1/(1+exp(-x)) in fp16: exp(-x) overflows to inf for x < -11.09, so sigmoid becomes 0 where
+    the true value (>= 6e-8 down to x = -16.6) is representable."""
+    x = np.asarray(x, dtype=F16)
+    with np.errstate(all="ignore"):
+        return (F16.type(1) / (F16.type(1) + np.exp(-x))).astype(F16)
+
+
+def bug_silu_naive_fp16(x):
+    """Planted bug: x * (1/(1+exp(-x))) in fp16: 0 instead of a small negative value for x < -11.09."""
+    x = np.asarray(x, dtype=F16)
+    with np.errstate(all="ignore"):
+        return _limits(x, (x * bug_sigmoid_naive_fp16(x)).astype(F16), -0.0)
+
+
+def bug_exp_fast_ftz(x):
+    """Planted bug: the fast fp16 exp with flush-to-zero: exp(x) for -17.3 < x < -9.7 (fp16 subnormal results)
+    becomes 0."""
+    x = np.asarray(x, dtype=F16)
+    with np.errstate(all="ignore"):
+        return exp2_poly((x * F16.type(LOG2E)).astype(F16), F16, ftz=True)
+
+
+def bug_erf_fp16_erfc(x):
+    """Planted bug: erf as 1 - erfc(|x|) with erfc stored in fp16 first: near 0 the subtraction cancels the
+    stored fp16 rounding error (u16 absolute) into a large relative error."""
+    x = np.asarray(x)
+    with np.errstate(all="ignore"):
+        r = erfc_nr(np.abs(x.astype(F32)), F32).astype(F16).astype(F32)
+        return np.copysign(F32.type(1) - r, x.astype(F32)).astype(x.dtype)
+
+
+def bug_tanh_exp_form_fp16(x):
+    """Planted bug: tanh = (e^2x - 1)/(e^2x + 1) in fp16: e^2x overflows for x > 5.5 and gives inf/inf = NaN."""
+    x = np.asarray(x, dtype=F16)
+    with np.errstate(all="ignore"):
+        e = np.exp((F16.type(2) * x).astype(F16))
+        return ((e - F16.type(1)) / (e + F16.type(1))).astype(F16)

@@ -1,0 +1,61 @@
+"""Elementwise activations in float64: the truth the fp16/bf16 kernels are measured against.
+
+Each function is written in the form that stays accurate in float64 over the whole fp16/fp32 range, and returns
+the mathematical limit at +-inf (GELU(-inf) = -0, SiLU(-inf) = -0), where the textbook formula would give
+inf*0 = NaN. NaN propagates.
+- gelu: x * Phi(x) with Phi(x) = erfc(-x/sqrt2)/2 (exact erf GELU; erfc keeps the negative tail relatively
+  accurate where 1 + erf(x/sqrt2) would cancel).
+- gelu_tanh: 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))) (ONNX Gelu approximate="tanh"), evaluated as
+  x * sigmoid(2 t) which is the same function without the cancellation of 1 + tanh(t) for t << 0.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import special
+
+SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
+GELU_TANH_CUBIC = 0.044715
+
+
+def _limits(x: np.ndarray, y: np.ndarray, neg_inf, pos_inf) -> np.ndarray:
+    y = np.where(np.isneginf(x), neg_inf, y)
+    return np.where(np.isposinf(x), pos_inf, y)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        y = x * (0.5 * special.erfc(-x / np.sqrt(2.0)))
+    return _limits(x, y, -0.0, np.inf)
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = SQRT_2_OVER_PI * (x + GELU_TANH_CUBIC * x**3)
+        y = x * special.expit(2.0 * t)
+    return _limits(x, y, -0.0, np.inf)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return special.expit(np.asarray(x, dtype=np.float64))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        y = x * special.expit(x)
+    return _limits(x, y, -0.0, np.inf)
+
+
+def exp(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.exp(np.asarray(x, dtype=np.float64))
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    return special.erf(np.asarray(x, dtype=np.float64))
+
+
+def tanh(x: np.ndarray) -> np.ndarray:
+    return np.tanh(np.asarray(x, dtype=np.float64))
