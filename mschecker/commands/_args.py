@@ -27,7 +27,7 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message):  # noqa: D401 - argparse hook
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise UsageError(f"{message} (see {self.prog} --help)")  # the CLI adds the "mschecker: error:" prefix
 
 
 def add_tolerance_args(p: argparse.ArgumentParser) -> None:
@@ -48,7 +48,7 @@ def tolerance_rule(args, hint: dict | None = None):
     from ..compare import ToleranceRule
 
     if not tolerance_given(args) and hint:
-        keys = ("tolerance", "atol", "rtol", "ulp", "cosine")
+        keys = ("tolerance", "atol", "rtol", "ulp", "cosine", "ulp_format")
         return ToleranceRule.from_args(**{k: hint[k] for k in keys if hint.get(k) is not None})
     try:
         return ToleranceRule.from_args(tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, ulp=args.ulp,

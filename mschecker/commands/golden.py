@@ -33,19 +33,21 @@ def build_parser() -> Parser:
 
 def record_from_model(model, inputs, out, *, device="ort", profile=None, shapes=None, dtypes=None,
                       tolerance: dict | None = None, update: bool = False) -> tuple[dict, list[str]]:
-    """Run the model and record its outputs; returns (manifest, changes against the previous manifest)."""
+    """Run the model and record its outputs; returns (manifest, changes against the previous manifest, preceded by
+    'repaired ...' for every file that no longer matched that manifest)."""
     out = Path(out)
     if not update and (golden_store.manifest_path(out).is_file() or (out.is_dir() and any(out.glob("*.npy")))):
         # Checked before running the model: refusing early costs nothing and writes nothing.
         raise InputError(f"golden directory {out} already holds goldens; pass --update to replace them")
     old = golden_store.read_manifest(out) if update and golden_store.manifest_path(out).is_file() else None
+    damaged = golden_store.verify(out) if old is not None else []  # files that no longer matched their manifest
     runner = make_runner(model, device=device, profile=profile)
     metas = apply_overrides(runner.inputs(), shapes or {}, dtypes or {})
     outputs = runner.run(read_tensors(inputs, metas, role="input"))
     extra = {"model": Path(model).name, "model_sha256": file_sha256(model), "inputs": [Path(i).name for i in split_spec(inputs)],
              "device": device, "profile": profile}
     manifest = golden_store.record(out, outputs, producer=runner.name, tolerance=tolerance, extra=extra, update=update)
-    return manifest, golden_store.changes(old, manifest)
+    return manifest, [f"repaired {p}" for p in damaged] + golden_store.changes(old, manifest)
 
 
 # Tolerance hint recorded when none is given: torch.testing.assert_close's fp32 defaults (rtol 1.3e-6, atol 1e-5;
