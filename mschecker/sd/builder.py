@@ -65,12 +65,12 @@ class GraphBuilder:
         self._used_names[name] = 1
         return name
 
-    def output(self, value: str, name: str, elem_type: int = TensorProto.FLOAT,
-               shape: Sequence[int | str] | None = None) -> str:
+    def output(self, value: str, name: str, shape: Sequence[int | str | None],
+               elem_type: int = TensorProto.FLOAT) -> str:
         """Expose ``value`` as a graph output called ``name`` (an Identity node renames it when needed)."""
         if value != name:
             self.nodes.append(helper.make_node("Identity", [value], [name], name=self.fresh(f"{name}/Identity")))
-        self.outputs.append(helper.make_tensor_value_info(name, elem_type, None if shape is None else list(shape)))
+        self.outputs.append(helper.make_tensor_value_info(name, elem_type, list(shape)))
         return name
 
     # ---- values ----------------------------------------------------------------------------------------------

@@ -1,0 +1,38 @@
+"""Saving and loading the bundled graphs, with and without external data; damaged files are input errors."""
+import numpy as np
+import onnx
+import pytest
+
+from mschecker.errors import InputError
+from mschecker.sd import build_unet, load_model, save_model
+
+
+def initializers(model):
+    return {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+@pytest.mark.parametrize("external", [False, True])
+def test_round_trip(tmp_path, external):
+    original = initializers(build_unet("tiny"))
+    path = save_model(build_unet("tiny"), tmp_path / "unet.onnx", external_data=external)
+    assert (tmp_path / "unet.onnx.data").exists() == external
+    loaded = load_model(path)
+    onnx.checker.check_model(str(path))
+    back = initializers(loaded)
+    assert back.keys() == original.keys()
+    for name, value in original.items():
+        np.testing.assert_array_equal(back[name], value)
+    # saving again over an existing external file must not append to it
+    if external:
+        size = (tmp_path / "unet.onnx.data").stat().st_size
+        save_model(build_unet("tiny"), path, external_data=True)
+        assert (tmp_path / "unet.onnx.data").stat().st_size == size
+
+
+def test_missing_or_damaged_files_are_input_errors(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        load_model(tmp_path / "nope.onnx")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00not a protobuf\xff" * 10)
+    with pytest.raises(InputError, match="bad.onnx"):
+        load_model(bad)
