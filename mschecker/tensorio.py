@@ -225,7 +225,9 @@ def _read_npy(path: Path, where: str) -> np.ndarray:
         if magic != b"\x93NUMPY":
             raise InputError(f"{where}: not an .npy file (no NUMPY header; pickles are never loaded)")
         try:
-            return np.load(path, mmap_mode="r", allow_pickle=False)
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+            # A big-endian .npy (np.save on such a machine) is converted once; everything else stays mapped.
+            return arr.astype(arr.dtype.newbyteorder("=")) if arr.dtype.byteorder == ">" else arr
         except ValueError as exc:
             if "Python objects" in str(exc) or "pickle" in str(exc).lower() or "object" in str(exc).lower():
                 raise InputError(f"{where}: holds Python objects (a pickled/object array); refused, "

@@ -114,6 +114,27 @@ def test_rule_boundary_through_run_check(tmp_path):
         assert [t.passed for t in report.tensors] == [passed, True]
 
 
+class _Fp16OutputRunner:
+    """Planted precision bug: a runner that stores its outputs in fp16 (as a device with fp16 storage would)."""
+
+    def __init__(self, inner):
+        self.inner, self.name = inner, "planted-fp16-output"
+        self.inputs, self.outputs = inner.inputs, inner.outputs
+
+    def run(self, feeds):
+        return {k: v.astype(np.float16).astype(np.float32) for k, v in self.inner.run(feeds).items()}
+
+
+def test_planted_fp16_rounding_is_caught_and_bounded():
+    """fp16 storage moves each output by up to u_fp16 = 2^-11 relative (one rounding, NUMERICS.md section 1):
+    the fp32 hint must reject it, a rule of rtol = u_fp16 (plus the subnormal floor 2^-25 as atol, half the
+    spacing of fp16 subnormals) must accept it."""
+    runner = _Fp16OutputRunner(make_runner(MODEL))
+    assert not run_check(MODEL, INPUTS, str(EXPECTED), HINT_RULE, runner=runner).passed
+    fp16_rule = ToleranceRule.from_args(rtol=2 ** -11, atol=2 ** -25)
+    assert run_check(MODEL, INPUTS, str(EXPECTED), fp16_rule, runner=runner).passed
+
+
 def test_goldens_match_by_name_not_file_order(tmp_path):
     g = _goldens()
     np.savez(tmp_path / "g.npz", probs=g["probs"], extra=np.zeros(3), logits=g["logits"])

@@ -128,6 +128,13 @@ def test_numpy_saved_bf16_is_read_as_bf16(tmp_path):
     assert _bits_equal(read_tensor(tmp_path / "b.npy"), x)
 
 
+def test_big_endian_npy_is_read_as_native(tmp_path):
+    x = _sample(np.float32)
+    np.save(tmp_path / "be.npy", x.astype(">f4"))
+    y = read_tensor(tmp_path / "be.npy", shape=x.shape, dtype=np.float32)
+    assert _bits_equal(y, x)
+
+
 def test_npz_picks_by_name_or_refuses_ambiguity(tmp_path):
     np.savez(tmp_path / "m.npz", a=np.zeros(2, np.float32), b=np.ones(3, np.float32))
     assert read_tensor(tmp_path / "m.npz", name="b").shape == (3,)
