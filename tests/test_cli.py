@@ -219,3 +219,19 @@ def test_bf16_raw_golden_via_dtype_override(tmp_path):
     report = run_check(MODEL, INPUTS, spec, bf16_rule, dtypes=parse_dtypes(["logits:bf16", "probs:bf16"]))
     assert report.passed and report.tensors[0].expected_dtype == "bfloat16"
     assert not run_check(MODEL, INPUTS, spec, HINT_RULE, dtypes=parse_dtypes(["logits:bf16", "probs:bf16"])).passed
+
+
+def test_tolerance_flags_and_manifest_hint():
+    from types import SimpleNamespace
+
+    from mschecker.commands._args import tolerance_rule
+
+    def args(**kw):
+        return SimpleNamespace(**{k: kw.get(k) for k in ("tolerance", "atol", "rtol", "ulp", "cosine")})
+
+    assert tolerance_rule(args(), HINT) == HINT_RULE  # no flags: the manifest's hint
+    with_cos = tolerance_rule(args(cosine=0.99), HINT)
+    assert (with_cos.atol, with_cos.rtol, with_cos.cosine) == (HINT["atol"], HINT["rtol"], 0.99)
+    explicit = tolerance_rule(args(atol=1e-3), HINT)  # an elementwise flag replaces the hint entirely
+    assert (explicit.atol, explicit.rtol) == (1e-3, 0.0)
+    assert tolerance_rule(args(), None) == ToleranceRule.from_args()

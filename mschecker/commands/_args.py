@@ -31,12 +31,13 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_tolerance_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("tolerance (see mschecker.compare.ToleranceRule for how they combine)")
+    g = p.add_argument_group("tolerance", "how the flags combine: mschecker.compare.ToleranceRule; with none given, a "
+                             "golden directory's manifest hint applies, else ToleranceRule's default")
     g.add_argument("--tolerance", type=_float("--tolerance"), help="one number for atol and rtol")
     g.add_argument("--atol", type=_float("--atol"), help="absolute tolerance")
     g.add_argument("--rtol", type=_float("--rtol"), help="relative tolerance")
     g.add_argument("--ulp", type=_int("--ulp"), help="maximum ULP distance (in the golden's format)")
-    g.add_argument("--cosine", type=_float("--cosine"), help="minimum cosine similarity per output")
+    g.add_argument("--cosine", type=_float("--cosine", lo=-1.0), help="minimum cosine similarity per output")
 
 
 def tolerance_given(args) -> bool:
@@ -44,12 +45,17 @@ def tolerance_given(args) -> bool:
 
 
 def tolerance_rule(args, hint: dict | None = None):
-    """The ToleranceRule from the flags; when no flag is given, from `hint` (a golden manifest's tolerance) if any."""
+    """The ToleranceRule from the flags; without elementwise flags, `hint` (a golden manifest's tolerance) supplies
+    the element rule when there is one."""
     from ..compare import ToleranceRule
 
-    if not tolerance_given(args) and hint:
+    elementwise = any(getattr(args, k) is not None for k in ("tolerance", "atol", "rtol", "ulp"))
+    if not elementwise and hint:  # the hint's element rule; a --cosine flag adds to (or replaces) its cosine
         keys = ("tolerance", "atol", "rtol", "ulp", "cosine", "ulp_format")
-        return ToleranceRule.from_args(**{k: hint[k] for k in keys if hint.get(k) is not None})
+        kwargs = {k: hint[k] for k in keys if hint.get(k) is not None}
+        if args.cosine is not None:
+            kwargs["cosine"] = args.cosine
+        return ToleranceRule.from_args(**kwargs)
     try:
         return ToleranceRule.from_args(tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, ulp=args.ulp,
                                        cosine=args.cosine)
@@ -70,14 +76,14 @@ def add_override_args(p: argparse.ArgumentParser) -> None:
                    help="dtype of a raw .bin tensor, e.g. x:float16 (repeat, or separate with ';')")
 
 
-def _float(flag):
+def _float(flag, lo: float = 0.0):
     def conv(text):
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} expects a number, got {text!r}") from None
-        if not np.isfinite(value) or value < 0:
-            raise argparse.ArgumentTypeError(f"{flag} expects a finite non-negative number, got {text!r}")
+        if not np.isfinite(value) or value < lo:
+            raise argparse.ArgumentTypeError(f"{flag} expects a finite number >= {lo:g}, got {text!r}")
         return value
     return conv
 
