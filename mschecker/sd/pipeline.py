@@ -18,7 +18,6 @@ to these latents (see vae.py) so that its fp16 headroom is realistic for the pip
 """
 from __future__ import annotations
 
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ import onnx
 
 from ..errors import InputError
 from .clip import build_text_encoder
+from .modelfile import save_model
 from .presets import SDPreset, get_preset
 from .scheduler import make_scheduler
 from .tokenizer import HashTokenizer
@@ -37,6 +37,7 @@ from .vae import build_vae_decoder
 
 StageRunner = Callable[[Mapping[str, np.ndarray]], dict]
 StageRunnerFactory = Callable[[object, str], StageRunner]
+StageCapture = Callable[[str, onnx.NodeProto, str, np.ndarray], None]
 STAGES = ("text_encoder", "unet", "vae_decoder")
 
 
@@ -55,31 +56,41 @@ def ort_stage_runner(model: onnx.ModelProto | str | Path, stage_name: str) -> St
     return run
 
 
-def stage_runner_factory(device: str = "ort", profile: str | None = None, **options) -> StageRunnerFactory:
-    """A ``make_stage_runner`` for ``device``: "ort" (onnxruntime fp32) or, through mschecker.runners.make_runner,
-    the graph executor's "reference" (float64) / "npu" (emulated, with ``profile``)."""
-    if device == "ort" and not options and profile is None:
-        return ort_stage_runner
-    try:
-        from ..runners import make_runner
-    except ImportError:
-        raise InputError(f"device {device!r} needs mschecker.runners, which is not available in this build") from None
+def stage_runner_factory(device: str = "ort", profile: str | None = None, *, capture: StageCapture | None = None,
+                         capture_filter=None, **options) -> StageRunnerFactory:
+    """A ``make_stage_runner`` for ``device``: "ort" (onnxruntime fp32), or the graph executor's "reference"
+    (float64) / "npu" (emulated, numerics ``profile`` + ``options`` as mschecker.graph.runner.npu_profile), built
+    with mschecker.runners.make_runner.
+
+    ``capture(stage_name, node, output_name, value)`` receives every tensor the executor produces (restricted by
+    ``capture_filter``, a mschecker.graph.capture.CaptureFilter); the UNet's calls come in step order, one
+    executor run (batch 2: unconditional, prompt) per step. Not available on "ort".
+    """
+    from ..runners import make_runner
+
+    if device == "ort" and capture is not None:
+        raise InputError("per-node capture needs --device reference or npu (onnxruntime exposes graph outputs only)")
 
     def make(model, stage_name):
         if isinstance(model, onnx.ModelProto):
-            model = _spill(model, stage_name)
-        runner = make_runner(str(model), device=device, profile=profile, **options)
-        return runner.run
+            # runners load from a path; the graph is read completely at construction, so the file can go
+            with tempfile.TemporaryDirectory(prefix=f"mschecker-sd-{stage_name}-") as tmp:
+                path = save_model(model, Path(tmp) / f"{stage_name}.onnx")
+                runner = make_runner(str(path), device=device, profile=profile, **options)
+        else:
+            runner = make_runner(str(model), device=device, profile=profile, **options)
+        if capture is None:
+            return runner.run
+
+        def on_tensor(node, name, value):
+            capture(stage_name, node, name, value)
+
+        def run_captured(feeds):
+            return runner.run_captured(dict(feeds), on_tensor, capture_filter)
+
+        return run_captured
 
     return make
-
-
-def _spill(model: onnx.ModelProto, stage_name: str) -> Path:
-    """Runners built on paths get in-memory graphs through a private temporary file."""
-    from .modelfile import save_model
-
-    directory = Path(tempfile.mkdtemp(prefix=f"mschecker-sd-{stage_name}-"))
-    return save_model(model, directory / f"{stage_name}.onnx")
 
 
 @dataclass
