@@ -405,10 +405,10 @@ def read_tensors(spec: str | Sequence[str], metas: "Sequence[TensorMeta] | None"
         return _read_list(items, metas, role, kind)
     if metas is None:
         return named
-    if positional:
+    meta_names = [m.name for m in metas]
+    if positional and not all(n in named for n in meta_names):  # tensors really named input_0... match by name
         ordered = [named[k] for k in sorted(named, key=lambda k: int(_POSITIONAL_NAME.match(k).group(1)))]
         return _match_positional(ordered, [source] * len(ordered), metas, role, kind, source)
-    meta_names = [m.name for m in metas]
     if role == "input":
         unknown = [k for k in named if k not in meta_names]
         if unknown:
