@@ -102,7 +102,7 @@ WINOGRAD_W_SCALES = (1e-3, 0.01, 0.1)
 WINOGRAD_DOMAIN = "3x3 kernel, stride 1, dilation 1, |x| <~ 40 and |w| <~ 0.4 (fp16 transforms overflow beyond)"
 
 @st.composite
-def conv_cases(draw, *, winograd=False, max_cg=4, x_values=None, transpose=False):
+def conv_cases(draw, *, winograd=False, min_cg=1, max_cg=4, x_values=None, transpose=False):
     """Valid (transposed) Conv2D cases: x, w, optional b, and ONNX attributes.
 
     winograd=True draws only Winograd's domain: 3x3 kernels, stride 1, dilation 1, and magnitudes whose fp16
@@ -110,7 +110,7 @@ def conv_cases(draw, *, winograd=False, max_cg=4, x_values=None, transpose=False
     He init for 64 channels is std 0.06); beyond that fp16 Winograd overflows inside, see WINOGRAD_DOMAIN.
     """
     group = draw(st.integers(1, 3))
-    cg, kg = draw(st.integers(1, max_cg)), draw(st.integers(1, 4))
+    cg, kg = draw(st.integers(min_cg, max_cg)), draw(st.integers(1, 4))
     n = draw(st.integers(1, 2))
     if winograd:
         kh = kw = 3
@@ -179,12 +179,15 @@ register_kernel(KernelInfo(
         "fp32": Variant("fp32", direct.conv2d_fp32, "float32", CONV_CONTRACT, doc="im2col + GEMM in fp32"),
         "bug_fp16acc": Variant("bug_fp16acc", direct.conv2d_bug_fp16acc, "float16", None, accumulate="float16",
                                planted_bug="fp16 running accumulation sold as fp32 accumulation",
-                               bug_of="fp16_fp32acc", catch_with="many_channels"),
+                               bug_of="fp16_fp32acc", catch_with="long_accumulation"),
     },
     strategies={
         "generic": lambda: conv_cases(),
         "cancellation": lambda: conv_cases(x_values=lambda s: S.cancellation(shape=s)),
         "many_channels": lambda: conv_cases(max_cg=64),
+        # > 256 positive terms per output: a fp16 running sum drifts by many fp16 ulps of |y| (NUMERICS.md 2).
+        "long_accumulation": lambda: conv_cases(min_cg=32, max_cg=64, x_values=lambda s: S.tensors(
+            shape=s, dtype="float16", dist="uniform").map(np.abs)),
     },
     golden_cases=_golden("conv2d"),
     doc="Conv2D: " + _CONV_SIG,
