@@ -7,7 +7,6 @@ Without tolerance flags, a golden directory's manifest hint is used, else Tolera
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from .. import golden as golden_store
 from ..errors import InputError
@@ -108,9 +107,6 @@ def main(argv: list[str]) -> int:
         raise InputError(f"--topk expects a non-negative integer, got {args.topk}")
     check_report_paths(args)
     shapes, dtypes = parse_shapes(args.shape), parse_dtypes(args.dtype)
-    for flag, path in (("--model", args.model),):
-        if not Path(path).exists():
-            raise InputError(f"{flag} {path}: file not found")
     rule = tolerance_rule(args, hint=golden_tolerance_hint(args.golden))
     report = run_check(args.model, args.input, args.golden, rule, device=args.device, profile=args.profile,
                        shapes=shapes, dtypes=dtypes, topk=args.topk)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
-from ._args import Parser, add_device_args, add_tolerance_args, check_writable
+from ._args import Parser, add_device_args, add_tolerance_args, tolerance_rule
 from .check import add_report_args, check_report_paths, emit_report, golden_tolerance_hint, run_check
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "golden" / "default"
@@ -32,8 +32,6 @@ def main(argv: list[str]) -> int:
     add_report_args(p)
     args = p.parse_args(argv)
     check_report_paths(args)
-    from ._args import tolerance_rule
-
     model, inputs, golden = default_paths()
     rule = tolerance_rule(args, hint=golden_tolerance_hint(str(golden)))
     report = run_check(model, inputs, str(golden), rule, device=args.device, profile=args.profile, topk=args.topk)
