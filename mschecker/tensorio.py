@@ -298,8 +298,9 @@ def _read_pb(path: Path, where: str) -> tuple[str, np.ndarray]:
 
 def read_polygraphy_json(path) -> dict[str, np.ndarray]:
     """Tensors of a Polygraphy JSON file: `--save-outputs` RunResults (first runner, first iteration) or
-    `--save-inputs` (a list of feed dicts; the first one). Arrays are {"array": base64 of np.save bytes};
-    newer Polygraphy wraps them once more ({"values": {...}}). Nothing is unpickled."""
+    `--save-inputs` (a list of feed dicts; the first one). Arrays are {"array": base64 of np.save bytes}
+    (polygraphy/json/serde.py); newer Polygraphy wraps outputs in a LazyNumpyArray {"values": {...}}
+    (polygraphy/comparator/struct.py). Decoded with allow_pickle=False: nothing is unpickled."""
     path = Path(path)
     where = str(path)
     try:

@@ -160,10 +160,16 @@ def _polygraphy_array(arr):
 
 def test_polygraphy_run_results(tmp_path):
     """The layout of `polygraphy run --save-outputs` (polygraphy/comparator/struct.py + json/serde.py):
-    RunResults {"lst": [[runner, [IterationResult{"outputs": {name: {"array": b64(np.save)}}}]]]}."""
+    RunResults {"lst": [[runner, [IterationResult{"outputs": {name: array}}]]]}, where an array is
+    {"array": b64(np.save)} (older releases) or a LazyNumpyArray {"values": {"array": ...}} (newer ones)."""
     out = {"logits": np.arange(6, dtype=np.float32).reshape(2, 3), "mask": np.array([True, False])}
+    encoded = {
+        "logits": {"values": {**_polygraphy_array(out["logits"]), "polygraphy_class": "ndarray"},
+                   "polygraphy_class": "LazyNumpyArray"},
+        "mask": {**_polygraphy_array(out["mask"]), "polygraphy_class": "ndarray"},
+    }
     doc = {"lst": [["onnxrt-runner-N0", [{
-        "outputs": {k: {**_polygraphy_array(v), "polygraphy_class": "ndarray"} for k, v in out.items()},
+        "outputs": encoded,
         "runtime": 0.01, "runner_name": "onnxrt-runner-N0", "polygraphy_class": "IterationResult"}]]],
         "polygraphy_class": "RunResults"}
     (tmp_path / "r.json").write_text(json.dumps(doc))
