@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from .. import strategies as S
 from ..contracts import dot_bound
+from .matmul import with_underflow
 from ..dtypes import round_to
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
 from ..reference import linalg as ref
@@ -29,7 +30,11 @@ def _abs_terms(i: int):
     return terms
 
 
-_PER_OUTPUT = [dot_bound(_abs_terms(i), lambda case: case.inputs[0].shape[-1] + 1) for i in range(3)]
+def _inner(case: Case) -> int:
+    return case.inputs[0].shape[-1] + 1
+
+
+_PER_OUTPUT = [with_underflow(dot_bound(_abs_terms(i), _inner), _inner) for i in range(3)]
 
 
 def _qkv_bound(case: Case, refs, variant):
