@@ -56,6 +56,7 @@ def test_pass_with_flag_equals_value_form_writes_json_and_html(tmp_path):
     assert report["schema_version"] == 1 and report["passed"] is True
     assert [t["name"] for t in report["tensors"]] == ["logits", "probs"]
     assert report["meta"]["device"] == "ort" and report["rule"]["atol"] == 1e-5
+    assert report["meta"]["tolerance_from"] == "flags"
     assert "<html" in (tmp_path / "r.html").read_text().lower()
 
 
@@ -78,6 +79,7 @@ def test_fail_exit_1_with_msame_style_golden_list(tmp_path):
 def test_demo_passes():
     res = cli("demo")
     assert res.returncode == 0, res.stderr
+    assert "golden manifest hint" in res.stdout
     assert "PASS" in res.stdout and "logits" in res.stdout and "probs" in res.stdout
 
 

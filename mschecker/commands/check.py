@@ -13,7 +13,7 @@ from ..errors import InputError
 from ..runners import TensorMeta, file_sha256, make_runner
 from ..tensorio import read_tensors, split_spec
 from ._args import (Parser, add_device_args, add_override_args, add_tolerance_args, apply_overrides,
-                    check_writable, parse_dtypes, parse_shapes, tolerance_rule)
+                    check_writable, parse_dtypes, parse_shapes, tolerance_given, tolerance_rule)
 
 
 def golden_tolerance_hint(golden_spec) -> dict | None:
@@ -25,12 +25,14 @@ def golden_tolerance_hint(golden_spec) -> dict | None:
 
 
 def run_check(model, inputs, golden, rule, *, device: str = "ort", profile: str | None = None,
-              shapes: dict | None = None, dtypes: dict | None = None, topk: int = 10, runner=None):
+              shapes: dict | None = None, dtypes: dict | None = None, topk: int = 10, runner=None,
+              tolerance_from: str = "caller"):
     """Run `model` on `inputs`, compare every output with `golden` under `rule`; returns a CheckReport.
 
     shapes/dtypes: --shape/--dtype overrides ({name or None: value}); input overrides describe the input files,
     output overrides describe raw golden files. Outputs match goldens by name where the golden set has names,
-    else by position; a missing one is an InputError naming the output.
+    else by position; a missing one is an InputError naming the output. tolerance_from says where `rule` came
+    from (recorded in the report's meta).
     """
     from ..compare import CheckReport, compare_arrays
 
@@ -39,6 +41,8 @@ def run_check(model, inputs, golden, rule, *, device: str = "ort", profile: str 
     runner = runner or make_runner(model, device=device, profile=profile)
     t_load = time.perf_counter()
     in_metas, out_names = runner.inputs(), [m.name for m in runner.outputs()]
+    if not out_names:
+        raise InputError(f"model {model}: declares no outputs, nothing to compare")
     metas = apply_overrides(in_metas, {k: v for k, v in shapes.items() if k not in out_names},
                             {k: v for k, v in dtypes.items() if k not in out_names}, others=out_names)
     feeds = read_tensors(inputs, metas, role="input")
@@ -57,10 +61,20 @@ def run_check(model, inputs, golden, rule, *, device: str = "ort", profile: str 
         "runner": runner.name,
         "device": device,
         "profile": profile,
+        "tolerance_from": tolerance_from,
         "timings_s": {"load": round(t_load - t0, 4), "read_inputs": round(t_read - t_load, 4),
                       "run": round(t_run - t_read, 4), "compare": round(t_cmp - t_run, 4)},
     }
     return CheckReport(tensors=tensors, rule=rule, meta=meta)
+
+
+def tolerance_source(args, hint) -> str:
+    """Where the rule came from, for the report: "flags", "flags + golden manifest hint", "golden manifest hint"
+    or "default" (mirrors _args.tolerance_rule)."""
+    elementwise = any(getattr(args, k) is not None for k in ("tolerance", "atol", "rtol", "ulp"))
+    if elementwise or not hint:
+        return "flags" if tolerance_given(args) else "default"
+    return "golden manifest hint" + (" + --cosine" if args.cosine is not None else "")
 
 
 def build_parser(prog: str = "mschecker") -> Parser:
@@ -107,7 +121,8 @@ def main(argv: list[str]) -> int:
         raise InputError(f"--topk expects a non-negative integer, got {args.topk}")
     check_report_paths(args)
     shapes, dtypes = parse_shapes(args.shape), parse_dtypes(args.dtype)
-    rule = tolerance_rule(args, hint=golden_tolerance_hint(args.golden))
-    report = run_check(args.model, args.input, args.golden, rule, device=args.device, profile=args.profile,
-                       shapes=shapes, dtypes=dtypes, topk=args.topk)
+    hint = golden_tolerance_hint(args.golden)
+    report = run_check(args.model, args.input, args.golden, tolerance_rule(args, hint=hint), device=args.device,
+                       profile=args.profile, shapes=shapes, dtypes=dtypes, topk=args.topk,
+                       tolerance_from=tolerance_source(args, hint))
     return emit_report(report, args)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ..errors import InputError
 from ._args import Parser, add_device_args, add_tolerance_args, tolerance_rule
-from .check import add_report_args, check_report_paths, emit_report, golden_tolerance_hint, run_check
+from .check import (add_report_args, check_report_paths, emit_report, golden_tolerance_hint, run_check,
+                    tolerance_source)
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "golden" / "default"
 MODEL, INPUTS, GOLDEN = "model.onnx", ("x.bin", "t.bin"), "expected"
@@ -33,6 +34,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     check_report_paths(args)
     model, inputs, golden = default_paths()
-    rule = tolerance_rule(args, hint=golden_tolerance_hint(str(golden)))
-    report = run_check(model, inputs, str(golden), rule, device=args.device, profile=args.profile, topk=args.topk)
+    hint = golden_tolerance_hint(str(golden))
+    report = run_check(model, inputs, str(golden), tolerance_rule(args, hint=hint), device=args.device,
+                       profile=args.profile, topk=args.topk, tolerance_from=tolerance_source(args, hint))
     return emit_report(report, args)
