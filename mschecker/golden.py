@@ -175,6 +175,14 @@ def verify(directory) -> list[str]:
     return problems
 
 
+def find_golden_dirs(root) -> list[Path]:
+    """`root` itself when it holds a manifest, else every directory below it that does (sorted)."""
+    root = Path(root)
+    if manifest_path(root).is_file():
+        return [root]
+    return sorted(p.parent for p in root.rglob(MANIFEST) if p.is_file())
+
+
 def _load_entry(directory: Path, name: str, entry: dict) -> np.ndarray:
     path = directory / entry["file"]
     where = f"golden {path} (tensor {name!r})"

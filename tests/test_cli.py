@@ -93,7 +93,7 @@ def test_golden_record_update_and_verify(tmp_path):
     assert manifest["tolerance"] == HINT and "onnxruntime" in manifest["producer"]["runner"]
     # Tamper, then --update with another input: the new goldens are listed as changed, the tampering as repaired.
     np.save(g / "probs.npy", np.zeros((1, 10), np.float32))
-    ver = cli("golden", "verify", g)
+    ver = cli("golden", "verify", tmp_path)  # a tree: every golden directory below it
     assert ver.returncode == 1 and "probs: probs.npy sha256" in ver.stdout
     np.save(tmp_path / "t2.npy", np.fromfile(D / "t.bin", np.float32).reshape(1, 8) + 1)
     upd = cli("golden", "record", "--model", MODEL, "--input", f"{D / 'x.bin'},{tmp_path / 't2.npy'}", "--out", g,

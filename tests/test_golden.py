@@ -103,6 +103,14 @@ def test_verify_finds_tampering(tmp_path):
         golden.load(g, verify=False)
 
 
+def test_find_golden_dirs(tmp_path):
+    for sub in ("b/one", "a", "c/deep/two"):
+        golden.record(tmp_path / sub, {"y": np.zeros(1)}, producer="t")
+    assert golden.find_golden_dirs(tmp_path) == [tmp_path / "a", tmp_path / "b/one", tmp_path / "c/deep/two"]
+    assert golden.find_golden_dirs(tmp_path / "a") == [tmp_path / "a"]
+    assert golden.find_golden_dirs(tmp_path / "c/deep/two/..") != []
+
+
 def test_verify_of_missing_or_broken_manifest(tmp_path):
     assert "no manifest.json" in golden.verify(tmp_path)[0]
     (tmp_path / "manifest.json").write_text("{}")

@@ -1,7 +1,8 @@
 """`mschecker golden record|verify`: create, update and verify golden directories (mschecker.golden).
 
 record: runs the model and stores its outputs + manifest; refuses an existing golden set without --update, and with
---update prints what changed. verify: exit 0 when every file matches the manifest, 1 with the list of problems.
+--update prints what changed. verify DIR: DIR itself or every golden directory below it; exit 0 when every file
+matches its manifest, 1 with the list of problems, 2 when there is no manifest at all.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def build_parser() -> Parser:
     add_override_args(rec)
     add_tolerance_args(rec)
     ver = sub.add_parser("verify", help="check that golden files match their manifest")
-    ver.add_argument("directory")
+    ver.add_argument("directory", help="a golden directory, or a tree of them (e.g. golden/)")
     return p
 
 
@@ -57,18 +58,33 @@ def record_from_model(model, inputs, out, *, device="ort", profile=None, shapes=
 DEFAULT_FP32_HINT = {"atol": 1e-5, "rtol": 1.3e-6}
 
 
+def verify_tree(root: Path) -> int:
+    """Verify `root`, or every golden directory under it (CI runs `mschecker golden verify golden/`)."""
+    if not root.is_dir():
+        raise InputError(f"golden directory {root}: not found")
+    directories = golden_store.find_golden_dirs(root)
+    if not directories:
+        raise InputError(f"golden directory {root}: no {golden_store.MANIFEST} in it or below it")
+    failed = 0
+    for directory in directories:
+        problems = golden_store.verify(directory)
+        for line in problems:
+            print(f"FAIL {directory}: {line}")
+        try:
+            n = len(golden_store.read_manifest(directory)["tensors"])
+        except InputError:  # an unreadable manifest is already one of the problems
+            n = 0
+        print(f"{directory}: {'OK' if not problems else f'{len(problems)} problem(s)'} ({n} tensor(s) in manifest)")
+        failed += bool(problems)
+    if len(directories) > 1:
+        print(f"{len(directories) - failed}/{len(directories)} golden directories OK")
+    return 1 if failed else 0
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.action == "verify":
-        directory = Path(args.directory)
-        if not directory.is_dir():
-            raise InputError(f"golden directory {directory}: not found")
-        problems = golden_store.verify(directory)
-        for line in problems:
-            print(f"FAIL {line}")
-        n = len(golden_store.read_manifest(directory)["tensors"]) if golden_store.manifest_path(directory).is_file() else 0
-        print(f"{directory}: {'OK' if not problems else f'{len(problems)} problem(s)'} ({n} tensor(s) in manifest)")
-        return 0 if not problems else 1
+        return verify_tree(Path(args.directory))
     if tolerance_given(args):
         tolerance = tolerance_rule(args).to_dict()
     else:  # the fp32 hint fits onnxruntime's fp32 outputs only; other devices leave it to the rule's default
