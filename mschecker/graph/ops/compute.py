@@ -97,6 +97,9 @@ def conv_transpose(ctx, attrs, x, w, b=None):
         for i in range(nd):
             k = (w.shape[2 + i] - 1) * dilations[i] + 1
             total = strides[i] * (x.shape[2 + i] - 1) + out_pad[i] + k - out_shape[i]
+            if total < 0:  # the requested output is longer than the full result: extend it at the end
+                out_pad[i] -= total
+                total = 0
             if auto_pad == "SAME_UPPER":
                 begins.append(total // 2)
                 ends.append(total - total // 2)
@@ -161,6 +164,12 @@ def attention(ctx, attrs, q, k, v, attn_mask=None, past_key=None, past_value=Non
         kk, vv = np.repeat(kk, reps, axis=1), np.repeat(vv, reps, axis=1)
     scale = attrs.get("scale")
     y = ctx.kernel("attention")(q, kk, vv, mask=mask, scale=None if scale is None else float(scale), causal=False)
+    if mask is not None:
+        # ONNX (opset 23): a query row with no attendable key outputs zeros (softmax over all -inf is 0/0).
+        keep = mask if mask.dtype == np.bool_ else mask > -np.inf
+        dead = ~np.broadcast_to(keep, np.broadcast_shapes(keep.shape, y.shape[:-1] + (kk.shape[2],))).any(axis=-1)
+        if dead.any():
+            y = np.where(dead[..., None], np.zeros((), y.dtype), y)
     if three_d:
         y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
     return y, present_k, present_v

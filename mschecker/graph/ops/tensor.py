@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
+from ...dtypes import dtype_name
 from . import register
 from .onnx_reference import run_onnx_reference
 
@@ -34,7 +35,8 @@ def reshape(ctx, attrs, x, shape):
 
 @register("Flatten")
 def flatten(ctx, attrs, x):
-    axis = int(attrs.get("axis", 1)) % (x.ndim + 1) if x.ndim else 0
+    axis = int(attrs.get("axis", 1))
+    axis = axis + x.ndim if axis < 0 else axis
     return x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64)))
 
 
@@ -134,17 +136,19 @@ def _cast(ctx, x, target: np.dtype):
         return x.astype(target)
 
 
+_CAST_TARGETS = {"float16", "bfloat16", "float32", "float64", "bool", "int8", "uint8", "int16", "uint16", "int32",
+                 "uint32", "int64", "uint64"}
+
+
 def _check_cast(attrs, node, opset):
     to = attrs.get("to")
     if to is not None:
         try:
-            dt = np.dtype(helper.tensor_dtype_to_np_dtype(to))
-        except Exception:  # noqa: BLE001
-            return f"Cast to element type {to}"
-        if dt.kind in "OSU":
-            return "Cast to string"
-        if dt.itemsize == 1 and dt.kind == "V":
-            return f"Cast to 8-bit float type {helper.tensor_dtype_to_string(to)}"
+            name = dtype_name(np.dtype(helper.tensor_dtype_to_np_dtype(to)))
+        except Exception:  # noqa: BLE001 - onnx raises different errors for unknown types
+            name = None
+        if name not in _CAST_TARGETS:
+            return f"Cast to {helper.tensor_dtype_to_string(to)} (8-bit/4-bit/2-bit floats and ints, strings)"
     return None
 
 
@@ -155,6 +159,8 @@ def cast(ctx, attrs, x):
 
 @register("CastLike", convert_inputs=False, keeps_output_dtype=True)
 def cast_like(ctx, attrs, x, like):
+    if dtype_name(like.dtype) not in _CAST_TARGETS if like.dtype.kind != "O" else True:
+        raise ValueError(f"CastLike to {like.dtype} is not supported (8/4/2-bit formats, strings)")
     return _cast(ctx, x, like.dtype)
 
 
@@ -191,14 +197,16 @@ def cumsum(ctx, attrs, x, axis):
 def _resize_fast_scale(attrs, x, scales, sizes):
     """Integer upsampling factors per axis when a nearest Resize is a plain np.repeat, else None.
 
-    Exact for mode=nearest with integer factors when (asymmetric, floor) or (half_pixel / pytorch_half_pixel,
-    any rounding): the source index of output i = k*s + r is then exactly k (see docs/EXECUTOR.md).
+    Exact for mode=nearest with integer factors s when (asymmetric, floor) or (half_pixel / pytorch_half_pixel,
+    round_prefer_floor / round_prefer_ceil): for output i = k*s + r the source coordinate is k + (r+0.5)/s - 0.5,
+    strictly within 0.5 of k, so it rounds to k (with asymmetric, i/s floors to k); see docs/EXECUTOR.md.
     """
     if attrs.get("mode", "nearest") != "nearest" or attrs.get("axes") is not None or attrs.get("antialias", 0):
         return None
     ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
     nearest = attrs.get("nearest_mode", "round_prefer_floor")
-    if not ((ctm == "asymmetric" and nearest == "floor") or ctm in ("half_pixel", "pytorch_half_pixel")):
+    if not ((ctm == "asymmetric" and nearest == "floor") or (
+            ctm in ("half_pixel", "pytorch_half_pixel") and nearest in ("round_prefer_floor", "round_prefer_ceil"))):
         return None
     if sizes is not None and np.asarray(sizes).size:
         out = _ints(sizes)
