@@ -46,6 +46,10 @@ def _zero_insert(x, w, b, strides, pads, dilations, group, output_padding, flip:
     _, cog, kh, kw = w.shape
     (sh, sw), (dh, dw) = strides, dilations
     pt, pl, pb, pr = pads
+    oh = conv_transpose_output_size(h, kh, sh, pt, pb, dh, output_padding[0])
+    ow = conv_transpose_output_size(wd, kw, sw, pl, pr, dw, output_padding[1])
+    if oh <= 0 or ow <= 0:
+        return np.zeros((n, group * cog, max(oh, 0), max(ow, 0)), dtype=np.float16)
     xz = np.zeros((n, c_in, sh * (h - 1) + 1, sw * (wd - 1) + 1), dtype=x.dtype)
     xz[:, :, ::sh, ::sw] = x
     # Padding of the equivalent direct conv; a negative value crops the zero-inserted input instead.

@@ -125,6 +125,9 @@ def conv_cases(draw, *, winograd=False, min_cg=1, max_cg=4, x_values=None, trans
         # Pads must not crop more than the full output: keep pads <= the kernel extent - 1.
         pads = (min(pads[0], ext_h - 1), min(pads[1], ext_w - 1), min(pads[2], ext_h - 1), min(pads[3], ext_w - 1))
         h, wd = draw(st.integers(1, 6)), draw(st.integers(1, 6))
+        # Keep the output non-empty: pads may not crop the whole s*(n-1) + extent of the full result.
+        full_h, full_w = strides[0] * (h - 1) + ext_h, strides[1] * (wd - 1) + ext_w
+        pads = (pads[0], pads[1], min(pads[2], full_h - pads[0] - 1), min(pads[3], full_w - pads[1] - 1))
         w_shape = (group * cg, kg, kh, kw)
         c_out = group * kg
     else:
