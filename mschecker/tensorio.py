@@ -409,7 +409,7 @@ def read_tensors(spec: str | Sequence[str], metas: "Sequence[TensorMeta] | None"
     meta_names = [m.name for m in metas]
     if positional and not all(n in named for n in meta_names):  # tensors really named input_0... match by name
         ordered = [named[k] for k in sorted(named, key=lambda k: int(_POSITIONAL_NAME.match(k).group(1)))]
-        return _match_positional(ordered, [source] * len(ordered), metas, role, kind, source)
+        return _match_positional(ordered, metas, role, kind, source)
     if role == "input":
         unknown = [k for k in named if k not in meta_names]
         if unknown:
@@ -441,15 +441,15 @@ def _read_list(items: list[str], metas, role: str, kind: str) -> dict[str, np.nd
     return out
 
 
-def _match_positional(arrays, sources, metas, role, kind, source) -> dict[str, np.ndarray]:
+def _match_positional(arrays, metas, role, kind, source) -> dict[str, np.ndarray]:
     if role == "input" and len(arrays) != len(metas):
         raise InputError(f"{source}: holds {len(arrays)} tensor(s) but the model has {len(metas)} input(s): "
                          f"{', '.join(m.name for m in metas)}")
     if len(arrays) < len(metas):
         raise InputError(f"{source}: holds {len(arrays)} tensor(s): no tensor for {kind} {metas[len(arrays)].name!r}")
     out = {}
-    for arr, src, m in zip(arrays, sources, metas):
-        where = f"{src} (tensor {m.name!r})"
+    for arr, m in zip(arrays, metas):
+        where = f"{source} (tensor {m.name!r})"
         out[m.name] = check_expected(_reinterpret_bf16(arr, m.dtype), m.shape, m.dtype if role == "input" else None, where)
     return out
 
