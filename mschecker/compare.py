@@ -34,12 +34,13 @@ DEFAULT_RTOL = 1e-5
 #: Thresholds of Ascend's "thousandth ratio" style metrics (NUMERICS.md section 4).
 REL_THRESHOLDS = (1e-3, 5e-3)
 
-#: Default streaming chunk, in elements: 1 Mi elements = 8 MiB per float64 temporary; about a dozen temporaries
-#: live at once, so a comparison needs ~100 MB whatever the tensor size (benchmarks/compare_bench.py).
-DEFAULT_CHUNK_ELEMS = 1 << 20
+#: Default streaming chunk, in elements: 256 Ki elements = 2 MiB per float64 temporary; about a dozen temporaries
+#: live at once (~25 MB, mostly in L3 cache) whatever the tensor size. 2^16, 2^18 and 2^20 were measured with
+#: benchmarks/compare_bench.py; 2^18 was fastest (per-call overhead vs cache misses).
+DEFAULT_CHUNK_ELEMS = 1 << 18
 
 # ULP distances below this are counted in exact bins; larger ones in power-of-two buckets that a later pass
-# refines exactly (see _UlpHistogram).
+# resolves exactly when a percentile falls there (see _UlpHistogram).
 _EXACT_ULP_BINS = 1 << 16
 
 
@@ -354,15 +355,57 @@ def _json_safe(obj):
 # --------------------------------------------------------------------------------------------------------------
 
 def _chunks(x: np.ndarray, chunk: int) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield (flat offset, 1-D chunk) in C order; views for C-contiguous arrays (memmaps), O(chunk) copies else."""
+    """Yield (flat offset, 1-D chunk) in C order; views for C-contiguous arrays (memmaps), O(chunk) copies else.
+
+    Pages of a read-only np.memmap are released after each chunk (madvise DONTNEED: the kernel's page cache
+    keeps the file, the process stops holding it), so the resident set stays O(chunk) for any file size.
+    """
     n = x.size
     if x.flags.c_contiguous:
         flat = x.reshape(-1)
+        release = isinstance(x, np.memmap) and not x.flags.writeable
         for start in range(0, n, chunk):
-            yield start, flat[start:start + chunk]
+            part = flat[start:start + chunk]
+            yield start, part
+            if release:
+                _release_pages(part)
     else:
         for start in range(0, n, chunk):
             yield start, np.asarray(x.flat[start:start + chunk])
+
+
+_LIBC = None
+_PAGE = 4096
+
+
+def _release_pages(part: np.ndarray) -> None:
+    """madvise(MADV_DONTNEED) the whole pages of a read-only file mapping (Linux; a no-op elsewhere)."""
+    global _LIBC, _PAGE
+    if _LIBC is None:
+        try:
+            import ctypes
+            import mmap
+            import sys
+
+            _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else False
+            _PAGE = mmap.PAGESIZE
+        except OSError:
+            _LIBC = False
+    if not _LIBC or part.nbytes < _PAGE:
+        return
+    import ctypes
+
+    addr = part.ctypes.data
+    start = -(-addr // _PAGE) * _PAGE
+    end = (addr + part.nbytes) // _PAGE * _PAGE
+    if end > start:
+        _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), 4)  # 4 = MADV_DONTNEED
+
+
+def _dot(x: np.ndarray, y: np.ndarray) -> float:
+    """float64 dot product without BLAS: np.dot's threaded BLAS measured 10-40x slower than einsum's SIMD loop on
+    a busy 2-core machine (thread contention), and the streaming loop calls it several times per chunk."""
+    return float(np.einsum("i,i->", x, y))
 
 
 def _to_f64(x: np.ndarray) -> np.ndarray:
@@ -370,38 +413,87 @@ def _to_f64(x: np.ndarray) -> np.ndarray:
 
 
 def _ulp_ordinal(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
-    """Biased sign-magnitude ordinal as fmt's unsigned type: monotonic in value, +0 and -0 both map to 2^(bits-1).
+    """Sign-magnitude ordinal in fmt's signed integer type: +x -> bits, -x -> -magnitude (so +0 == -0 == 0).
 
-    Same ordering as dtypes.ordinal (offset by 2^(bits-1)) but without int64 temporaries, so that ULP distances of
-    16/32/64-bit formats fit their own unsigned type (the largest is +inf - (-inf) = 2*inf_bits < 2^bits).
+    Equal to dtypes.ordinal, computed branch-free in the format's own width (s ^ ((s >> (b-1)) & mag_mask)
+    maps a negative s to -magnitude - 1; subtracting the sign (s >> (b-1) = -1) adds the 1 back).
     """
-    bits = np.ascontiguousarray(x).view(fmt.uint)
-    sign = fmt.uint.type(1 << (fmt.bits - 1))
-    out = bits | sign
-    np.negative(bits, out=out, where=bits >= sign)  # negative: 2^bits - bits = 2^(bits-1) - magnitude
+    s = np.ascontiguousarray(x).view(np.dtype(f"int{fmt.bits}"))
+    sign = s >> (fmt.bits - 1)  # 0 or -1
+    out = sign & np.array((1 << (fmt.bits - 1)) - 1, dtype=s.dtype)
+    out ^= s
+    out -= sign
     return out
 
 
 def _ulp_distances(a_fmt: np.ndarray, e_fmt: np.ndarray, fmt: FloatFormat) -> np.ndarray:
-    """|ordinal(a) - ordinal(e)| as fmt's unsigned type (equal to dtypes.ulp_distance for non-NaN inputs)."""
+    """|ordinal(a) - ordinal(e)| as fmt's unsigned type (equal to dtypes.ulp_distance for non-NaN inputs).
+
+    The true difference of two ordinals is below 2^bits (the widest is +inf - (-inf) = 2*inf_bits), so the
+    wrapping signed subtraction max - min, read as unsigned, is exact.
+    """
     oa = _ulp_ordinal(a_fmt, fmt)
     oe = _ulp_ordinal(e_fmt, fmt)
     hi = np.maximum(oa, oe)
     np.minimum(oa, oe, out=oa)
     hi -= oa
-    return hi
+    return hi.view(fmt.uint)
+
+
+def _ulp_format(rule: ToleranceRule, a_dtype, e_dtype) -> FloatFormat | None:
+    """The format ULPs are counted in: the rule's, else the coarser (fewer mantissa bits) of the two float dtypes
+    (expected's on a tie), else None (integer tensors have no ULP). Counting in the finer format would measure
+    the rounding of the coarser side to its own format, not the error."""
+    if rule.ulp_format:
+        return float_format(resolve_dtype(rule.ulp_format))
+    fmts = [float_format(d) for d in (e_dtype, a_dtype) if is_float(d)]
+    return min(fmts, key=lambda f: f.mantissa_bits) if fmts else None
+
+
+# |err| histogram: bucket 0 holds exact zeros, 1 holds (0, 1e-12), then one bucket per decade up to [1e1, 1e2),
+# and the last holds [1e2, inf]. Edges are the float64 values 1e-12 ... 1e2.
+_DECADE_EDGES = 10.0 ** np.arange(-12, 3)
+_DECADE_LABELS = ["0", "<1e-12"] + [f"[1e{k},1e{k + 1})" for k in range(-12, 2)] + ["≥1e2"]
+
+
+def _decade_tables():
+    """Per float64 biased exponent E: the bucket of 2^(E-1023) and the one decade edge inside [2^.., 2^(..+1))
+    (inf when none), so that bucket(x) = idx[E] + (x >= up[E]) equals 1 + searchsorted(edges, x, 'right')."""
+    idx = np.zeros(2048, dtype=np.intp)
+    up = np.full(2048, np.inf)
+    up[0] = 5e-324  # E == 0: zero stays in bucket 0, a nonzero subnormal moves to bucket 1
+    for e in range(1, 2047):
+        lo = math.ldexp(1.0, e - 1023)
+        idx[e] = 1 + int(np.searchsorted(_DECADE_EDGES, lo, side="right"))
+        inside = _DECADE_EDGES[(_DECADE_EDGES > lo) & (_DECADE_EDGES < 2 * lo)]
+        if inside.size:
+            up[e] = inside[0]
+    idx[2047] = len(_DECADE_LABELS) - 1
+    up[2047] = np.nan  # inf/NaN exponent: last bucket, never +1
+    return idx, up
+
+
+_DECADE_IDX, _DECADE_UP = _decade_tables()
+
+
+def _decade_bucket(ad: np.ndarray) -> np.ndarray:
+    """Histogram bucket of each |err| (float64, >= 0) via its exponent bits: no log, no binary search."""
+    e = ad.view(np.int64) >> 52
+    b = _DECADE_IDX[e]
+    b += ad >= _DECADE_UP[e]
+    return b
 
 
 class _UlpHistogram:
     """Exact distribution of ULP distances with bounded memory.
 
-    Distances below 2^16 are counted in exact bins; larger ones in buckets [2^k, 2^(k+1)). A percentile that
-    falls into a bucket is resolved exactly by `refine`, which re-streams the data and counts the bucket's
-    values in 2^16 sub-bins, narrowing until a bin holds one value (at most 1 extra pass for fp32 distances
-    below 2^32... see _resolve; 3 for fp64).
+    Distances below 2^16 are counted in exact bins (512 KiB of counters: they stay in L2 cache, which makes the
+    per-element bincount 4x faster than with 2^20 bins); larger ones in power-of-two buckets [2^k, 2^(k+1)). A
+    percentile that falls into a bucket is resolved exactly by `_ulp_percentiles`, which re-streams the data
+    (only then: fp16/bf16 distances always fit the exact bins, and 2^16 fp32 ULPs is a relative error of ~0.4%).
 
-    Percentile definition (nearest rank): p-th percentile = the smallest distance d such that at least
-    ceil(p * n / 100) of the n distances are <= d, i.e. sorted[ceil(p*n/100) - 1] (numpy's "inverted_cdf").
+    Percentile definition (nearest rank): the p-th percentile of n distances is the smallest distance d such that
+    at least ceil(p * n / 100) distances are <= d, i.e. sorted[ceil(p*n/100) - 1] (numpy's "inverted_cdf").
     """
 
     def __init__(self):
@@ -409,32 +501,31 @@ class _UlpHistogram:
         self.high = np.zeros(64, dtype=np.int64)  # high[k]: count of distances in [2^k, 2^(k+1)), k >= 16
         self.n = 0
         self.max = 0
-        self._edges = np.array([1 << k for k in range(16, 64)], dtype=np.uint64)
+        self._bits = _EXACT_ULP_BINS.bit_length() - 1
+        self._edges = np.array([1 << k for k in range(self._bits, 64)], dtype=np.uint64)
 
     def add(self, d: np.ndarray) -> None:
         if d.size == 0:
             return
         self.n += d.size
-        self.max = max(self.max, int(d.max()))
-        if self.max < _EXACT_ULP_BINS:
-            self.low += np.bincount(d.astype(np.intp, copy=False), minlength=_EXACT_ULP_BINS)
-            return
-        big = d >= _EXACT_ULP_BINS
-        nbig = int(np.count_nonzero(big))
-        if nbig:
-            k = 15 + np.searchsorted(self._edges, d[big].astype(np.uint64), side="right")
+        dmax = int(d.max())
+        self.max = max(self.max, dmax)
+        if dmax >= _EXACT_ULP_BINS:
+            big = d >= _EXACT_ULP_BINS
+            k = self._bits - 1 + np.searchsorted(self._edges, d[big].astype(np.uint64), side="right")
             self.high += np.bincount(k, minlength=64)
-            small = d[~big]
-        else:
-            small = d
-        self.low += np.bincount(small.astype(np.intp, copy=False), minlength=_EXACT_ULP_BINS)
+            d = d[~big]
+            if d.size == 0:
+                return
+        counts = np.bincount(d if d.dtype.itemsize < 8 else d.astype(np.intp))  # length max(d)+1 <= 2^16
+        self.low[: counts.size] += counts
 
     def rank(self, p: int) -> int:
         """1-based nearest rank for percentile p (integer arithmetic, no float rounding)."""
         return max(1, -(-p * self.n // 100))
 
     def locate(self, r: int):
-        """Exact value for 1-based rank r if it lies in an exact bin, else (lo, width, rank within bucket)."""
+        """Exact value for 1-based rank r if it lies in an exact bin, else (lo, width, rank within, count)."""
         cum_low = np.cumsum(self.low)
         if r <= cum_low[-1]:
             return int(np.searchsorted(cum_low, r))
@@ -442,7 +533,7 @@ class _UlpHistogram:
         cum_high = np.cumsum(self.high)
         k = int(np.searchsorted(cum_high, r))
         before = int(cum_high[k - 1]) if k else 0
-        return (1 << k, 1 << k, r - before)
+        return (1 << k, 1 << k, r - before, int(self.high[k]))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -455,8 +546,7 @@ class _Accumulator:
     def __init__(self, name, shape, a_dtype, e_dtype, rule: ToleranceRule, topk: int):
         self.name, self.shape, self.rule, self.topk = name, tuple(shape), rule, max(0, int(topk))
         self.a_dtype, self.e_dtype = a_dtype, e_dtype
-        ulp_dtype = resolve_dtype(rule.ulp_format) if rule.ulp_format else (e_dtype if is_float(e_dtype) else None)
-        self.fmt: FloatFormat | None = float_format(ulp_dtype) if ulp_dtype is not None else None
+        self.fmt: FloatFormat | None = _ulp_format(rule, a_dtype, e_dtype)
         # Relative-error floor: below the smallest normal of the format the expected value has no relative
         # precision left, so the relative error is measured against max(|e|, smallest normal).
         self.tiny = (self.fmt or float_format(np.float64)).smallest_normal
@@ -487,9 +577,7 @@ class _Accumulator:
         self.top_idx = np.empty(0, dtype=np.int64)
         self.top_a = np.empty(0)
         self.top_e = np.empty(0)
-        # log10 |err| histogram buckets: (-inf, 1e-12), [1e-12, 1e-11), ..., [1e2, inf), exact zeros separately.
-        self.hist_edges = 10.0 ** np.arange(-12, 3)
-        self.hist = np.zeros(len(self.hist_edges) + 2, dtype=np.int64)  # [zero, <1e-12, ..., >=1e2]
+        self.hist = np.zeros(len(_DECADE_LABELS), dtype=np.int64)
 
     # -- per chunk ------------------------------------------------------------------------------------------
     def update(self, a: np.ndarray, e: np.ndarray, offset: int) -> None:
@@ -498,7 +586,7 @@ class _Accumulator:
         a64 = _to_f64(a)
         e64 = _to_f64(e)
         d = a64 - e64
-        dd = float(np.dot(d, d))
+        dd = _dot(d, d)
         if math.isfinite(dd):
             # Fast path: no NaN/inf in either chunk (a NaN/inf anywhere makes d, hence dd, non-finite).
             self._finite_pairs(a, e, a64, e64, d, dd, None, offset)
@@ -515,7 +603,7 @@ class _Accumulator:
         sel = np.flatnonzero(both)
         if sel.size:
             d_sel = d[sel]
-            self._finite_pairs(a[sel], e[sel], a64[sel], e64[sel], d_sel, float(np.dot(d_sel, d_sel)), sel, offset)
+            self._finite_pairs(a[sel], e[sel], a64[sel], e64[sel], d_sel, _dot(d_sel, d_sel), sel, offset)
         self._nonfinite_pairs(a64, e64, ~both, offset)
 
     def _finite_pairs(self, a, e, a64, e64, d, dd, sel, offset) -> None:
@@ -525,8 +613,8 @@ class _Accumulator:
             return
         self.finite += m
         self.sum_dd += dd
-        self.sum_aa += float(np.dot(a64, a64))
-        self.sum_ee += float(np.dot(e64, e64))
+        self.sum_aa += _dot(a64, a64)
+        self.sum_ee += _dot(e64, e64)
         ad = np.abs(d, out=d)
         self.sum_abs += float(ad.sum())
         pos = lambda i: offset + (int(i) if sel is None else int(sel[i]))  # noqa: E731
@@ -573,11 +661,7 @@ class _Accumulator:
         return _ulp_distances(ar, er, self.fmt), fin
 
     def _histogram(self, ad) -> None:
-        zeros = int(np.count_nonzero(ad == 0))
-        self.hist[0] += zeros
-        counts = np.bincount(np.searchsorted(self.hist_edges, ad, side="right"), minlength=len(self.hist_edges) + 1)
-        counts[0] -= zeros
-        self.hist[1:] += counts
+        self.hist += np.bincount(_decade_bucket(ad), minlength=self.hist.size)
 
     def _kl(self, a64, e64) -> None:
         if (a64.size and float(a64.min()) < 0) or (e64.size and float(e64.min()) < 0):
@@ -589,7 +673,7 @@ class _Accumulator:
         ep = e64[pos]
         ap = a64[pos]
         with np.errstate(divide="ignore"):
-            self.sum_elog += float(np.dot(ep, np.log(ep) - np.log(ap)))  # a = 0 where e > 0 gives +inf
+            self.sum_elog += _dot(ep, np.log(ep) - np.log(ap))  # a = 0 where e > 0 gives +inf
 
     def _top(self, key, a64, e64, sel, offset) -> None:
         """Keep the k largest keys across chunks; ties go to the lower flat index (chunks arrive in flat order,
@@ -691,8 +775,7 @@ class _Accumulator:
             r.ulp_p50, r.ulp_p99 = _ulp_percentiles(self.ulp, (50, 99), rechunk, self)
         r.worst = [WorstElement(unravel(int(i)), float(a), float(e), float(abs(a - e)), _rel(a, e, self.tiny))
                    for key, i, a, e in zip(self.top_key, self.top_idx, self.top_a, self.top_e) if key > 0]
-        labels = ["0"] + [f"<1e{-12}"] + [f"[1e{k},1e{k + 1})" for k in range(-12, 2)] + ["≥1e2"]
-        r.abs_err_histogram = [(lab, int(c)) for lab, c in zip(labels, self.hist)]
+        r.abs_err_histogram = [(lab, int(c)) for lab, c in zip(_DECADE_LABELS, self.hist)]
         # Verdict.
         finite_mism = self.mismatches - self.nonfinite_mismatches
         if finite_mism:
@@ -742,10 +825,15 @@ def _db(signal: float, noise: float) -> float:
     return 10.0 * math.log10(signal / noise)
 
 
-def _ulp_percentiles(hist: _UlpHistogram, percentiles, rechunk, acc: _Accumulator) -> tuple:
-    """Exact nearest-rank percentiles; ranks that land in a power-of-two bucket are refined by re-streaming."""
-    results = {}
-    pending = {}
+#: A percentile bucket holding at most this many distances is resolved by collecting them (8 bytes each).
+_COLLECT_LIMIT = 1 << 22
+
+
+def _ulp_percentiles(hist: _UlpHistogram, percentiles, rechunk, acc: "_Accumulator") -> tuple:
+    """Exact nearest-rank percentiles. A rank in an exact bin is read off; a rank in a power-of-two bucket is
+    resolved by re-streaming: the bucket's distances are collected and partitioned when there are at most
+    _COLLECT_LIMIT of them, else counted in 2^16 sub-bins and the search narrows (one more pass each time)."""
+    results, pending = {}, {}
     for p in percentiles:
         loc = hist.locate(hist.rank(p))
         if isinstance(loc, int):
@@ -753,34 +841,39 @@ def _ulp_percentiles(hist: _UlpHistogram, percentiles, rechunk, acc: _Accumulato
         else:
             pending[p] = loc
     while pending:
-        # One pass over the data counts, for each pending range [lo, lo+width), 2^16 sub-bins.
         plans = {}
-        for p, (lo, width, r) in pending.items():
+        for p, (lo, width, r, count) in pending.items():
             shift = max(0, width.bit_length() - 1 - 16)
-            plans[p] = (lo, width, r, shift, np.zeros(min(width, _EXACT_ULP_BINS), dtype=np.int64))
+            collect = count <= _COLLECT_LIMIT
+            plans[p] = (lo, width, r, shift, [] if collect else np.zeros(width >> shift, dtype=np.int64))
         for a_c, e_c in rechunk():
             a64, e64 = _to_f64(a_c), _to_f64(e_c)
             both = np.isfinite(a64) & np.isfinite(e64)
             if not both.all():
                 a_c, e_c = a_c[both], e_c[both]
-            d, _ = acc._ulps(a_c, e_c)
-            d = d.astype(np.uint64)
-            for p, (lo, width, r, shift, counts) in plans.items():
+            d = acc._ulps(a_c, e_c)[0].astype(np.uint64)
+            for lo, width, r, shift, sink in plans.values():
                 inr = d[(d >= np.uint64(lo)) & (d < np.uint64(lo + width))]
-                if inr.size:
-                    counts += np.bincount(((inr - np.uint64(lo)) >> np.uint64(shift)).astype(np.int64),
-                                          minlength=counts.size)
-        new_pending = {}
-        for p, (lo, width, r, shift, counts) in plans.items():
-            cum = np.cumsum(counts)
+                if not inr.size:
+                    continue
+                if isinstance(sink, list):
+                    sink.append(inr)
+                else:
+                    sink += np.bincount(((inr - np.uint64(lo)) >> np.uint64(shift)).astype(np.intp),
+                                        minlength=sink.size)
+        pending = {}
+        for p, (lo, width, r, shift, sink) in plans.items():
+            if isinstance(sink, list):
+                values = np.concatenate(sink)
+                results[p] = int(np.partition(values, r - 1)[r - 1])
+                continue
+            cum = np.cumsum(sink)
             j = int(np.searchsorted(cum, r))
-            r_in = r - (int(cum[j - 1]) if j else 0)
-            sub_lo, sub_w = lo + (j << shift), 1 << shift
-            if sub_w == 1:
-                results[p] = sub_lo
+            before = int(cum[j - 1]) if j else 0
+            if shift == 0:
+                results[p] = lo + j
             else:
-                new_pending[p] = (sub_lo, sub_w, r_in)
-        pending = new_pending
+                pending[p] = (lo + (j << shift), 1 << shift, r - before, int(sink[j]))
     return tuple(results[p] for p in percentiles)
 
 

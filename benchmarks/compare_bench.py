@@ -1,0 +1,173 @@
+"""Benchmark: streaming comparison of two float32 files vs a bare `np.max(np.abs(a - b))` held in memory.
+
+Creates two float32 files of --size-gib GiB each in a temporary directory (deleted afterwards): `expected` is
+standard-normal activations (signed, so KL divergence is N/A after the first chunk), and every other metric has work to
+do. `actual` = expected * (1 + N(0, rel_noise)) rounded to float32; the default rel_noise 1e-6 (~17 fp32 ULPs)
+models two fp32 implementations that differ in summation order, the usual golden-vs-runtime case;
+`--rel-noise 1e-3` is a badly-off tensor whose ULP p99 lies above the exact histogram bins, so the comparison
+makes its extra refinement pass (see mschecker.compare._UlpHistogram). Then, in the same run:
+
+* baseline: both files loaded into memory (np.fromfile), best of --repeats timings of np.max(np.abs(a - b));
+* streaming: in a child process (so the in-memory baseline does not pollute its peak RSS), np.memmap of both
+  files and `mschecker.compare.compare_arrays` with the full metric set, best of --repeats; the child reports its
+  resource.getrusage(RUSAGE_SELF).ru_maxrss.
+
+Throughput is bytes of both inputs / seconds. Targets (issue 2 item 9): streaming throughput >= 0.5x the bare
+expression's, peak RSS of the streaming process < 300 MB. Results go to benchmarks/results/compare_bench.json when
+--out is given (the full-size run records there by default).
+
+    python benchmarks/compare_bench.py                 # 1 GiB per file, records the JSON
+    python benchmarks/compare_bench.py --size-gib 0.125  # quick run, prints only
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results" / "compare_bench.json"
+TARGET_RATIO = 0.5
+TARGET_RSS_MB = 300.0
+
+
+def make_files(directory: Path, n: int, rel_noise: float, seed: int = 0) -> tuple[Path, Path]:
+    """Write expected/actual float32 files block by block (bounded memory)."""
+    rng = np.random.default_rng(seed)
+    pe, pa = directory / "expected.bin", directory / "actual.bin"
+    block = 1 << 22
+    with open(pe, "wb") as fe, open(pa, "wb") as fa:
+        for start in range(0, n, block):
+            m = min(block, n - start)
+            e = rng.standard_normal(m, dtype=np.float32)
+            a = (e * (1 + rng.standard_normal(m) * rel_noise)).astype(np.float32)
+            e.tofile(fe)
+            a.tofile(fa)
+    return pa, pe
+
+
+def stream_child(pa: str, pe: str, n: int, repeats: int, chunk: int | None) -> dict:
+    """Runs in the child process: memmap both files and compare them `repeats` times."""
+    from mschecker.compare import ToleranceRule, compare_arrays
+
+    a = np.memmap(pa, dtype=np.float32, mode="r", shape=(n,))
+    e = np.memmap(pe, dtype=np.float32, mode="r", shape=(n,))
+    rule = ToleranceRule.from_args(atol=1e-3, rtol=1e-3, ulp=4096, cosine=0.999)
+    times = []
+    result = None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = compare_arrays(a, e, rule, name="bench", chunk_elems=chunk)
+        times.append(time.perf_counter() - t0)
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
+    m = result.to_dict()["metrics"]
+    return {"seconds": times, "ru_maxrss_kb": rss_kb, "vm_hwm_kb": _vm_hwm_kb(), "passed": result.passed,
+            "mismatches": result.mismatches, "metrics": m}
+
+
+def _vm_hwm_kb() -> int | None:
+    """Peak RSS of this process image from /proc (Linux), which, unlike ru_maxrss, is not inherited from the
+    parent across fork+exec."""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def bare_baseline(pa: Path, pe: Path, repeats: int) -> tuple[list[float], float]:
+    a = np.fromfile(pa, dtype=np.float32)
+    e = np.fromfile(pe, dtype=np.float32)
+    times, value = [], 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        value = float(np.max(np.abs(a - e)))
+        times.append(time.perf_counter() - t0)
+    del a, e
+    return times, value
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size-gib", type=float, default=1.0, help="size of each file in GiB (default 1)")
+    p.add_argument("--repeats", type=int, default=3, help="timings per side; the best counts (default 3)")
+    p.add_argument("--rel-noise", type=float, default=1e-6, help="relative noise of actual (default 1e-6)")
+    p.add_argument("--chunk", type=int, default=None, help="chunk_elems for compare_arrays (default: its own)")
+    p.add_argument("--out", default=None, help="write the results JSON here (default: the results file for "
+                   "a full 1 GiB run, nowhere for smaller runs)")
+    p.add_argument("--child", nargs=3, metavar=("ACTUAL", "EXPECTED", "N"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        pa, pe, n = args.child
+        print(json.dumps(stream_child(pa, pe, int(n), args.repeats, args.chunk)))
+        return 0
+
+    load = os.getloadavg()
+    n = int(args.size_gib * (1 << 30)) // 4
+    nbytes = 2 * 4 * n
+    with tempfile.TemporaryDirectory(prefix="mschecker-bench-") as tmp:
+        pa, pe = make_files(Path(tmp), n, args.rel_noise)
+        # The streaming child runs first, while this process is small: Linux carries ru_maxrss across fork+exec,
+        # so a child spawned after loading the baseline arrays would report the parent's peak.
+        cmd = [sys.executable, __file__, "--child", str(pa), str(pe), str(n), "--repeats", str(args.repeats)]
+        if args.chunk:
+            cmd += ["--chunk", str(args.chunk)]
+        child = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        bare_times, bare_value = bare_baseline(pa, pe, args.repeats)
+    bare_s, stream_s = min(bare_times), min(child["seconds"])
+    ratio = bare_s / stream_s
+    rss_mb = max(child["ru_maxrss_kb"], child["vm_hwm_kb"] or 0) * 1024 / 1e6
+    if abs(child["metrics"]["max_abs_err"] - bare_value) > 0:
+        print(f"warning: max |err| differs: streaming {child['metrics']['max_abs_err']} vs bare {bare_value}")
+    results = {
+        "benchmark": "compare_bench",
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
+                    "platform": platform.platform()},
+        "size_gib_per_file": args.size_gib,
+        "elements": n,
+        "rel_noise": args.rel_noise,
+        "bare_expression": "np.max(np.abs(a - b)) over float32 arrays in memory",
+        "bare_seconds": bare_times,
+        "bare_gb_per_s": nbytes / bare_s / 1e9,
+        "stream_seconds": child["seconds"],
+        "stream_gb_per_s": nbytes / stream_s / 1e9,
+        "throughput_ratio": ratio,
+        "target_ratio": TARGET_RATIO,
+        "stream_peak_rss_mb": rss_mb,
+        "stream_ru_maxrss_kb": child["ru_maxrss_kb"],
+        "stream_vm_hwm_kb": child["vm_hwm_kb"],
+        "load_average_before": load,
+        "load_average_after": os.getloadavg(),
+        "target_rss_mb": TARGET_RSS_MB,
+        "chunk_elems": args.chunk,
+        "metrics_of_streaming_run": child["metrics"],
+        "meets_targets": bool(ratio >= TARGET_RATIO and rss_mb < TARGET_RSS_MB),
+    }
+    print(f"elements {n:,} per file ({args.size_gib:g} GiB), both files {nbytes / 1e9:.2f} GB")
+    print(f"bare np.max(np.abs(a-b)) in memory: best {bare_s:.3f} s  = {results['bare_gb_per_s']:.2f} GB/s")
+    print(f"streaming compare_arrays (memmap):  best {stream_s:.3f} s  = {results['stream_gb_per_s']:.2f} GB/s")
+    print(f"throughput ratio {ratio:.2f}x (target >= {TARGET_RATIO}x); peak RSS {rss_mb:.0f} MB "
+          f"(target < {TARGET_RSS_MB:.0f} MB): {'MET' if results['meets_targets'] else 'NOT MET'}")
+    out = args.out or (RESULTS if args.size_gib == 1.0 else None)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        tmp_out = Path(str(out) + ".tmp")
+        tmp_out.write_text(json.dumps(results, indent=2) + "\n")
+        os.replace(tmp_out, out)
+        print(f"recorded in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
