@@ -1,0 +1,132 @@
+"""Profiles, ATC parsers and the emulated NPU policy."""
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from mschecker.dtypes import unit_roundoff
+from mschecker.errors import InputError
+from mschecker.graph import Executor, ReferencePolicy
+from mschecker.graph.runner import npu_profile
+from mschecker.npu import NpuPolicy, load_profile, parse_keep_dtype, parse_op_precision_ini, preset_names
+
+
+def test_presets():
+    assert set(preset_names()) >= {"ascend910b", "ascend310p", "bf16", "fp32"}
+    p = load_profile("ascend910b")
+    assert (p.storage_dtype, p.overflow_mode, p.implmode, p.cube_accumulation) == \
+        ("float16", "inf_nan", "high_performance", "float32")
+    assert load_profile("ascend310p").overflow_mode == "saturation"
+    assert load_profile("bf16").storage_dtype == "bfloat16"
+    assert load_profile("fp32").precision_mode == "must_keep_origin_dtype"
+
+
+def test_profile_files_and_errors(tmp_path):
+    good = tmp_path / "p.json"
+    good.write_text(json.dumps({"name": "mine", "overflow_mode": "saturation",
+                                "implmode": {"default": "high_precision", "by_op_type": {"Softmax": "high_performance"}}}))
+    p = load_profile(good)
+    assert p.implmode_by_op_type == {"Softmax": "high_performance"} and p.overflow_mode == "saturation"
+    toml = tmp_path / "p.toml"
+    toml.write_text('name = "t"\nstorage_dtype = "fp16"\nkeep_dtype = ["OpType::Softmax"]\n')
+    assert load_profile(toml).keep_dtype == ("OpType::Softmax",)
+    for text, match in (('overflow_mode = "wrap"', "overflow_mode"), ('colour = "red"', "unknown profile field"),
+                        ('storage_dtype = "int8"', "storage_dtype"), ("name = ", "not a valid TOML")):
+        toml.write_text(text)
+        with pytest.raises(InputError, match=match):
+            load_profile(toml)
+    with pytest.raises(InputError, match="neither a preset"):
+        load_profile("ascend999")
+
+
+def test_atc_parsers(tmp_path):
+    kd = tmp_path / "keep.cfg"
+    kd.write_text("conv1\n# comment\n\nOpType::Softmax\n")
+    assert parse_keep_dtype(kd) == ["conv1", "OpType::Softmax"]
+    ini = tmp_path / "op.ini"
+    ini.write_text("[ByOpType]\nSoftmax=high_precision\n[ByNodeName]\nsm2 = high_performance\n")
+    assert parse_op_precision_ini(ini) == ({"Softmax": "high_precision"}, {"sm2": "high_performance"})
+    ini.write_text("[ByOpType]\nSoftmax=fast\n")
+    with pytest.raises(InputError, match=r"op.ini:2: Softmax = 'fast'"):
+        parse_op_precision_ini(ini)
+    ini.write_text("Softmax=high_precision\n")
+    with pytest.raises(InputError, match="before any"):
+        parse_op_precision_ini(ini)
+    with pytest.raises(InputError, match="does not exist"):
+        parse_keep_dtype(tmp_path / "nope")
+
+
+def _graph():
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["a"], name="mm"),
+                      h.make_node("Softmax", ["a"], ["b"], name="sm1"),
+                      h.make_node("Softmax", ["b"], ["c"], name="sm2"),
+                      h.make_node("Mul", ["c", "big"], ["y"], name="scale")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [4, 64])], [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     initializer=[numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 64)).astype(
+                         np.float32), "w"), numpy_helper.from_array(np.array(1e6, np.float32), "big")])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def _ctx(ex, name):
+    return next(s.ctx for s in ex.steps if s.node.name == name)
+
+
+def test_variant_selection_implmode_node_wins_and_keep_dtype(tmp_path):
+    ini = tmp_path / "op.ini"
+    ini.write_text("[ByOpType]\nSoftmax=high_precision\n[ByNodeName]\nsm2=high_performance\n")
+    ex = Executor(_graph(), NpuPolicy(npu_profile("ascend910b", op_precision=ini, keep_dtype=["scale"])))
+    assert "matmul:fp16_fp32acc" in _ctx(ex, "mm").description  # cube: fp32 accumulation whatever the implmode
+    assert "softmax:fp16_fp32acc" in _ctx(ex, "sm1").description  # by type: high_precision
+    assert "softmax:fp16_fp16acc" in _ctx(ex, "sm2").description  # by node name wins: high_performance
+    assert _ctx(ex, "scale").dtype == np.float32  # keep_dtype island
+    y = ex.run({"x": np.ones((4, 64), np.float32)})["y"]
+    assert y.dtype == np.float32
+
+
+def test_overflow_modes():
+    x = {"x": np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)}
+    ieee = Executor(_graph(), NpuPolicy("ascend910b")).run(x)["y"]
+    sat = Executor(_graph(), NpuPolicy("ascend310p")).run(x)["y"]
+    assert ieee.dtype == sat.dtype == np.float16
+    big = ieee == np.inf  # 1e6 is inf in fp16 already as a constant: every positive product overflows
+    assert big.any() and np.all(sat[big] == 65504) and np.isfinite(sat).all()
+
+
+def test_saturation_turns_nan_into_zero():
+    g = h.make_graph([h.make_node("Sub", ["x", "x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    x = {"x": np.array([1e5, -1e5, 1.0], np.float32)}  # inf - inf = NaN in fp16
+    assert np.isnan(Executor(m, NpuPolicy("ascend910b")).run(x)["y"][:2]).all()
+    np.testing.assert_array_equal(Executor(m, NpuPolicy("ascend310p")).run(x)["y"], [0, 0, 0])
+
+
+def test_missing_variant_is_a_plan_time_error():
+    with pytest.raises(InputError, match="has no bfloat16 variant"):
+        Executor(_graph(), NpuPolicy("bf16"))
+
+
+def test_npu_error_within_bound_and_planted_bug_is_caught():
+    """MatMul K=1024 with fp16 inputs: the emulated run's error vs the float64 reference on the same (fp16-rounded)
+    inputs stays within the cube bound gamma_K(u_fp32)|A||B| + u_fp16|C| (NUMERICS.md section 2); the planted
+    bug (fp16 accumulation sold as fp32) exceeds it, so the check can fail."""
+    rng = np.random.default_rng(5)
+    k = 1024
+    a = rng.uniform(0, 1, (8, k)).astype(np.float16).astype(np.float32)
+    b = rng.uniform(0, 1, (k, 8)).astype(np.float16)
+    g = h.make_graph([h.make_node("MatMul", ["a", "b"], ["y"])], "g", [h.make_tensor_value_info("a", T.FLOAT, [8, k])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     initializer=[numpy_helper.from_array(b.astype(np.float32), "b")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    ref = Executor(m, ReferencePolicy()).run({"a": a})["y"]
+    absprod = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    u32, u16 = unit_roundoff("float32"), unit_roundoff("float16")
+    bound = k * u32 / (1 - k * u32) * absprod + u16 * np.abs(ref)
+    good = Executor(m, NpuPolicy("ascend910b")).run({"a": a})["y"].astype(np.float64)
+    assert np.all(np.abs(good - ref) <= bound)
+    bug = NpuPolicy(load_profile("ascend910b").replace(variants={"matmul": "bug_fp16acc_as_fp32acc"}))
+    bad = Executor(m, bug).run({"a": a})["y"].astype(np.float64)
+    assert np.any(np.abs(bad - ref) > bound)
