@@ -42,8 +42,9 @@ def _logits(q, k, mask, scale, causal, logits_dtype):
 
 
 def _naive(q, k, v, mask, scale, causal, *, storage, logits_dtype, softmax_fn):
-    p = softmax_fn(_logits(q, k, mask, scale, causal, logits_dtype), axis=-1).astype(storage)
-    return np.matmul(p.astype(F32), v.astype(F32)).astype(storage)
+    with np.errstate(over="ignore", invalid="ignore"):  # fp16 logits may overflow: IEEE inf, then NaN
+        p = softmax_fn(_logits(q, k, mask, scale, causal, logits_dtype), axis=-1).astype(storage)
+        return np.matmul(p.astype(F32), v.astype(F32)).astype(storage)
 
 
 def attention_fp16_naive(q, k, v, mask=None, scale=None, causal=False):

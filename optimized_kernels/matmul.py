@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import bfloat16
 from ..reference.linalg import gemm_operands
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
-BF16 = np.dtype("bfloat16")
+BF16 = bfloat16
 
 #: Default K block of the blocked kernel (a cube unit's K tile is a few tens to hundreds of fp16 values).
 DEFAULT_KB = 64
@@ -59,9 +60,10 @@ def _acc_fp16_sequential(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b64 = b2.astype(np.float64)
     shape = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
     acc = np.zeros(shape, dtype=F16)
-    for k in range(a2.shape[-1]):
-        # exact product + fp16 partial sum, formed in float64, rounded once to fp16
-        acc = (acc + a64[..., :, k, None] * b64[..., None, k, :]).astype(F16)
+    with np.errstate(over="ignore", invalid="ignore"):  # IEEE: a partial sum past 65504 becomes inf
+        for k in range(a2.shape[-1]):
+            # exact product + fp16 partial sum, formed in float64, rounded once to fp16
+            acc = (acc + a64[..., :, k, None] * b64[..., None, k, :]).astype(F16)
     if a.ndim == 1:
         acc = acc[..., 0, :]
     if b.ndim == 1:
@@ -75,14 +77,19 @@ def matmul_fp32(a, b):
     return _acc_fp32(a, b)
 
 
+def _round(x, storage):
+    with np.errstate(over="ignore"):  # IEEE overflow to inf is the emulated behaviour, not an error here
+        return x.astype(storage)
+
+
 def matmul_fp16_fp32acc(a, b):
     """Cube unit: fp16 in, exact products, fp32 accumulation, output rounded to fp16."""
-    return _acc_fp32(a, b).astype(F16)
+    return _round(_acc_fp32(a, b), F16)
 
 
 def matmul_bf16_fp32acc(a, b):
     """bf16 in, exact products, fp32 accumulation, output rounded to bf16."""
-    return _acc_fp32(a, b).astype(BF16)
+    return _round(_acc_fp32(a, b), BF16)
 
 
 def matmul_fp16_fp16acc(a, b):
@@ -92,7 +99,7 @@ def matmul_fp16_fp16acc(a, b):
 
 def matmul_fp16_fp32acc_kblocked(a, b, kb: int = DEFAULT_KB):
     """fp16 in, K split into blocks of kb with fp32 partial sums combined in fp32, output rounded to fp16."""
-    return _acc_fp32_kblocked(a, b, kb).astype(F16)
+    return _round(_acc_fp32_kblocked(a, b, kb), F16)
 
 
 # ------------------------------------------------------------------------------------------------------ gemm
@@ -100,10 +107,11 @@ def _gemm(acc_fn, storage, a, b, c, alpha, beta, trans_a, trans_b):
     """Epilogue in the accumulator's format: alpha*acc (+ beta*C), then one rounding to storage."""
     ap, bp = gemm_operands(a, b, trans_a, trans_b)
     acc = acc_fn(ap, bp)
-    y = acc * acc.dtype.type(alpha)
-    if c is not None:
-        y = y + acc.dtype.type(beta) * np.asarray(c).astype(acc.dtype)
-    return y.astype(storage)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = acc * acc.dtype.type(alpha)
+        if c is not None:
+            y = y + acc.dtype.type(beta) * np.asarray(c).astype(acc.dtype)
+        return y.astype(storage)
 
 
 def gemm_fp32(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):

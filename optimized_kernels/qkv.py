@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .matmul import BF16, F16, F32, _acc_fp32
+from .matmul import BF16, F16, F32, _acc_fp32, _round
 
 
 def _fused(x, ws, bs, storage, order=(0, 1, 2)):
@@ -19,7 +19,7 @@ def _fused(x, ws, bs, storage, order=(0, 1, 2)):
     y = _acc_fp32(x, w_cat)
     if any(b is not None for b in bs):
         y = y + np.concatenate([np.zeros(n, F32) if b is None else b.astype(F32) for b, n in zip(bs, widths)])
-    y = y.astype(storage)
+    y = _round(y, storage)
     edges = np.cumsum(widths)[:-1]
     parts = np.split(y, edges, axis=-1)
     return tuple(parts[i] for i in order)
