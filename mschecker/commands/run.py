@@ -1,0 +1,97 @@
+"""`mschecker run --model M --input I [--device npu|reference|ort] [--profile P] [--save-outputs DIR]`.
+
+Runs a model on one device and prints a per-output summary (shape, dtype, range, inf/NaN counts); with
+--save-outputs the outputs are recorded as a golden directory (manifest + .npy, atomic) that `mschecker check`
+can compare against. NPU knobs mirror ATC: --precision-mode, --keep-dtype FILE (one node name or
+OpType::TypeName per line), --op-precision-mode FILE.ini ([ByOpType]/[ByNodeName]), --overflow-mode.
+Exit 0 on success, 2 on bad input.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from .. import golden as golden_store
+from ..errors import UsageError
+from ..runners import make_runner
+from ..tensorio import read_tensors
+from ._args import Parser, add_device_args, add_override_args, apply_overrides, parse_dtypes, parse_shapes
+
+
+def build_parser(prog: str = "mschecker run") -> Parser:
+    p = Parser(prog=prog, description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="ONNX model (.onnx); external data must sit in its folder")
+    p.add_argument("--input", required=True, help="input tensors (comma list, directory, .npz, Polygraphy JSON)")
+    add_device_args(p)
+    add_override_args(p)
+    g = p.add_argument_group("emulated NPU numerics (--device npu; on top of --profile, default ascend910b)")
+    g.add_argument("--precision-mode", choices=["force_fp16", "force_lowerprecision", "allow_fp32_to_fp16",
+                                                "allow_fp32_to_bf16", "must_keep_origin_dtype", "force_fp32"])
+    g.add_argument("--keep-dtype", metavar="FILE", help="ATC keep_dtype file: these nodes stay fp32")
+    g.add_argument("--op-precision-mode", metavar="FILE.ini", help="ATC op_precision.ini (implmode per type/node)")
+    g.add_argument("--overflow-mode", choices=["inf_nan", "saturation"])
+    p.add_argument("--save-outputs", metavar="DIR", help="record the outputs as a golden directory")
+    p.add_argument("--overwrite", action="store_true", help="replace outputs already saved in --save-outputs DIR")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _npu_options(args) -> dict:
+    opts = {"precision_mode": args.precision_mode, "keep_dtype": args.keep_dtype,
+            "op_precision": args.op_precision_mode, "overflow_mode": args.overflow_mode}
+    given = {k: v for k, v in opts.items() if v}
+    if given and args.device != "npu":
+        raise UsageError(f"--{next(iter(given)).replace('_', '-')} applies to --device npu only")
+    return given
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    options = _npu_options(args)
+    if args.save_outputs and not args.overwrite and golden_store.manifest_path(args.save_outputs).is_file():
+        raise UsageError(f"--save-outputs {args.save_outputs}: outputs are already saved there (use --overwrite)")
+    t0 = time.perf_counter()
+    runner = make_runner(args.model, device=args.device, profile=args.profile, **options)
+    metas = apply_overrides(runner.inputs(), parse_shapes(args.shape), parse_dtypes(args.dtype))
+    feeds = read_tensors(args.input, metas, role="input")
+    t1 = time.perf_counter()
+    outputs = _run_with_progress(runner, feeds, show=not args.no_progress and sys.stderr.isatty())
+    t2 = time.perf_counter()
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{args.model} on {runner.name}")
+    for col in ("output", "shape", "dtype", "min", "max", "inf", "nan"):
+        table.add_column(col)
+    for name, v in outputs.items():
+        f = np.asarray(v, dtype=np.float64) if v.dtype.kind in "fV" or v.dtype.kind in "iub" else None
+        fin = f[np.isfinite(f)] if f is not None else np.array([])
+        table.add_row(name, str(tuple(v.shape)), str(v.dtype), f"{fin.min():.6g}" if fin.size else "-",
+                      f"{fin.max():.6g}" if fin.size else "-", str(int(np.isinf(f).sum())) if f is not None else "-",
+                      str(int(np.isnan(f).sum())) if f is not None else "-")
+    Console().print(table)
+    print(f"load+inputs {t1 - t0:.2f} s, run {t2 - t1:.2f} s")
+    if args.save_outputs:
+        golden_store.record(args.save_outputs, outputs, producer=runner.name, update=args.overwrite,
+                            extra={"model": str(args.model), "device": args.device, "profile": args.profile,
+                                   "npu_options": {k: str(v) for k, v in options.items()}})
+        print(f"outputs saved to {args.save_outputs}")
+    return 0
+
+
+def _run_with_progress(runner, feeds, show: bool):
+    """A rich progress bar (nodes done / total) for graph runners on a terminal; a plain run otherwise."""
+    if not show or not hasattr(runner, "progress"):
+        return runner.run(feeds)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), transient=True) as bar:
+        task = bar.add_task("nodes", total=None)
+        runner.progress = lambda done, total: bar.update(task, completed=done, total=total)
+        try:
+            return runner.run(feeds)
+        finally:
+            runner.progress = None
