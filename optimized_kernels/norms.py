@@ -1,0 +1,108 @@
+"""NPU-style LayerNorm / GroupNorm kernels: how the statistics are computed, and in which format.
+
+Statistics per normalized row (Chan, Golub & LeVeque, "Algorithms for computing the sample variance", 1983):
+- twopass: mean = sum(x)/n, then var = sum((x - mean)^2)/n;
+- welford: one pass of the updating recurrence mean += (x - mean)/k, m2 += (x - mean_old)(x - mean_new);
+- onepass: var = sum(x^2)/n - mean^2 (what a single fused sweep computes; catastrophic cancellation when
+  |mean| >> std, and in fp16 x^2 overflows for |x| >= 256). Sums are sequential (recursive), rounded per add.
+Normalization y = (x - mean) * rstd * scale + bias runs in the statistics' format; the result is rounded once to
+the storage format (the input's dtype). Public kernels follow the registry signatures of apis.md.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
+
+
+def _recursive_sum(rows: np.ndarray, acc: np.dtype) -> np.ndarray:
+    return np.add.accumulate(rows, axis=1, dtype=acc)[:, -1:]
+
+
+def stats_twopass(rows: np.ndarray, acc: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, var) per row, shapes (M, 1), two passes in `acc` (numpy's fp32 sum: pairwise order)."""
+    n = acc.type(rows.shape[1])
+    mean = (np.add.reduce(rows, axis=1, keepdims=True, dtype=acc) / n).astype(acc)
+    d = (rows - mean).astype(acc)
+    var = (np.add.reduce((d * d).astype(acc), axis=1, keepdims=True, dtype=acc) / n).astype(acc)
+    return mean, var
+
+
+def stats_welford(rows: np.ndarray, acc: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, var) by Welford's updating recurrence, vectorized over rows."""
+    m = rows.shape[0]
+    mean = np.zeros((m, 1), acc)
+    m2 = np.zeros((m, 1), acc)
+    for k in range(rows.shape[1]):
+        xk = rows[:, k:k + 1]
+        delta = (xk - mean).astype(acc)
+        mean = (mean + (delta / acc.type(k + 1)).astype(acc)).astype(acc)
+        m2 = (m2 + (delta * (xk - mean).astype(acc)).astype(acc)).astype(acc)
+    return mean, (m2 / acc.type(rows.shape[1])).astype(acc)
+
+
+def stats_onepass(rows: np.ndarray, acc: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, var) from running sums of x and x^2: var = E[x^2] - E[x]^2, clamped at 0."""
+    n = acc.type(rows.shape[1])
+    mean = (_recursive_sum(rows, acc) / n).astype(acc)
+    ex2 = (_recursive_sum((rows * rows).astype(acc), acc) / n).astype(acc)
+    var = np.maximum((ex2 - (mean * mean).astype(acc)).astype(acc), acc.type(0))
+    return mean, var
+
+
+StatsFn = Callable[[np.ndarray, np.dtype], tuple[np.ndarray, np.ndarray]]
+
+
+def normalize_rows(rows: np.ndarray, stats: StatsFn, acc: np.dtype, epsilon: float) -> np.ndarray:
+    """(x - mean) * rstd per row in `acc`, rstd = 1/sqrt(var + eps)."""
+    rows = rows.astype(acc)
+    mean, var = stats(rows, acc)
+    rstd = (acc.type(1) / np.sqrt((var + acc.type(epsilon)).astype(acc))).astype(acc)
+    return ((rows - mean).astype(acc) * rstd).astype(acc)
+
+
+def _affine(z: np.ndarray, scale, bias, acc: np.dtype) -> np.ndarray:
+    y = (z * np.asarray(scale).astype(acc)).astype(acc)
+    return (y + np.asarray(bias).astype(acc)).astype(acc) if bias is not None else y
+
+
+def make_layer_norm(stats: StatsFn, acc) -> Callable[..., np.ndarray]:
+    acc = np.dtype(acc)
+
+    def layer_norm(x, scale, bias=None, axis: int = -1, epsilon: float = 1e-5):
+        x = np.asarray(x)
+        ax = axis % x.ndim
+        m = int(np.prod(x.shape[:ax], dtype=np.int64))
+        with np.errstate(all="ignore"):
+            z = normalize_rows(x.reshape(m, -1), stats, acc, epsilon).reshape(x.shape)
+            return _affine(z, scale, bias, acc).astype(x.dtype)
+
+    layer_norm.__name__ = f"layer_norm_{stats.__name__}_{acc.name}"
+    return layer_norm
+
+
+def make_group_norm(stats: StatsFn, acc) -> Callable[..., np.ndarray]:
+    acc = np.dtype(acc)
+
+    def group_norm(x, scale, bias, num_groups: int, epsilon: float = 1e-5):
+        x = np.asarray(x)
+        cs = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+        with np.errstate(all="ignore"):
+            z = normalize_rows(x.reshape(x.shape[0] * num_groups, -1), stats, acc, epsilon).reshape(x.shape)
+            return _affine(z, np.asarray(scale).reshape(cs), np.asarray(bias).reshape(cs), acc).astype(x.dtype)
+
+    group_norm.__name__ = f"group_norm_{stats.__name__}_{acc.name}"
+    return group_norm
+
+
+# The variants the registry lists (storage dtype = input dtype).
+layer_norm_fp32stats_twopass = make_layer_norm(stats_twopass, F32)
+layer_norm_fp32stats_welford = make_layer_norm(stats_welford, F32)
+layer_norm_fp16stats = make_layer_norm(stats_onepass, F16)
+bug_layer_norm_onepass_fp32 = make_layer_norm(stats_onepass, F32)  # planted bug: naive E[x^2]-E[x]^2
+group_norm_fp32stats_twopass = make_group_norm(stats_twopass, F32)
+group_norm_fp32stats_welford = make_group_norm(stats_welford, F32)
+group_norm_fp16stats = make_group_norm(stats_onepass, F16)
+bug_group_norm_onepass_fp32 = make_group_norm(stats_onepass, F32)
