@@ -1,0 +1,100 @@
+"""`mschecker kernels`: run the kernel suite (mschecker.kernel_suite) and print one Rich table row per variant.
+
+Columns: kernel, variant, dtype, max error, bound at the worst element, error/bound, ULP p99, verdict. Exit 0 when
+every correct variant meets its contract and every planted bug is caught, 1 otherwise, 2 on bad usage.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..errors import InputError
+from ..kernel_suite import VERDICT_CAUGHT, VERDICT_PASS, SuiteReport, resolve_kernels, run_suite
+from ..tensorio import atomic_write_text
+from ._args import Parser
+
+DEFAULT_EXAMPLES = 20
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="mschecker kernels",
+               description="Check every registered kernel variant against its float64 reference and error "
+                           "contract on hypothesis-generated (derandomized) and golden cases.")
+    p.add_argument("--kernel", action="append", metavar="NAME",
+                   help="kernel to check (repeatable); default: all registered kernels")
+    p.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES, metavar="N",
+                   help=f"cases drawn per strategy (default {DEFAULT_EXAMPLES})")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON (atomic)")
+    return p
+
+
+def _fmt(x: float) -> str:
+    if x is None:
+        return "-"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.3g}" if x and (abs(x) >= 1e-3 and abs(x) < 1e4) else f"{x:.2e}" if x else "0"
+
+
+def render_table(report: SuiteReport, console: Console) -> None:
+    table = Table(title=f"mschecker kernels ({report.examples} examples per strategy + golden cases)")
+    for col, just in (("kernel", "left"), ("variant", "left"), ("dtype", "left"), ("max error", "right"),
+                      ("bound (at worst)", "right"), ("error/bound", "right"), ("ULP p99", "right"),
+                      ("verdict", "left")):
+        table.add_column(col, justify=just)
+    for o in report.outcomes:
+        style = "green" if o.verdict in (VERDICT_PASS, VERDICT_CAUGHT) else "bold red"
+        table.add_row(o.kernel, o.variant, o.dtype, _fmt(o.max_abs_err), _fmt(o.bound_at_worst),
+                      _fmt(o.worst_ratio), f"{o.ulp_p99:.3g}",
+                      f"[{style}]{o.verdict}[/]" + (f" ({o.no_claim} of {o.cases} cases outside the contract's "
+                                                    "domain)" if o.no_claim else ""))
+    console.print(table)
+    bad = [o for o in report.outcomes if not o.ok]
+    for o in bad:
+        console.print(f"[bold red]{o.kernel}/{o.variant}: {o.verdict}[/]"
+                      + (f"\n{o.first_failure}" if o.first_failure else " (no violating input found)"),
+                      highlight=False)
+    n_bugs = sum(o.planted_bug is not None for o in report.outcomes)
+    console.print(f"{len(report.outcomes) - n_bugs} correct variants, {n_bugs} planted bugs: "
+                  + ("all contracts met, all bugs caught" if report.passed else f"{len(bad)} problem(s)"),
+                  highlight=False)
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.examples < 1:
+        raise InputError(f"--examples must be a positive integer, got {args.examples}")
+    try:
+        infos = resolve_kernels(args.kernel)
+    except KeyError as exc:
+        raise InputError(str(exc.args[0])) from None
+    if args.json:
+        parent = Path(args.json).resolve().parent
+        if not parent.is_dir():
+            raise InputError(f"--json {args.json}: directory {parent} does not exist")
+        if Path(args.json).is_dir():
+            raise InputError(f"--json {args.json}: is a directory")
+    console = Console(no_color=bool(os.environ.get("NO_COLOR")) or None)
+    if not console.is_terminal:
+        console = Console(no_color=console.no_color, width=160)  # files and pipes: one unwrapped row per variant
+    total = sum(len(i.variants) for i in infos)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True,
+                  disable=not Console(stderr=True).is_terminal) as progress:
+        task = progress.add_task("kernels", total=total)
+
+        def advance(kernel: str, variant: str) -> None:
+            progress.update(task, advance=1, description=f"{kernel}/{variant}")
+
+        report = run_suite([i.name for i in infos], args.examples, advance)
+    render_table(report, console)
+    if args.json:
+        atomic_write_text(args.json, json.dumps(report.to_dict(), indent=2, allow_nan=False,
+                                                default=str) + "\n")
+    return 0 if report.passed else 1
