@@ -2,10 +2,18 @@
 
 Input ``input_ids`` int64 (batch, max_length); output ``last_hidden_state`` float32 (batch, max_length, width).
 Token + position embeddings, pre-LayerNorm blocks (x + attn(LN(x)), x + mlp(LN(x))) with causal self-attention
-(an additive mask constant holding float32's lowest value above the diagonal, as transformers builds it) and the
-quick-GELU MLP, final LayerNorm. Parameter names follow transformers (``text_model.encoder.layers.0...``).
+(an additive mask constant, -10000 above the diagonal) and the quick-GELU MLP, final LayerNorm.
+The mask value: transformers writes float32's lowest (-3.4e38), which every fp16 emulation turns into -inf at
+the score Add, so a headroom report would flag an "overflow" in every run. -10000 is exact in fp16 and
+gives the same result in every precision (exp(-10000 + O(100)) underflows to exactly 0 even in float64), so
+overflow reports on the bundled graphs flag real overflows only. Parameter names follow transformers (``text_model.encoder.layers.0...``).
 Weights: see layers.py; all gains are 1 (pre-LN keeps every branch input normalised, so the residual stream
 grows only slowly with depth, as in the trained model).
+
+Measured max |activation| (onnxruntime float32 via activation_peaks, weights seed 0, prompts "",
+"a photo of an astronaut riding a horse", "a red cube on a table, 4k"), leaving out the masked score Add
+(which holds -10000 by construction): tiny 6.9 / 10.9 / 11.3, small 21.0 / 21.0 / 21.0, each in the first
+layer's attention scores; the output last_hidden_state peaks at 2.9-3.7.
 """
 from __future__ import annotations
 
@@ -21,9 +29,13 @@ TOKEN_STD = 0.02
 POSITION_STD = 0.01
 
 
+MASKED = -10000.0
+"""Additive score for masked (future) positions; see the module docstring for why not float32's lowest."""
+
+
 def causal_mask(length: int) -> np.ndarray:
-    """Additive (1, 1, L, L) mask: 0 on and below the diagonal, float32 lowest above (transformers' choice)."""
-    mask = np.triu(np.full((length, length), np.finfo(np.float32).min, np.float32), k=1)
+    """Additive (1, 1, L, L) mask: 0 on and below the diagonal, MASKED above."""
+    mask = np.triu(np.full((length, length), MASKED, np.float32), k=1)
     return mask[None, None]
 
 

@@ -14,7 +14,12 @@ LN + GEGLU feed-forward (inner 4x width), proj_out (1x1 conv), residual.
 
 Weights: see layers.py; gains are 1 except ``BRANCH_OUT_GAIN`` on the last layer of every residual branch
 (ResNet conv2, attention out, feed-forward out, proj_out): trained SD UNets have residual branches of about the
-stream's own size, so the residual stream grows through the blocks (max |x| of order 10-100 at small sizes).
+stream's own size, so the residual stream grows through the blocks.
+
+Measured max |activation| (onnxruntime float32 via activation_peaks, weights seed 0, on the latents and text
+embeddings of run_pipeline("a photo of an astronaut riding a horse", 10 DDIM steps, guidance 7.5), leaving out
+the raw timestep path): tiny 17.5 / 49.1 / 80.2 at steps 0 / 5 / 9 (t = 901 / 401 / 1), small 21.6 / 39.5 /
+59.3; early peaks sit in attention scores, late ones in the residual stream of the outer blocks.
 """
 from __future__ import annotations
 
