@@ -104,6 +104,7 @@ class Executor:
         self.initializers = model.initializers
         self.input_infos = [i for i in graph.input if i.name not in self.initializers]
         self.output_names = [o.name for o in graph.output]
+        policy.prepare(self.initializers)
         self.steps = self._plan()
 
     # ------------------------------------------------------------------ planning

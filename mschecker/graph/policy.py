@@ -38,6 +38,8 @@ class NodeContext:
     # Cast: the dtype a Cast to float type `t` produces (the policy's rule, see cast_float_target).
     cast_float: Callable[[np.dtype], np.dtype] | None = None
     saturate: bool = False  # clamp +-inf to +-max and NaN to 0 after the node (saturation overflow mode)
+    # lossy storage of float outputs (4-bit compressed intermediates): value -> value as read back
+    compress: Callable[[np.ndarray], np.ndarray] | None = None
     state: dict = field(default_factory=dict)  # per-node cache an op may keep (e.g. a delegated op object)
     description: str = ""  # human summary (dtype, variants) for logs and reports
 
@@ -59,6 +61,10 @@ class Policy:
 
     name = "policy"
 
+    def prepare(self, initializers) -> None:
+        """Called once before planning with the model's initializers (name -> array); policies that treat
+        constant operands specially (int8 weight-only quantization) look at them here."""
+
     def bind(self, node: onnx.NodeProto, opset: int, kernel_names: list[str],
              cube: bool) -> NodeContext:  # pragma: no cover - interface
         raise NotImplementedError
@@ -74,6 +80,8 @@ class Policy:
         if not keep_dtype and value.dtype != ctx.dtype:
             with np.errstate(over="ignore", invalid="ignore"):
                 value = value.astype(ctx.dtype)
+        if ctx.compress is not None:
+            value = ctx.compress(value)
         if ctx.saturate:
             value = saturate(value)
         return value

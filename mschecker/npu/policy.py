@@ -67,13 +67,40 @@ class NpuPolicy(Policy):
         self.name = f"npu:{self.profile.name}"
         p = self.profile
         self.storage = np.dtype(resolve_dtype(p.storage_dtype))
-        if p.int8_weight_only or p.int4_intermediates:
-            what = "int8_weight_only" if p.int8_weight_only else "int4_intermediates"
-            raise KernelUnavailable(f"profile {p.name!r} sets {what}, but the kernel registry has no such kernels "
-                                    "yet (no int8 weight-only / 4-bit intermediate variants are registered)")
+        self.constant_shapes: dict[str, tuple] = {}
+        for flag, kernel in (("int8_weight_only", "int8_weight_gemm"), ("int4_intermediates", "bitpack4")):
+            if getattr(p, flag):
+                try:
+                    get_kernel(kernel)
+                except KeyError:
+                    raise KernelUnavailable(f"profile {p.name!r} sets {flag}, but the kernel registry has no "
+                                            f"{kernel!r} kernel") from None
         if p.winograd:
             info = get_kernel("conv2d_winograd")
             info.variant(p.winograd)  # KeyError names the known variants
+
+    def prepare(self, initializers) -> None:
+        self.constant_shapes = {k: tuple(v.shape) for k, v in initializers.items()}
+
+    def _int8_weight_kernel(self, node, dtype: str, implmode: str):
+        """MatMul / Gemm whose weight operand is a 2-D initializer, through the int8 weight-only GEMM kernel
+        (x (..., K) @ w (K, N) with per-output-channel int8 weights); None when the node does not qualify."""
+        if not self.profile.int8_weight_only or node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2:
+            return None
+        if len(self.constant_shapes.get(node.input[1], ())) != 2:
+            return None
+        info = get_kernel("int8_weight_gemm")
+        v = select_variant(info, dtype, implmode, cube=True, cube_acc=self.profile.cube_accumulation,
+                           override=self.profile.variants.get("int8_weight_gemm"))
+        if node.op_type == "MatMul":
+            return v, v.fn
+
+        def gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False, fn=v.fn):
+            y = fn(a.T if trans_a else a, b.T if trans_b else b).astype(np.float32) * np.float32(alpha)
+            if c is not None:
+                y = y + np.float32(beta) * c.astype(np.float32)
+            return y  # rounded to the node dtype by the executor, like every output
+        return v, gemm
 
     def node_dtype(self, node, cube: bool) -> np.dtype:
         p = self.profile
@@ -115,6 +142,11 @@ class NpuPolicy(Policy):
         kernels, chosen = {}, []
         for k in kernel_names:
             try:
+                int8 = self._int8_weight_kernel(node, dname, implmode) if k in ("matmul", "gemm") else None
+                if int8 is not None:
+                    kernels[k] = int8[1]
+                    chosen.append(f"int8_weight_gemm:{int8[0].name}")
+                    continue
                 if k == "conv2d" and self._winograd_applies(node) and \
                         get_kernel("conv2d_winograd").variant(p.winograd).dtype == dname:
                     v = get_kernel("conv2d_winograd").variant(p.winograd)
@@ -125,8 +157,17 @@ class NpuPolicy(Policy):
                 raise KernelUnavailable(str(exc).strip('"')) from None
             kernels[k] = v.fn
             chosen.append(f"{k}:{v.name}")
+        compress = None
+        if p.int4_intermediates and dtype != np.float32:
+            try:
+                v4 = select_variant(get_kernel("bitpack4"), dname, implmode, cube=False,
+                                    cube_acc=p.cube_accumulation, override=p.variants.get("bitpack4"))
+            except KeyError as exc:
+                raise KernelUnavailable(str(exc).strip('"')) from None
+            compress = v4.fn
+            chosen.append(f"bitpack4:{v4.name}")
         keep_casts = p.precision_mode == "must_keep_origin_dtype"
         return NodeContext(node=node, opset=opset, dtype=dtype, implmode=implmode, kernels=kernels,
                            cast_float=(lambda t: t) if keep_casts else (lambda t, d=dtype: d),
-                           saturate=p.overflow_mode == "saturation",
+                           saturate=p.overflow_mode == "saturation", compress=compress,
                            description=f"{dname} {implmode} " + " ".join(chosen))

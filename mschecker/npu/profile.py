@@ -10,7 +10,10 @@ A profile is a plain TOML or JSON file (presets live in presets/*.toml, one per 
   [implmode] default, by_op_type = {Op = mode}, by_node_name = {node = mode}   (node name wins)
   keep_dtype          node names or "OpType::TypeName": those nodes compute and store in fp32
   winograd            "" (off) or a conv2d_winograd variant name used for 3x3 stride-1 convs
-  int8_weight_only, int4_intermediates   need matching registry kernels (checked when the policy binds)
+  int8_weight_only    MatMul/Gemm with a 2-D initializer weight run through the int8_weight_gemm kernel
+                      (per-output-channel int8 weights, fp16 activations, fp32 accumulation)
+  int4_intermediates  every float output of a low-precision node goes through the bitpack4 kernel (block-scaled
+                      4-bit codes and back), i.e. what a consumer reads back from compressed storage
   [variants]          kernel name -> variant name: an explicit choice that overrides the selection rule
 """
 from __future__ import annotations

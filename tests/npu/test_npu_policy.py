@@ -130,3 +130,44 @@ def test_npu_error_within_bound_and_planted_bug_is_caught():
     bug = NpuPolicy(load_profile("ascend910b").replace(variants={"matmul": "bug_fp16acc_as_fp32acc"}))
     bad = Executor(m, bug).run({"a": a})["y"].astype(np.float64)
     assert np.any(np.abs(bad - ref) > bound)
+
+
+def _matmul_model(k=256, n=16):
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [4, k])], [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     initializer=[numpy_helper.from_array(w, "w")])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), w
+
+
+def test_int8_weight_only_uses_the_quantized_gemm_within_its_bound():
+    """|dy| <= (s/2) sum_k |x_k| per output channel (s = max|w_n|/127, NUMERICS.md section 2) plus the cube
+    bound's output rounding u_fp16 |y|; and it is really quantized: the error exceeds the plain fp16 run's."""
+    m, w = _matmul_model()
+    x = np.random.default_rng(12).standard_normal((4, 256)).astype(np.float16).astype(np.float32)
+    ref = Executor(m, ReferencePolicy()).run({"x": x})["y"]
+    prof = load_profile("ascend910b").replace(int8_weight_only=True, implmode="high_precision")
+    ex = Executor(m, NpuPolicy(prof))
+    assert "int8_weight_gemm:fp16_fp32acc_minmax" in ex.steps[0].ctx.description
+    q = ex.run({"x": x})["y"].astype(np.float64)
+    w16 = w.astype(np.float16).astype(np.float64)
+    s = np.abs(w16).max(axis=0) / 127
+    bound = (s / 2) * np.abs(x).sum(axis=1, keepdims=True) + unit_roundoff("float16") * np.abs(ref) * 2
+    assert np.all(np.abs(q - ref) <= bound)
+    plain = Executor(m, NpuPolicy("ascend910b")).run({"x": x})["y"].astype(np.float64)
+    assert np.abs(q - ref).max() > np.abs(plain - ref).max()
+
+
+def test_int4_intermediates_round_trip_every_float_output():
+    m, _ = _matmul_model()
+    x = np.random.default_rng(13).standard_normal((4, 256)).astype(np.float32)
+    plain = Executor(m, NpuPolicy("ascend910b")).run({"x": x})["y"].astype(np.float64)
+    ex = Executor(m, NpuPolicy(load_profile("ascend910b").replace(int4_intermediates=True)))
+    assert "bitpack4:fp16_sym" in ex.steps[0].ctx.description
+    y = ex.run({"x": x})["y"].astype(np.float64)
+    # block-scaled 4-bit: |x_hat - x| <= s/2 with s = max|block|/7, blocks of 32 of the flattened tensor;
+    # plus one fp16 rounding of the result (u_fp16 |x|)
+    blocks = np.abs(plain.ravel()).reshape(-1, 32).max(axis=1) / 7
+    bound = np.repeat(blocks / 2, 32).reshape(plain.shape) + unit_roundoff("float16") * np.abs(plain) * 2
+    assert np.all(np.abs(y - plain) <= bound) and not np.array_equal(y, plain)
