@@ -45,14 +45,15 @@ def test_capture_needs_the_graph_executor():
 
 
 def test_reference_pipeline_agrees_with_onnxruntime_fp32(tiny_models, ort_result):
-    """float64 executor vs onnxruntime float32. Bound: float32 rounding (6e-8 relative) per node over a few
-    hundred nodes and 3 guided steps stays below ~1e-5 of the tensor's magnitude; 1e-4 leaves a 10x margin,
-    while any op-semantics difference (axis, eps, mode) is O(1e-2) or more."""
+    """float64 executor vs onnxruntime float32, error relative to the tensor's max |x|. Measured (seed 0):
+    text embeddings 4.5e-7, final latents 1.0e-6, decoded image 8.2e-7 -- float32 rounding (6e-8) grown over a
+    few hundred nodes and 3 guided steps. Bound 1e-5 = 10x the measured worst; an op-semantics difference
+    (axis, eps, mode, mask) is O(1e-2) or more."""
     factory = executor_factory_or_skip(tiny_models, "reference")
     r = run_pipeline(PROMPT, preset="tiny", steps=3, models=tiny_models, make_stage_runner=factory)
     for ours, peer in [(r.text_embeddings, ort_result.text_embeddings), (r.latents[-1], ort_result.latents[-1]),
                        (r.decoded, ort_result.decoded)]:
-        assert np.abs(np.asarray(ours, np.float64) - peer).max() <= 1e-4 * np.abs(peer).max()
+        assert np.abs(np.asarray(ours, np.float64) - peer).max() <= 1e-5 * np.abs(peer).max()
     assert np.abs(r.image.astype(int) - ort_result.image).max() <= 1
 
 
