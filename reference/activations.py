@@ -49,7 +49,7 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 
 def exp(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         return np.exp(np.asarray(x, dtype=np.float64))
 
 

@@ -1,0 +1,153 @@
+"""Hazards of the statistics behind LayerNorm/GroupNorm (and the sums they are made of), shown and bounded.
+
+- fp16 statistics: x^2 overflows for |x| >= 256, the output turns inf/NaN or silently wrong where the reference
+  is finite; the fp16 contract correctly makes no claim there, and fp32 statistics meet theirs on the same input.
+- one-pass E[x^2] - E[x]^2 in fp32 (NUMERICS.md 2, Chan-Golub-LeVeque): catastrophic cancellation when the mean
+  dwarfs the spread; two-pass and Welford stay accurate. The planted bug selling it as two-pass is caught.
+- fp16 accumulators: a running sum of ones stalls at 2048; gamma_{n-1}(u16) is infinite there, so the contract
+  makes no claim (it does not falsely pass a finite bound), and the bug "fp16 accumulation sold as fp32" is caught
+  on the same input. Mixed signs near 65504 overflow a partial sum: outside every fp16-accumulator contract.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mschecker.dtypes import gamma, round_to, unit_roundoff
+from mschecker.kernelcheck import check_case
+from mschecker.kernels.reductions import summation_gamma
+from mschecker.optimized_kernels import norms as N
+from mschecker.registry import Case, get_kernel
+
+U16 = unit_roundoff("float16")
+
+
+def _fp16(a):
+    return round_to(a, "float16").astype(np.float64)
+
+
+def _layer_case(x, axis=-1):
+    rng = np.random.default_rng(5)
+    shape = x.shape[axis % x.ndim:]
+    return Case((x, _fp16(rng.normal(1, 0.5, shape)), _fp16(rng.normal(0, 0.5, shape))),
+                {"axis": axis, "epsilon": 1e-5}, "hazard")
+
+
+@pytest.mark.parametrize("mean,spread", [(300.0, 30.0), (1000.0, 1.0), (-3000.0, 300.0)])
+def test_fp16_statistics_overflow_at_256_and_fp32_statistics_fix_it(mean, spread):
+    rng = np.random.default_rng(1)
+    x = _fp16(mean + spread * rng.standard_normal((4, 64)))
+    case = _layer_case(x)
+    info = get_kernel("layer_norm")
+    ref = info.reference(*case.inputs, **case.params)
+    assert np.isfinite(ref).all()
+    out16 = info.variant("fp16_fp16stats").fn(*case.cast("float16").inputs, **case.params).astype(np.float64)
+    # x^2 = inf in fp16: E[x^2] is inf, so var is inf (or inf - inf = NaN): output NaN or collapsed to the bias.
+    broken = ~np.isfinite(out16) | (np.abs(out16 - ref) > 0.5)
+    assert broken.mean() > 0.5, "expected the fp16 statistics to break on |x| >= 256"
+    r16 = check_case(info, "fp16_fp16stats", case)
+    assert r16.passed and np.isinf(r16.bound_at_worst), "the fp16-stats contract must make no claim here"
+    r32 = check_case(info, "fp16_fp32stats_twopass", case)
+    assert r32.passed and np.isfinite(r32.bound_at_worst), r32.describe()
+    assert r32.max_abs_err < 4 * U16 * np.abs(ref).max() + 1e-3
+
+
+def test_fp16_statistics_are_fine_inside_their_domain():
+    x = _fp16(np.random.default_rng(2).standard_normal((4, 64)))
+    r = check_case(get_kernel("layer_norm"), "fp16_fp16stats", _layer_case(x))
+    assert r.passed and np.isfinite(r.bound_at_worst) and r.max_abs_err < 0.05
+
+
+def test_group_norm_fp16_statistics_on_vae_like_activations():
+    """SD's VAE decoder GroupNorms see activations in the hundreds: fp16 statistics break, fp32 ones do not."""
+    rng = np.random.default_rng(3)
+    x = _fp16(400 + 100 * rng.standard_normal((1, 8, 6, 6)))
+    case = Case((x, _fp16(rng.normal(1, .2, 8)), _fp16(rng.normal(0, .2, 8))), {"num_groups": 4}, "vae-like")
+    info = get_kernel("group_norm")
+    ref = info.reference(*case.inputs, **case.params)
+    out16 = info.variant("fp16_fp16stats").fn(*case.cast("float16").inputs, **case.params).astype(np.float64)
+    assert (~np.isfinite(out16) | (np.abs(out16 - ref) > 0.5)).mean() > 0.5
+    assert check_case(info, "fp16_fp32stats_twopass", case).passed
+
+
+def test_variance_algorithms_on_large_mean():
+    """NUMERICS.md 2: fp32, n = 4096, mean 1000, std 1. Measured here (seed 0): one-pass 126% relative error
+    of the variance (NUMERICS quotes 254% for its draw: same order), two-pass 1.4e-8, Welford 2.4e-5."""
+    x = (1000 + np.random.default_rng(0).standard_normal((1, 4096))).astype(np.float32)
+    true_var = x.astype(np.float64).var()
+    rel = {f.__name__: abs(float(f(x, np.dtype(np.float32))[1][0, 0]) - true_var) / true_var
+           for f in (N.stats_onepass, N.stats_twopass, N.stats_welford)}
+    assert rel["stats_onepass"] > 0.5
+    assert rel["stats_twopass"] < 1e-6
+    assert rel["stats_welford"] < 1e-4
+    # The analysis behind the contracts: two-pass ~ n u, Welford ~ n kappa u, one-pass ~ n kappa^2 u.
+    u, n = unit_roundoff("float32"), x.size
+    kappa = np.sqrt(1 + 1000.0**2 / true_var)
+    assert rel["stats_twopass"] <= gamma(n + 4, u)
+    assert rel["stats_welford"] <= gamma(4 * n, u) * kappa
+    assert rel["stats_onepass"] <= n * kappa**2 * u
+
+
+@pytest.mark.parametrize("kernel", ["layer_norm", "group_norm"])
+def test_naive_onepass_bug_is_caught_where_twopass_passes(kernel):
+    rng = np.random.default_rng(4)
+    x = _fp16(1000 + 0.5 * rng.standard_normal((2, 8, 4, 4)))
+    if kernel == "layer_norm":
+        case = _layer_case(x, axis=1)
+    else:
+        case = Case((x, _fp16(rng.normal(1, .2, 8)), _fp16(rng.normal(0, .2, 8))), {"num_groups": 2}, "offset")
+    info = get_kernel(kernel)
+    assert check_case(info, "fp32_twopass", case).passed
+    assert not check_case(info, "bug_fp32_onepass_as_twopass", case).passed
+
+
+# --- the sums behind the statistics ------------------------------------------------------------------------------
+def test_fp16_running_sum_stalls_at_2048_and_the_bound_says_nothing():
+    info = get_kernel("reduce_sum")
+    case = Case((np.ones(4096),), {"axis": -1, "keepdims": False}, "4096 ones")
+    stalled = info.variant("fp16_fp16acc_recursive").fn(np.ones(4096, np.float16))
+    assert float(stalled) == 2048.0  # 2048 + 1 rounds back to 2048 (fp16 spacing 2 there)
+    assert summation_gamma("recursive", 4096, U16) == np.inf  # gamma_{n-1}(u16): n u >= 1
+    r = check_case(info, "fp16_fp16acc_recursive", case)
+    assert r.passed and np.isinf(r.bound_at_worst)  # no claim, rather than a false finite pass
+    # The fp32 accumulator and the fp16 pairwise order get 4096 exactly, within their finite bounds.
+    for v in ("fp16_fp32acc_recursive", "fp16_fp16acc_pairwise", "fp16_fp16acc_blocked"):
+        rv = check_case(info, v, case)
+        assert rv.passed and np.isfinite(rv.bound_at_worst) and rv.max_abs_err == 0.0, rv.describe()
+    # Kahan in fp16 also gets 4096 exactly, but its 2u + O(n u^2) bound assumes n u small (here n u16 = 2).
+    rk = check_case(info, "fp16_fp16acc_kahan", case)
+    assert rk.passed and rk.max_abs_err == 0.0 and np.isinf(rk.bound_at_worst)
+    # An fp16 running sum sold as fp32 accumulation is caught on the same input.
+    assert not check_case(info, "bug_fp16acc_sold_as_fp32acc", case).passed
+
+
+def test_partial_sum_overflow_with_mixed_signs():
+    """60000 + 60000 overflows an fp16 accumulator although the total is 0: the fp16 contract makes no claim
+    (sum|x| > 65504), the fp32 accumulator is exact."""
+    info = get_kernel("reduce_sum")
+    case = Case((np.array([60000.0, 60000.0, -60000.0, -60000.0]),), {"axis": -1, "keepdims": False}, "mixed")
+    out = info.variant("fp16_fp16acc_recursive").fn(case.inputs[0].astype(np.float16))
+    assert not np.isfinite(out)
+    r = check_case(info, "fp16_fp16acc_recursive", case)
+    assert r.passed and np.isinf(r.bound_at_worst)
+    assert check_case(info, "fp16_fp32acc_recursive", case).max_abs_err == 0.0
+
+
+@pytest.mark.parametrize("algorithm,n,expected", [
+    ("recursive", 1000, 999), ("pairwise", 1000, 10), ("blocked", 1000, 127 + 7), ("pairwise", 1024, 10),
+])
+def test_summation_gamma_orders(algorithm, n, expected):
+    u = unit_roundoff("float32")
+    assert summation_gamma(algorithm, n, u) == pytest.approx(gamma(expected, u))
+
+
+def test_kahan_beats_recursive_in_fp16():
+    """Compensated summation in fp16 accumulators on 2000 terms near 1: error within 2u + 4nu^2 of sum|x|,
+    where the recursive fp16 sum errs by much more."""
+    rng = np.random.default_rng(6)
+    x = _fp16(1 + 0.1 * rng.standard_normal(2000))
+    info = get_kernel("reduce_sum")
+    case = Case((x,), {"axis": -1, "keepdims": False}, "near ones")
+    rk, rr = check_case(info, "fp16_fp16acc_kahan", case), check_case(info, "fp16_fp16acc_recursive", case)
+    assert rk.passed and rr.passed
+    assert rk.max_abs_err * 20 < rr.max_abs_err
