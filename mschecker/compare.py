@@ -557,6 +557,7 @@ class _Accumulator:
         self.sum_dd = 0.0
         self.sum_aa = 0.0
         self.sum_ee = 0.0
+        self.sum_ae = 0.0
         self.max_abs = -1.0
         self.max_abs_flat = None
         self.max_rel = -1.0
@@ -616,6 +617,7 @@ class _Accumulator:
         self.sum_dd += dd
         self.sum_aa += _dot(a64, a64)
         self.sum_ee += _dot(e64, e64)
+        self.sum_ae += _dot(a64, e64)
         ad = np.abs(d, out=d)
         self.sum_abs += float(ad.sum())
         pos = lambda i: offset + (int(i) if sel is None else int(sel[i]))  # noqa: E731
@@ -757,7 +759,7 @@ class _Accumulator:
             r.max_rel_err, r.max_rel_index = self.max_rel, unravel(self.max_rel_flat)
             r.mean_abs_err = self.sum_abs / m
             r.rmse = math.sqrt(self.sum_dd / m)
-            r.cosine = _cosine(self.sum_aa, self.sum_ee, self.sum_dd)
+            r.cosine = _cosine(self.sum_aa, self.sum_ee, self.sum_dd, self.sum_ae)
             r.rel_euclidean = _ratio_sqrt(self.sum_dd, self.sum_ee)
             r.snr_db = _db(self.sum_ee, self.sum_dd)
             r.psnr_peak = self.peak
@@ -796,10 +798,14 @@ def _rel(a: float, e: float, tiny: float) -> float:
         return float(abs(a - e) / max(abs(e), tiny)) if np.isfinite(e) else float("inf")
 
 
-def _cosine(aa: float, ee: float, dd: float) -> float:
-    """cos = 1 - (|a-e|^2 - (|a|-|e|)^2) / (2|a||e|): algebraically a.e/(|a||e|), but computed from the
-    directly accumulated |a-e|^2 so that 1 - cos keeps full precision near 1 (a.e/(|a||e|) loses it to
-    cancellation). Exactly 1 for identical tensors. Both zero: 1 (identical); one zero: 0."""
+def _cosine(aa: float, ee: float, dd: float, ae: float) -> float:
+    """Cosine similarity a.e/(|a||e|) from the accumulated sums, by whichever formula has the smaller error bound.
+
+    Each float64 sum of n terms carries a relative error up to gamma_n (Higham 3.1). The direct formula
+    a.e/(|a||e|) then has an absolute error ~2 gamma_n. The equivalent 1 - (|a-e|^2 - (|a|-|e|)^2)/(2|a||e|) has
+    one ~gamma_n (|a-e|^2 + (|a|-|e|)^2)/(|a||e|), far smaller for close tensors (where the direct formula
+    loses 1 - cos to cancellation) and exactly 1 for identical ones; it is used when |a-e|^2 <= |a||e|.
+    Both zero: 1 (identical); exactly one zero: 0."""
     na, ne = math.sqrt(aa), math.sqrt(ee)
     if na == 0 and ne == 0:
         return 1.0
@@ -807,7 +813,10 @@ def _cosine(aa: float, ee: float, dd: float) -> float:
         return 0.0
     if not (math.isfinite(na) and math.isfinite(ne) and math.isfinite(dd)):
         return float("nan")
-    c = 1.0 - (dd - (na - ne) ** 2) / (2.0 * na * ne)
+    if dd <= na * ne:
+        c = 1.0 - (dd - (na - ne) ** 2) / (2.0 * na * ne)
+    else:
+        c = ae / (na * ne)
     return min(1.0, max(-1.0, c))
 
 
@@ -854,7 +863,7 @@ def _ulp_percentiles(hist: _UlpHistogram, percentiles, rechunk, acc: "_Accumulat
                 a_c, e_c = a_c[both], e_c[both]
             d = acc._ulps(a_c, e_c)[0].astype(np.uint64)
             for lo, width, r, shift, sink in plans.values():
-                inr = d[(d >= np.uint64(lo)) & (d < np.uint64(lo + width))]
+                inr = d[(d >= np.uint64(lo)) & (d <= np.uint64(lo + width - 1))]  # lo + width may be 2^64
                 if not inr.size:
                     continue
                 if isinstance(sink, list):
