@@ -143,7 +143,7 @@ def test_external_data_too_short_is_an_input_error(tmp_path):
 
 # ------------------------------------------------------------------ model zoo graphs shipped with onnx
 LIGHT = sorted(glob.glob(str(Path(onnx.__file__).parent / "backend/test/data/light/light_*.onnx")))
-FAST = {"light_squeezenet.onnx", "light_bvlc_alexnet.onnx"}
+FAST = {"light_squeezenet.onnx"}
 
 
 def _light_params():
