@@ -99,17 +99,22 @@ def test_weights_are_seeded_per_name(tiny_models):
     assert not np.array_equal(other[name], init[name])
 
 
-def test_text_encoder_attention_is_causal(tiny_models):
-    """Changing token j must leave positions < j untouched and change positions >= j (causal mask wired)."""
-    run = session(tiny_models["text_encoder"])
+def causal_leak(model, j=6):
+    """Max change at positions < j when token j changes (0 for causal attention); also the min change at >= j."""
+    run = session(model)
     ids = np.random.default_rng(1).integers(0, TINY.clip.vocab_size, (1, TINY.clip.max_length))
     changed = ids.copy()
-    j = 6
     changed[0, j] = (ids[0, j] + 1) % TINY.clip.vocab_size
     (a,) = run.run(None, {"input_ids": ids})
     (b,) = run.run(None, {"input_ids": changed})
-    np.testing.assert_array_equal(a[0, :j], b[0, :j])
-    assert np.abs(a[0, j:] - b[0, j:]).min(axis=-1).max() > 0
+    return float(np.abs(a[0, :j] - b[0, :j]).max()), float(np.abs(a[0, j:] - b[0, j:]).max(axis=-1).min())
+
+
+def test_text_encoder_attention_is_causal(tiny_models):
+    """Changing token j must leave positions < j untouched and change every position >= j (causal mask wired)."""
+    before, after = causal_leak(tiny_models["text_encoder"])
+    assert before == 0.0
+    assert after > 0
 
 
 def test_unet_conditions_on_timestep_and_text(tiny_models):
@@ -122,13 +127,8 @@ def test_unet_conditions_on_timestep_and_text(tiny_models):
     assert np.abs(base - other_text).max() > 1e-3
 
 
-def test_text_encoder_matches_numpy_float64_forward(tiny_models):
-    """An independent float64 numpy forward of the CLIP text tower from the graph's own weights.
-
-    Tolerance: onnxruntime computes in float32; with |x| <= ~10 over 2 blocks, 1e-4 absolute is ~100 ulp of
-    float32 at that magnitude -- a loose bound for rounding, far below any wiring error (O(1)).
-    """
-    model = tiny_models["text_encoder"]
+def clip_forward_error(model) -> float:
+    """Max |onnxruntime - independent float64 numpy forward| of the CLIP text tower, from the graph's weights."""
     w = {t.name: onnx.numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
     cfg = TINY.clip
     ids = np.random.default_rng(3).integers(0, cfg.vocab_size, (2, cfg.max_length))
@@ -159,7 +159,16 @@ def test_text_encoder_matches_numpy_float64_forward(tiny_models):
         x = x + lin(h, f"{p}.mlp.fc2")
     expected = ln(x, "text_model.final_layer_norm")
     (actual,) = session(model).run(None, {"input_ids": ids})
-    np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-4)
+    return float(np.abs(actual - expected).max())
+
+
+CLIP_FORWARD_ATOL = 1e-5
+"""onnxruntime computes in float32: measured error 1.6e-6 (seed 0) on outputs of size ~3, i.e. float32 rounding
+over two blocks; 1e-5 is 6x that, while wiring errors are O(0.01) or more (see test_planted_bugs)."""
+
+
+def test_text_encoder_matches_numpy_float64_forward(tiny_models):
+    assert clip_forward_error(tiny_models["text_encoder"]) <= CLIP_FORWARD_ATOL
 
 
 def test_unknown_preset_is_an_input_error():
