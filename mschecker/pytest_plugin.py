@@ -44,8 +44,9 @@ class RunSession:
     """What one pytest process accumulates: check records, test verdicts, goldens waiting to be recorded."""
 
     def __init__(self, golden_dir: Path, update_golden: bool = False, staging_dir: Path | None = None,
-                 worker_id: str | None = None):
+                 worker_id: str | None = None, ini_golden_dir: Path | None = None):
         self.golden_dir = golden_dir
+        self.ini_golden_dir = ini_golden_dir or golden_dir  # what a bare `pytest` would use (for hints)
         self.update_golden = update_golden
         self.staging_dir = staging_dir
         self.worker_id = worker_id
@@ -310,11 +311,13 @@ def _is_worker(config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def _ini_golden_dir(config) -> Path:
+    return (Path(str(config.rootpath)) / config.getini("mschecker_golden_dir")).resolve()
+
+
 def _golden_dir(config) -> Path:
     option = config.getoption("mschecker_golden_dir")
-    if option:
-        return Path(option).resolve()
-    return (Path(str(config.rootpath)) / config.getini("mschecker_golden_dir")).resolve()
+    return Path(option).resolve() if option else _ini_golden_dir(config)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -327,7 +330,8 @@ def pytest_configure(config):
         staging = (config.workerinput.get("mschecker_staging") if _is_worker(config)
                    else tempfile.mkdtemp(prefix="mschecker-golden-staging-"))
     state = RunSession(_golden_dir(config), update_golden=update, staging_dir=Path(staging) if staging else None,
-                       worker_id=config.workerinput.get("workerid") if _is_worker(config) else None)
+                       worker_id=config.workerinput.get("workerid") if _is_worker(config) else None,
+                       ini_golden_dir=_ini_golden_dir(config))
     setattr(config, _STATE_KEY, state)
     _ACTIVE.append(state)
 

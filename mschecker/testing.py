@@ -288,8 +288,9 @@ def assert_matches_golden(name: str, actual, *, rule: ToleranceRule | None = Non
     from .runners import file_sha256
 
     state = _session()
-    default_dir = state.golden_dir if state is not None else None
-    directory = Path(directory).resolve() if directory is not None else (default_dir or DEFAULT_GOLDEN_DIR.resolve())
+    default_dir = state.ini_golden_dir if state is not None else None
+    run_dir = state.golden_dir if state is not None else DEFAULT_GOLDEN_DIR.resolve()
+    directory = Path(directory).resolve() if directory is not None else run_dir
     update = state.update_golden if (update is None and state is not None) else bool(update)
     nodeid = nodeid or (state.current_nodeid if state is not None else None)
     actual = np.asarray(actual)
@@ -478,7 +479,6 @@ def kernel_case_report(info: KernelInfo, variant: Variant, case: Case) -> tuple[
 def _contract_search_body(info: KernelInfo, variant: Variant, worst: dict):
     """The hypothesis test body of check_kernel: track the worst passing case, raise a report on a failing one."""
     def body(case):
-        __tracebackhide__ = True  # pytest shows the caller's line, not mschecker's internals
         result = check_case(info, variant, case)
         if result.passed:
             if result.worst_ratio > worst["ratio"]:
