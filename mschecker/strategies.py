@@ -248,18 +248,20 @@ def to_storage(x, dtype) -> np.ndarray:
 
 @st.composite
 def sum_near_overflow(draw, shape=None, dtype="float16"):
-    """Positive values, each far below 65504, whose sum along the last axis is 0.9x to 2x of 65504.
+    """Positive values whose sum along the last axis is 0.9x, 1.01x, 1.2x or 2x of 65504 (fp16's max).
 
     Hazard: a reduction (sum, mean, the denominator of softmax, a GEMM output) whose inputs all fit fp16 but
     whose total does not: an fp16 accumulator or an fp16 output overflows to inf, while an fp32 accumulator
-    divided back down (mean) is fine. Rows have 4 to 64 elements unless `shape` says otherwise.
+    divided back down (mean) is fine; the 0.9x rows check that a kernel does not overflow early. Rows have 4 to
+    64 elements unless `shape` says otherwise (with n >= 4 each element stays below 65504); each row is scaled
+    so that its float64 sum is the drawn total up to the input rounding (relative u of `dtype`).
     """
     shape = _draw_shape(draw, shape, shapes(min_dims=1, max_dims=2, min_side=4, max_side=64))
     fmt = float_format("float16")
-    n = shape[-1] if shape else 1
     total = draw(st.sampled_from([0.9, 1.01, 1.2, 2.0])) * fmt.max
     rng = np.random.default_rng(draw(seeds()))
-    x = (total / n) * np.abs(1.0 + 0.1 * rng.standard_normal(shape))
+    w = np.abs(1.0 + 0.1 * rng.standard_normal(shape))
+    x = total * w / np.sum(w, axis=-1, keepdims=True)
     return round_to(x, dtype).astype(np.float64)
 
 
