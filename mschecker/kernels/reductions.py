@@ -8,10 +8,11 @@ gamma_{(b-1) + (ceil(n/b)-1)} (blocked: recursive within blocks of b, then acros
 O(nu^2) terms of the derivation for nu <= 0.1).
 For the mean the bound is divided by n and the division by n (n rounded to u_acc, then the divide) adds
 2 u_acc |mean|.
-Domain: the analysis assumes no overflow. With fp16 accumulators a partial sum can overflow when sum|x| > 65504
-while the total is finite; there the contract says nothing (bound = inf), and gamma_k = inf for k u >= 1
-(an fp16 recursive sum of more than 2048 terms): also nothing. tests/kernels/test_exhaustive_fp16.py is not the
-place for this; test_reduction_bounds in test_norm_hazards.py shows the 2048 stall and that the bound is inf.
+Domain: the analysis assumes no overflow. A computed partial sum can reach sum|x| (1 + g), so where that exceeds
+the accumulator's range (or |s| + bound exceeds the storage's, where a result within the bound may round to inf)
+the contract says nothing (bound = inf); and gamma_k = inf for k u >= 1
+(an fp16 recursive sum of more than 2048 terms): also nothing. tests/kernels/test_norm_hazards.py shows the 2048
+stall, that the bound is inf there, and that the planted "fp16 accumulation sold as fp32" bug is caught.
 """
 from __future__ import annotations
 
@@ -58,13 +59,17 @@ def summation_contract(algorithm: str, *, mean: bool) -> Contract:
         n = _reduced_size(x, axis)
         ua, us = unit_roundoff(variant.accumulate), unit_roundoff(variant.dtype)
         abs_sum = np.sum(np.abs(x), axis=axis, keepdims=keepdims)
-        err = summation_gamma(algorithm, n, ua) * abs_sum
-        acc_max = float_format(variant.accumulate).max
-        err = np.where(abs_sum * (1 + 2 * ua) > acc_max, np.inf, err)  # a partial sum may overflow
+        g = summation_gamma(algorithm, n, ua)
+        err = g * abs_sum
+        # Domain: every computed partial sum is at most sum|x| (1 + g); beyond the accumulator's range one may
+        # overflow, and a result within the bound of a total near the storage's max may round to inf.
+        overflow = (abs_sum * (1 + g) > float_format(variant.accumulate).max)
         if mean:
             err = err / max(n, 1) + 2 * ua * np.abs(y)
         with np.errstate(invalid="ignore"):
-            return err + us * np.abs(y) + subnormal_floor(variant)
+            err = err + us * np.abs(y) + subnormal_floor(variant)
+            overflow |= np.abs(y) + err > float_format(variant.dtype).max
+        return np.where(overflow, np.inf, err)
 
     g = {"recursive": "gamma_{n-1}", "pairwise": "gamma_{ceil(log2 n)}",
          "blocked": f"gamma_{{b+n/b-2}} (b={opt.BLOCK})", "kahan": "2u+4nu^2"}[algorithm]
