@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import onnx
+from onnx import numpy_helper
 
 from ..errors import InputError
 from .clip import build_text_encoder
@@ -22,28 +23,51 @@ STAGE_BUILDERS = {"text_encoder": build_text_encoder, "unet": build_unet, "vae_d
 
 
 def save_model(model: onnx.ModelProto, path: str | Path, *, external_data: bool | None = None) -> Path:
-    """Write ``model`` to ``path`` (external data automatically above EXTERNAL_THRESHOLD bytes).
+    """Write ``model`` to ``path`` (external data automatically above EXTERNAL_THRESHOLD bytes); ``model`` is not
+    modified (onnx's own external-data writer strips the weights out of the model it is given).
 
-    With external data, onnx moves the weights out of ``model`` in place (so a multi-GB model is never copied).
-    Small models are written atomically (temp file + os.replace).
+    The graph file is written atomically (temp file + os.replace); the data file is rewritten in full first.
     """
     path = Path(path)
     if external_data is None:
-        external_data = model.ByteSize() > EXTERNAL_THRESHOLD if _fits_protobuf(model) else True
-    if external_data:
-        location = path.name + ".data"
-        if (path.parent / location).exists():
-            os.remove(path.parent / location)  # onnx appends to an existing data file
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=location, size_threshold=1024)
-    else:
-        tmp = path.with_name(path.name + ".tmp")
-        onnx.save_model(model, str(tmp))
-        os.replace(tmp, path)
+        external_data = not fits_protobuf(model) or model.ByteSize() > EXTERNAL_THRESHOLD
+    to_write = _with_external_weights(model, path.parent / f"{path.name}.data") if external_data else model
+    tmp = path.with_name(path.name + ".tmp")
+    onnx.save_model(to_write, str(tmp))
+    os.replace(tmp, path)
     return path
 
 
-def _fits_protobuf(model: onnx.ModelProto) -> bool:
+def _with_external_weights(model: onnx.ModelProto, data_path: Path) -> onnx.ModelProto:
+    """A new ModelProto sharing nothing large with ``model``: every initializer over 1 KiB is written to
+    ``data_path`` (4 KiB-aligned offsets, as onnx does) and referenced from there."""
+    graph = model.graph
+    new_graph = onnx.helper.make_graph(list(graph.node), graph.name, list(graph.input), list(graph.output),
+                                       value_info=list(graph.value_info), doc_string=graph.doc_string)
+    with open(data_path, "wb") as data:
+        for tensor in graph.initializer:
+            raw = tensor.raw_data if tensor.HasField("raw_data") else numpy_helper.to_array(tensor).tobytes()
+            ref = onnx.TensorProto(name=tensor.name, dims=tensor.dims, data_type=tensor.data_type)
+            if len(raw) <= 1024:
+                ref.raw_data = raw
+            else:
+                offset = -data.tell() % 4096
+                data.write(b"\0" * offset)
+                start = data.tell()
+                data.write(raw)
+                ref.data_location = onnx.TensorProto.EXTERNAL
+                for key, value in (("location", data_path.name), ("offset", str(start)), ("length", str(len(raw)))):
+                    entry = ref.external_data.add()
+                    entry.key, entry.value = key, value
+            new_graph.initializer.append(ref)
+    new = onnx.helper.make_model(new_graph, opset_imports=list(model.opset_import), producer_name=model.producer_name,
+                                 doc_string=model.doc_string)
+    new.ir_version = model.ir_version
+    return new
+
+
+def fits_protobuf(model: onnx.ModelProto) -> bool:
+    """Whether the model (weights inline) stays under protobuf's 2 GB message limit, with 64 MB to spare."""
     total = sum(len(t.raw_data) for t in model.graph.initializer)
     return total < 2**31 - 2**26
 

@@ -28,7 +28,7 @@ import onnx
 
 from ..errors import InputError
 from .clip import build_text_encoder
-from .modelfile import save_model
+from .modelfile import fits_protobuf, save_model
 from .presets import SDPreset, get_preset
 from .scheduler import make_scheduler
 from .tokenizer import HashTokenizer
@@ -45,8 +45,14 @@ def ort_stage_runner(model: onnx.ModelProto | str | Path, stage_name: str) -> St
     """onnxruntime CPU session (float32): the fp32 peer and the default runner."""
     import onnxruntime as ort
 
-    source = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()
-    session = ort.InferenceSession(source, providers=["CPUExecutionProvider"])
+    if isinstance(model, (str, Path)):
+        session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    elif fits_protobuf(model):
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    else:  # over protobuf's 2 GB (sd15 UNet): through a temporary file with external data
+        with tempfile.TemporaryDirectory(prefix=f"mschecker-sd-{stage_name}-") as tmp:
+            path = save_model(model, Path(tmp) / f"{stage_name}.onnx", external_data=True)
+            session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
 
     def run(feeds):
