@@ -731,12 +731,10 @@ class _Accumulator:
         nbad = int(np.count_nonzero(bad))
         self.mismatches += nbad
         self.nonfinite_mismatches += nbad
-        if nbad:
-            self._merge_candidates(np.full(nbad, np.inf), sel[bad], a[bad], e[bad], offset)
-
-    def _merge_candidates(self, key, sel, a, e, offset) -> None:
-        if self.topk:
-            self._merge_top(key, (offset + sel).astype(np.int64), a, e)
+        if nbad and self.topk:
+            # Non-finite mismatches rank first (key +inf); only the k lowest indices of this chunk can make it.
+            first = np.flatnonzero(bad)[: self.topk]
+            self._merge_top(np.full(first.size, np.inf), (offset + sel[first]).astype(np.int64), a[first], e[first])
 
     # -- final ----------------------------------------------------------------------------------------------
     def finish(self, rechunk) -> TensorComparison:
