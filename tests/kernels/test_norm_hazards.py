@@ -105,13 +105,13 @@ def test_naive_onepass_bug_is_caught_where_twopass_passes(kernel):
 def test_fp16_running_sum_stalls_at_2048_and_the_bound_says_nothing():
     info = get_kernel("reduce_sum")
     case = Case((np.ones(4096),), {"axis": -1, "keepdims": False}, "4096 ones")
-    stalled = info.variant("fp16_fp16acc_recursive").fn(np.ones(4096, np.float16))
+    stalled = info.variant("fp16_fp16acc").fn(np.ones(4096, np.float16))
     assert float(stalled) == 2048.0  # 2048 + 1 rounds back to 2048 (fp16 spacing 2 there)
     assert summation_gamma("recursive", 4096, U16) == np.inf  # gamma_{n-1}(u16): n u >= 1
-    r = check_case(info, "fp16_fp16acc_recursive", case)
+    r = check_case(info, "fp16_fp16acc", case)
     assert r.passed and np.isinf(r.bound_at_worst)  # no claim, rather than a false finite pass
     # The fp32 accumulator and the fp16 pairwise order get 4096 exactly, within their finite bounds.
-    for v in ("fp16_fp32acc_recursive", "fp16_fp16acc_pairwise", "fp16_fp16acc_blocked"):
+    for v in ("fp16_fp32acc", "fp16_fp16acc_pairwise", "fp16_fp16acc_blocked"):
         rv = check_case(info, v, case)
         assert rv.passed and np.isfinite(rv.bound_at_worst) and rv.max_abs_err == 0.0, rv.describe()
     # Kahan in fp16 also gets 4096 exactly, but its 2u + O(n u^2) bound assumes n u small (here n u16 = 2).
@@ -126,11 +126,11 @@ def test_partial_sum_overflow_with_mixed_signs():
     (sum|x| > 65504), the fp32 accumulator is exact."""
     info = get_kernel("reduce_sum")
     case = Case((np.array([60000.0, 60000.0, -60000.0, -60000.0]),), {"axis": -1, "keepdims": False}, "mixed")
-    out = info.variant("fp16_fp16acc_recursive").fn(case.inputs[0].astype(np.float16))
+    out = info.variant("fp16_fp16acc").fn(case.inputs[0].astype(np.float16))
     assert not np.isfinite(out)
-    r = check_case(info, "fp16_fp16acc_recursive", case)
+    r = check_case(info, "fp16_fp16acc", case)
     assert r.passed and np.isinf(r.bound_at_worst)
-    assert check_case(info, "fp16_fp32acc_recursive", case).max_abs_err == 0.0
+    assert check_case(info, "fp16_fp32acc", case).max_abs_err == 0.0
 
 
 @pytest.mark.parametrize("algorithm,n,expected", [
@@ -148,6 +148,6 @@ def test_kahan_beats_recursive_in_fp16():
     x = _fp16(1 + 0.1 * rng.standard_normal(2000))
     info = get_kernel("reduce_sum")
     case = Case((x,), {"axis": -1, "keepdims": False}, "near ones")
-    rk, rr = check_case(info, "fp16_fp16acc_kahan", case), check_case(info, "fp16_fp16acc_recursive", case)
+    rk, rr = check_case(info, "fp16_fp16acc_kahan", case), check_case(info, "fp16_fp16acc", case)
     assert rk.passed and rr.passed
     assert rk.max_abs_err * 20 < rr.max_abs_err
