@@ -60,8 +60,9 @@ class ToleranceRule:
     Tensor rule: every element matches, and, when `cosine` is set, the cosine similarity over the finite pairs
     is >= `cosine` (a tensor with no finite pair fails a cosine rule: the similarity cannot be computed).
 
-    `ulp_format` names the format ULPs are counted in (fp16, bf16, fp32, fp64); None means the expected
-    tensor's dtype (float64 when it is not a float). Unlike Polygraphy (an element fails only when it breaks
+    `ulp_format` names the format ULPs are counted in (fp16, bf16, fp32, fp64); None means the coarser (fewer
+    mantissa bits) of the two tensors' float dtypes, the expected one on a tie; integer tensors then have no ULP
+    and `ulp` accepts nothing extra there. Unlike Polygraphy (an element fails only when it breaks
     both atol and rtol) the bound here is the sum atol + rtol*|e|, as numpy and torch define it.
     """
 
@@ -118,7 +119,7 @@ class ToleranceRule:
         """One line that states the rule exactly."""
         parts = [f"|actual - expected| <= {self.atol:g} + {self.rtol:g}*|expected|"]
         if self.ulp is not None:
-            fmt = dtype_name(resolve_dtype(self.ulp_format)) if self.ulp_format else "the expected dtype"
+            fmt = dtype_name(resolve_dtype(self.ulp_format)) if self.ulp_format else "the coarser dtype"
             parts.append(f"or within {self.ulp} ULP of {fmt}")
         text = " ".join(parts) + " (numpy.isclose convention); NaN matches NaN, inf matches same-sign inf"
         if self.cosine is not None:
