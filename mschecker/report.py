@@ -114,11 +114,18 @@ def _banner(report: CheckReport) -> Panel:
     for t in failed:
         body.append(Text(f"failed: {t.name} ({', '.join(t.failed_rules)})", style="red"))
     for key, value in report.meta.items():
-        if isinstance(value, dict):
-            value = ", ".join(f"{k}={v}" for k, v in value.items())
-        body.append(Text(f"{key}: {value}", style="dim"))
+        body.append(Text(f"{key}: {_meta_value(value)}", style="dim"))
     return Panel(Group(*body), title="mschecker", border_style="green" if report.passed else "red",
                  box=box.ROUNDED)
+
+
+def _meta_value(value) -> str:
+    """meta values for display: dicts as k=v pairs, lists comma-separated, everything else as str()."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_meta_value(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_meta_value(v) for v in value)
+    return str(value)
 
 
 def _summary_table(report: CheckReport) -> Table:
