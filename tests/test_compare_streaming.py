@@ -177,3 +177,38 @@ def test_planted_bug_topk_tie_order_is_caught(monkeypatch):
     assert [w.index for w in whole.worst] == [(0,), (1,), (2,), (3,), (4,)]
     with pytest.raises(AssertionError):
         assert_streaming_equal(chunked, whole)
+
+
+def _rss_file_kb() -> int | None:
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("RssFile:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _memmap_rss_growth_kb(tmp_path, name) -> int:
+    n = 1 << 22  # 16 MiB per float32 file
+    e = np.arange(n, dtype=np.float32)
+    path_e, path_a = tmp_path / f"{name}_e.bin", tmp_path / f"{name}_a.bin"
+    e.tofile(path_e)
+    (e + np.float32(1)).tofile(path_a)
+    del e
+    ma = np.memmap(path_a, dtype=np.float32, mode="r")
+    me = np.memmap(path_e, dtype=np.float32, mode="r")
+    before = _rss_file_kb()
+    compare_arrays(ma, me, chunk_elems=1 << 16)
+    grown = _rss_file_kb() - before
+    del ma, me
+    return grown
+
+
+@pytest.mark.skipif(_rss_file_kb() is None, reason="needs Linux /proc/self/status RssFile")
+def test_memmap_pages_are_released(tmp_path, monkeypatch):
+    """Bounded memory: comparing two 16 MiB memmaps leaves < 4 MiB of them resident (one chunk is 256 KiB per
+    file); with page release disabled (planted bug) the whole 32 MiB stays mapped, so the test can fail."""
+    assert _memmap_rss_growth_kb(tmp_path, "ok") < 4096
+    monkeypatch.setattr(C, "_release_pages", lambda part: None)
+    assert _memmap_rss_growth_kb(tmp_path, "bug") > 16384
