@@ -56,14 +56,24 @@ def _acc_fp16_sequential(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b2 = b[:, None] if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
         raise ValueError(f"matmul: inner dimensions differ, {a.shape} @ {b.shape}")
-    a64 = a2.astype(np.float64)
-    b64 = b2.astype(np.float64)
+    nd = max(a2.ndim, b2.ndim)  # equal ranks, so that the K axis moved to the front lines up in both
+    a64 = a2.reshape((1,) * (nd - a2.ndim) + a2.shape).astype(np.float64)
+    b64 = b2.reshape((1,) * (nd - b2.ndim) + b2.shape).astype(np.float64)
     shape = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
     acc = np.zeros(shape, dtype=F16)
+    tmp = np.empty(shape, dtype=np.float64)
+    k_total = a2.shape[-1]
+    chunk = max(1, (1 << 20) // max(acc.size, 1))  # products of a K-chunk at once: <= 8 MiB of float64
     with np.errstate(over="ignore", invalid="ignore"):  # IEEE: a partial sum past 65504 becomes inf
-        for k in range(a2.shape[-1]):
-            # exact product + fp16 partial sum, formed in float64, rounded once to fp16
-            acc = (acc + a64[..., :, k, None] * b64[..., None, k, :]).astype(F16)
+        for k0 in range(0, k_total, chunk):
+            k1 = min(k0 + chunk, k_total)
+            # exact products (K-chunk, ..., M, N) in float64
+            prods = (np.moveaxis(a64[..., :, k0:k1], -1, 0)[..., :, None]
+                     * np.moveaxis(b64[..., k0:k1, :], -2, 0)[..., None, :])
+            for p in prods:
+                np.add(p, acc, out=tmp)  # exact product + fp16 partial sum, in float64 ...
+                acc[...] = tmp  # ... rounded once to fp16
+
     if a.ndim == 1:
         acc = acc[..., 0, :]
     if b.ndim == 1:

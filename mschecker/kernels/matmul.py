@@ -52,8 +52,8 @@ def _matrices(draw, kind: str, batched: bool):
         a = rng.standard_normal(batch_a + (m, k)) * sa
         b = rng.uniform(-sb, sb, batch_b + (k, n))
     elif kind == "long_positive":
-        k = draw(st.integers(2049, 3500))
-        m, n = min(m, 3), min(n, 3)
+        k = draw(st.integers(2049, 2600))  # just past the stall: each K step is a Python-level fp16 add
+        m, n = min(m, 2), min(n, 2)
         a = np.abs(1.0 + 0.1 * rng.standard_normal(batch_a + (m, k)))
         b = np.abs(1.0 + 0.1 * rng.standard_normal(batch_b + (k, n)))
     elif kind == "cancellation":
@@ -214,7 +214,7 @@ register_kernel(KernelInfo(
     variants=_variants({
         "fp32": opt.matmul_fp32, "fp16_fp32acc": opt.matmul_fp16_fp32acc, "bf16_fp32acc": opt.matmul_bf16_fp32acc,
         "fp16_fp16acc": opt.matmul_fp16_fp16acc, "fp16_fp32acc_kblocked": opt.matmul_fp16_fp32acc_kblocked,
-    }, MATMUL_CONTRACT, opt.matmul_fp16_fp16acc, "long_positive"),
+    }, MATMUL_CONTRACT, opt.matmul_fp16_fp16acc, "generic"),
     strategies={kind: functools.partial(_matmul_case, kind) for kind in _STRATEGY_KINDS},
     golden_cases=_matmul_golden,
     doc="np.matmul / ONNX MatMul: batched, broadcast batch dims, 1-D operands promoted.",
@@ -227,7 +227,7 @@ register_kernel(KernelInfo(
     variants=_variants({
         "fp32": opt.gemm_fp32, "fp16_fp32acc": opt.gemm_fp16_fp32acc, "bf16_fp32acc": opt.gemm_bf16_fp32acc,
         "fp16_fp16acc": opt.gemm_fp16_fp16acc, "fp16_fp32acc_kblocked": opt.gemm_fp16_fp32acc_kblocked,
-    }, GEMM_CONTRACT, opt.gemm_fp16_fp16acc, "long_positive"),
+    }, GEMM_CONTRACT, opt.gemm_fp16_fp16acc, "generic"),
     strategies={kind: functools.partial(_gemm_case, kind) for kind in _STRATEGY_KINDS},
     golden_cases=_gemm_golden,
     doc="ONNX Gemm: Y = alpha A' B' + beta C, C unidirectionally broadcast.",
