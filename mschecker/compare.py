@@ -16,6 +16,7 @@ in docs/TOLERANCE.md; the JSON form of the results in docs/REPORT_SCHEMA.md.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -355,23 +356,25 @@ def _json_safe(obj):
 # Streaming helpers
 # --------------------------------------------------------------------------------------------------------------
 
-def _chunks(x: np.ndarray, chunk: int) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield (flat offset, 1-D chunk) in C order; views for C-contiguous arrays (memmaps), O(chunk) copies else.
+def _chunks(x: np.ndarray, chunk: int, first: int = 0, step: int = 1) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield (flat offset, 1-D chunk) in C order, chunks first, first+step, ... (a worker's share); views for
+    C-contiguous arrays (memmaps), O(chunk) copies for strided ones.
 
     Pages of a read-only np.memmap are released after each chunk (madvise DONTNEED: the kernel's page cache
     keeps the file, the process stops holding it), so the resident set stays O(chunk) for any file size.
     """
     n = x.size
+    starts = range(first * chunk, n, step * chunk)
     if x.flags.c_contiguous:
         flat = x.reshape(-1)
         release = isinstance(x, np.memmap) and not x.flags.writeable
-        for start in range(0, n, chunk):
+        for start in starts:
             part = flat[start:start + chunk]
             yield start, part
             if release:
                 _release_pages(part)
     else:
-        for start in range(0, n, chunk):
+        for start in starts:
             yield start, np.asarray(x.flat[start:start + chunk])
 
 
@@ -737,6 +740,42 @@ class _Accumulator:
             first = np.flatnonzero(bad)[: self.topk]
             self._merge_top(np.full(first.size, np.inf), (offset + sel[first]).astype(np.int64), a[first], e[first])
 
+    # -- merging workers ------------------------------------------------------------------------------------
+    def merge(self, other: "_Accumulator") -> None:
+        """Fold another accumulator (disjoint chunks of the same tensors) into this one, exactly as if one
+        accumulator had seen all chunks: maxima keep the lowest flat index on ties, first NaN/inf positions the
+        lowest, the top-k is re-ranked by (key desc, index asc); only float sums change order."""
+        for f in ("n", "finite", "sum_abs", "sum_dd", "sum_aa", "sum_ee", "sum_ae", "rel_counts", "mismatches",
+                  "nonfinite_mismatches", "sum_a", "sum_e", "sum_elog"):
+            v = getattr(self, f)
+            setattr(self, f, [x + y for x, y in zip(v, getattr(other, f))] if isinstance(v, list)
+                    else v + getattr(other, f))
+        for val, flat in (("max_abs", "max_abs_flat"), ("max_rel", "max_rel_flat")):
+            mine, theirs = (getattr(self, val), getattr(self, flat)), (getattr(other, val), getattr(other, flat))
+            if theirs[1] is not None and (mine[1] is None or theirs[0] > mine[0]
+                                          or (theirs[0] == mine[0] and theirs[1] < mine[1])):
+                setattr(self, val, theirs[0])
+                setattr(self, flat, theirs[1])
+        self.peak = max(self.peak, other.peak)
+        for side in ("a", "e"):
+            mine, theirs = self.nf[side], other.nf[side]
+            for slot in range(3):
+                mine[slot] += theirs[slot]
+                firsts = [f for f in (mine[slot + 3], theirs[slot + 3]) if f is not None]
+                mine[slot + 3] = min(firsts) if firsts else None
+        notes = (self.kl_note, other.kl_note)
+        if not (self.kl_ok and other.kl_ok):
+            self.kl_ok = False
+            self.kl_note = next((n for n in notes if "NaN" in n), None) or next(n for n in notes if n)
+        if self.ulp is not None:
+            self.ulp.low += other.ulp.low
+            self.ulp.high += other.ulp.high
+            self.ulp.n += other.ulp.n
+            self.ulp.max = max(self.ulp.max, other.ulp.max)
+        self.hist += other.hist
+        if self.topk and other.top_key.size:
+            self._merge_top(other.top_key, other.top_idx, other.top_a, other.top_e)
+
     # -- final ----------------------------------------------------------------------------------------------
     def finish(self, rechunk) -> TensorComparison:
         r = TensorComparison(name=self.name, shape=self.shape, dtype=dtype_name(self.a_dtype),
@@ -890,13 +929,23 @@ def _ulp_percentiles(hist: _UlpHistogram, percentiles, rechunk, acc: "_Accumulat
 # Public entry point
 # --------------------------------------------------------------------------------------------------------------
 
+def _default_workers(nchunks: int) -> int:
+    """Threads for a comparison: one per CPU up to 8, but only for tensors of at least 8 chunks (numpy releases
+    the GIL inside each per-chunk operation, so chunks of one tensor compare in parallel)."""
+    return 1 if nchunks < 8 else max(1, min(8, os.cpu_count() or 1, nchunks))
+
+
 def compare_arrays(actual, expected, rule: ToleranceRule | None = None, *, name: str = "output", topk: int = 10,
-                   chunk_elems: int | None = None) -> TensorComparison:
+                   chunk_elems: int | None = None, workers: int | None = None) -> TensorComparison:
     """Compare one tensor with its expected value under `rule`, streaming `chunk_elems` elements at a time.
 
     Works on ndarrays and np.memmap alike (memmaps are read chunk by chunk, never loaded whole). Shapes must be
     equal (no broadcasting: a golden of another shape is a bad input); dtypes may differ. Raises InputError
     naming the tensor when shapes differ or a dtype is not numeric.
+
+    workers: threads, each taking every workers-th chunk into its own accumulator; the accumulators merge
+    exactly (see _Accumulator.merge), so the result does not depend on it beyond float summation order.
+    None: _default_workers. Memory is O(workers * chunk).
     """
     rule = rule or ToleranceRule()
     a = actual if isinstance(actual, np.ndarray) else np.asarray(actual)
@@ -910,10 +959,25 @@ def compare_arrays(actual, expected, rule: ToleranceRule | None = None, *, name:
     chunk = int(chunk_elems or DEFAULT_CHUNK_ELEMS)
     if chunk <= 0:
         raise InputError(f"chunk_elems must be positive, got {chunk_elems!r}")
-    acc = _Accumulator(name, a.shape, a.dtype, e.dtype, rule, topk)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for (off, ac), (_, ec) in zip(_chunks(a, chunk), _chunks(e, chunk)):
-            acc.update(ac, ec, off)
+    nchunks = -(-a.size // chunk)
+    workers = _default_workers(nchunks) if workers is None else max(1, min(int(workers), max(1, nchunks)))
+    accs = [_Accumulator(name, a.shape, a.dtype, e.dtype, rule, topk) for _ in range(workers)]
+
+    def work(i: int) -> None:
+        with np.errstate(over="ignore", invalid="ignore"):  # errstate is per thread in numpy 2
+            for (off, ac), (_, ec) in zip(_chunks(a, chunk, i, workers), _chunks(e, chunk, i, workers)):
+                accs[i].update(ac, ec, off)
+
+    if workers == 1:
+        work(0)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="mschecker-compare") as pool:
+            list(pool.map(work, range(workers)))  # list() re-raises a worker's exception here
+    acc = accs[0]
+    for other in accs[1:]:
+        acc.merge(other)
 
     def rechunk():
         for (_, ac), (_, ec) in zip(_chunks(a, chunk), _chunks(e, chunk)):

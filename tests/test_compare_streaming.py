@@ -80,11 +80,13 @@ def pair_strategy():
 
 
 @given(pair_strategy(), st.integers(1, 97), st.integers(0, 12),
-       st.sampled_from([ToleranceRule(), ToleranceRule(atol=1e-3, rtol=1e-3, ulp=8, cosine=0.99)]))
-def test_chunked_equals_whole(pair, chunk, topk, rule):
+       st.sampled_from([ToleranceRule(), ToleranceRule(atol=1e-3, rtol=1e-3, ulp=8, cosine=0.99)]),
+       st.integers(1, 3))
+def test_chunked_equals_whole(pair, chunk, topk, rule, workers):
+    """Any chunking, and chunks spread over 1-3 worker threads whose accumulators merge, equals one chunk."""
     a, e = pair
-    whole = compare_arrays(a, e, rule, topk=topk, chunk_elems=a.size)
-    chunked = compare_arrays(a, e, rule, topk=topk, chunk_elems=chunk)
+    whole = compare_arrays(a, e, rule, topk=topk, chunk_elems=a.size, workers=1)
+    chunked = compare_arrays(a, e, rule, topk=topk, chunk_elems=chunk, workers=workers)
     assert_streaming_equal(chunked, whole)
 
 
@@ -145,16 +147,16 @@ def test_planted_bug_chunk_offset_is_caught(monkeypatch):
     """A chunker that reports each chunk's offset one element late breaks the whole-array index equality."""
     real = C._chunks
 
-    def off_by_one(x, chunk):
-        for off, part in real(x, chunk):
+    def off_by_one(x, chunk, first, step):
+        for off, part in real(x, chunk, first, step):
             yield (off + 1 if off else 0), part
 
     rng = np.random.default_rng(0)
     e = rng.standard_normal(100)
     a = e + rng.standard_normal(100)
     whole = compare_arrays(a, e, chunk_elems=100)
-    monkeypatch.setattr(C, "_chunks", off_by_one)
-    chunked = compare_arrays(a, e, chunk_elems=10)
+    monkeypatch.setattr(C, "_chunks", lambda x, chunk, first=0, step=1: off_by_one(x, chunk, first, step))
+    chunked = compare_arrays(a, e, chunk_elems=10, workers=1)
     with pytest.raises(AssertionError):
         assert_streaming_equal(chunked, whole)
 
@@ -173,7 +175,7 @@ def test_planted_bug_topk_tie_order_is_caught(monkeypatch):
     a = np.full(50, 0.5)
     whole = compare_arrays(a, e, topk=5, chunk_elems=50)
     monkeypatch.setattr(C._Accumulator, "_merge_top", bad_merge)
-    chunked = compare_arrays(a, e, topk=5, chunk_elems=7)
+    chunked = compare_arrays(a, e, topk=5, chunk_elems=7, workers=1)
     assert [w.index for w in whole.worst] == [(0,), (1,), (2,), (3,), (4,)]
     with pytest.raises(AssertionError):
         assert_streaming_equal(chunked, whole)
@@ -199,7 +201,7 @@ def _memmap_rss_growth_kb(tmp_path, name) -> int:
     ma = np.memmap(path_a, dtype=np.float32, mode="r")
     me = np.memmap(path_e, dtype=np.float32, mode="r")
     before = _rss_file_kb()
-    compare_arrays(ma, me, chunk_elems=1 << 16)
+    compare_arrays(ma, me, chunk_elems=1 << 16, workers=1)
     grown = _rss_file_kb() - before
     del ma, me
     return grown
@@ -212,3 +214,13 @@ def test_memmap_pages_are_released(tmp_path, monkeypatch):
     assert _memmap_rss_growth_kb(tmp_path, "ok") < 4096
     monkeypatch.setattr(C, "_release_pages", lambda part: None)
     assert _memmap_rss_growth_kb(tmp_path, "bug") > 16384
+
+
+def test_planted_bug_merge_tie_order_is_caught(monkeypatch):
+    """A worker merge that lets a later worker's equal maximum win moves max_abs_index off the first occurrence."""
+    def bad_merge(self, other):
+        self.max_abs, self.max_abs_flat = max((self.max_abs, self.max_abs_flat), (other.max_abs, other.max_abs_flat))
+
+    a, e = np.full(40, 1.0), np.zeros(40)
+    monkeypatch.setattr(C._Accumulator, "merge", bad_merge)
+    assert compare_arrays(a, e, chunk_elems=5, workers=3).max_abs_index != (0,)
