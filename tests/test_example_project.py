@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,18 +17,28 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1] / "examples" / "fused_kernel_project"
 
 
-def run_example(tmp_path: Path, bug: bool) -> tuple[subprocess.CompletedProcess, dict]:
+WORKFLOW = Path(__file__).resolve().parents[1] / "ci" / "user-workflow.github.yml"
+
+
+def workflow_pytest_args(report_dir: Path) -> list[str]:
+    """The pytest arguments of ci/user-workflow.github.yml's test step, so the copyable workflow is tested too."""
+    (line,) = [ln.strip() for ln in WORKFLOW.read_text().splitlines() if ln.strip().startswith("run: python -m pytest")]
+    args = shlex.split(line[len("run: python -m pytest"):].replace("$REPORT_DIR", str(report_dir)))
+    assert any(a.startswith("--mschecker-report=") for a in args)
+    return args
+
+
+def run_example(tmp_path: Path, bug: bool, args: list[str] | None = None) -> tuple[subprocess.CompletedProcess, dict]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("FUSEDKERN_BUG", "MSCHECKER_HYPOTHESIS_PROFILE", "PYTEST_ADDOPTS", "NO_COLOR")}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave no __pycache__ in the example tree
+    env["MSCHECKER_HYPOTHESIS_PROFILE"] = "ci"  # what the workflow sets on pushes and pull requests
     if bug:
         env["FUSEDKERN_BUG"] = "1"
-    report = tmp_path / "report.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--mschecker-hypothesis-profile=ci",
-         f"--mschecker-report={report}"],
-        cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300)
-    return proc, json.loads(report.read_text())
+    if args is None:
+        args = [f"--mschecker-report={tmp_path / 'report.json'}"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+                          cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300)
+    return proc, json.loads((tmp_path / "report.json").read_text())
 
 
 def test_example_passes_with_the_correct_kernel(tmp_path):
@@ -40,7 +51,9 @@ def test_example_passes_with_the_correct_kernel(tmp_path):
 
 
 def test_example_fails_readably_with_the_planted_bug(tmp_path):
-    proc, report = run_example(tmp_path, bug=True)
+    """Run with the copyable workflow's own pytest command (two xdist workers, HTML + JSON report)."""
+    proc, report = run_example(tmp_path, bug=True, args=workflow_pytest_args(tmp_path))
+    assert (tmp_path / "report.html").is_file() and report["meta"]["workers"] == ["gw0", "gw1"]
     out = proc.stdout
     assert proc.returncode == 1, out[-4000:] + proc.stderr[-2000:]
     assert "4 failed" in out
