@@ -42,9 +42,8 @@ def test_fp16_statistics_overflow_at_256_and_fp32_statistics_fix_it(mean, spread
     ref = info.reference(*case.inputs, **case.params)
     assert np.isfinite(ref).all()
     out16 = info.variant("fp16_fp16stats").fn(*case.cast("float16").inputs, **case.params).astype(np.float64)
-    # x^2 = inf in fp16: E[x^2] is inf, so var is inf (or inf - inf = NaN): output NaN or collapsed to the bias.
-    broken = ~np.isfinite(out16) | (np.abs(out16 - ref) > 0.5)
-    assert broken.mean() > 0.5, "expected the fp16 statistics to break on |x| >= 256"
+    # x^2 and mean^2 overflow fp16: var = inf - inf = NaN, and NaN everywhere downstream.
+    assert (~np.isfinite(out16)).all(), "expected the fp16 statistics to give inf/NaN on |x| >= 256"
     r16 = check_case(info, "fp16_fp16stats", case)
     assert r16.passed and np.isinf(r16.bound_at_worst), "the fp16-stats contract must make no claim here"
     r32 = check_case(info, "fp16_fp32stats_twopass", case)
@@ -66,7 +65,7 @@ def test_group_norm_fp16_statistics_on_vae_like_activations():
     info = get_kernel("group_norm")
     ref = info.reference(*case.inputs, **case.params)
     out16 = info.variant("fp16_fp16stats").fn(*case.cast("float16").inputs, **case.params).astype(np.float64)
-    assert (~np.isfinite(out16) | (np.abs(out16 - ref) > 0.5)).mean() > 0.5
+    assert np.isfinite(ref).all() and (~np.isfinite(out16)).all()
     assert check_case(info, "fp16_fp32stats_twopass", case).passed
 
 
