@@ -6,13 +6,14 @@ with_underflow). For Gemm the epilogue adds roundings: alpha and beta rounded to
 the two scalings and the add, i.e. (1+d)^(K+2) on the alpha A'B' term and (1+d)^3 on beta C, so the same bound
 with K+2 and |alpha||A'||B'| + |beta||C| in place of |A||B|. Where K*u_acc >= 1 (fp16 accumulation, K >= 2048)
 gamma is infinite: Higham's bound promises nothing there, and an fp16 running sum of > 2048 positive terms does
-stall (see tests/kernels/test_linalg_extra.py). The planted bug sells exactly that kernel as fp32 accumulation.
+stall (see tests/kernels/test_linalg_extra.py). The planted bug sells exactly that kernel as fp32 accumulation;
+the generic strategy already catches it (a few fp16-rounded partial sums exceed u_fp16|C| + gamma_K(u_fp32)|A||B|
+at small K, which keeps the search cheap; the stall itself is pinned in test_linalg_extra.py).
 
 Strategies: generic (batched, broadcast, 1-D, K up to 160 so the K-blocked kernel crosses block boundaries),
 long_positive (K > 2048 positive terms: fp16 accumulation stalls), cancellation (rows c + eps z against
 columns of +-1 that cancel c exactly: C is small while |A||B| is large; every partial sum stays finite in fp16),
-near_overflow (positive outputs in
-[2^14, 0.9 * 65504]; positive so that no partial sum exceeds the final one).
+near_overflow (positive outputs in [2^14, 0.9 * 65504]; positive so that no partial sum exceeds the final one).
 """
 from __future__ import annotations
 
