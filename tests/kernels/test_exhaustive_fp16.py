@@ -28,6 +28,25 @@ def _reference(kernel: str) -> np.ndarray:
         return get_kernel(kernel).reference(ALL_FP16.astype(np.float64))
 
 
+def _within_budget(out: np.ndarray, ref: np.ndarray, budget) -> tuple[np.ndarray, np.ndarray]:
+    """(ok, ulps) over the inputs whose reference is finite in fp16: ULP budget or absolute floor met."""
+    finite = np.isfinite(round_to(ref, "float16"))
+    x, o, r = ALL_FP16[finite].astype(np.float64), out[finite], ref[finite]
+    ulps = ulp_distance(o, r.astype(np.float16))
+    err = np.abs(o.astype(np.float64) - r)
+    return (ulps <= budget.max_ulp(x)) | (err <= budget.abs_floor + U16 * np.abs(r)), ulps
+
+
+def test_budget_check_can_fail():
+    """Two ULPs off everywhere breaks the 1-ULP budget of an accurate kernel; one ULP does not."""
+    out = get_kernel("exp").variant("fp16_fp32acc").fn(ALL_FP16.copy())
+    ref = _reference("exp")
+    up = np.nextafter(out, np.float16(np.inf))
+    ok1, _ = _within_budget(out, ref, K.EXHAUSTIVE[("exp", "fp16_fp32acc")])
+    ok2, _ = _within_budget(np.nextafter(up, np.float16(np.inf)), ref, K.EXHAUSTIVE[("exp", "fp16_fp32acc")])
+    assert ok1.all() and (~ok2).mean() > 0.5
+
+
 @pytest.mark.parametrize("kernel,variant", sorted(K.EXHAUSTIVE), ids=lambda v: str(v))
 def test_every_fp16_input(kernel, variant):
     info = get_kernel(kernel)
@@ -46,10 +65,8 @@ def test_every_fp16_input(kernel, variant):
     assert np.isfinite(out[finite]).all(), f"non-finite output at inputs {ALL_FP16[finite & ~np.isfinite(out)][:5]}"
     # ULP budget or absolute floor.
     budget = K.EXHAUSTIVE[(kernel, variant)]
-    x, o, r = ALL_FP16[finite].astype(np.float64), out[finite], ref[finite]
-    ulps = ulp_distance(o, r.astype(np.float16))
-    err = np.abs(o.astype(np.float64) - r)
-    ok = (ulps <= budget.max_ulp(x)) | (err <= budget.abs_floor + U16 * np.abs(r))
+    ok, ulps = _within_budget(out, ref, budget)
+    x, o, r = ALL_FP16[finite], out[finite], ref[finite]
     worst = np.argmax(np.where(ok, 0, ulps))
     assert ok.all(), (f"{kernel}/{variant}: {np.sum(~ok)} inputs over budget ({budget.why}); e.g. x={x[worst]!r} "
                       f"out={o[worst]!r} ref={r[worst]!r} ulps={ulps[worst]}")
