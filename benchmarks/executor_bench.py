@@ -1,17 +1,19 @@
 """Executor benchmark: emulated NPU and float64 reference vs onnxruntime fp32 and onnx.reference, one run.
 
-Graph: an SD-UNet-like block stack built here with onnx.helper (until the bundled SD UNet exists): per block
+Graphs: (1) the bundled SD UNet (mschecker.sd, preset `small` by default: many small nodes, so per-node
+overhead shows), one denoising step at batch 2; (2) a compute-bound SD-UNet-like block stack built here: per block
 Conv3x3 -> GroupNorm(32) -> SiLU (Sigmoid*Mul) -> Conv3x3 -> residual Add, then a self-attention (MatMul QK^T,
 Softmax, MatMul PV) over the flattened spatial positions. Each runner runs in its own subprocess so that its
 peak RSS (ru_maxrss) is its own; wall time is the best of --repeat runs after a warm-up.
 Targets (issue 4): NPU <= 1.5x ORT, reference <= 2.5x ORT, both >= 4x faster than onnx.reference.
 
-    python benchmarks/executor_bench.py [--channels 128] [--size 32] [--blocks 4] [--repeat 3]
+    python benchmarks/executor_bench.py [--sd-preset small] [--channels 128] [--size 32] [--blocks 4] [--repeat 3]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -69,11 +71,14 @@ def build(path: Path, c: int, s: int, blocks: int) -> None:
 CHILD = r"""
 import json, resource, sys, time
 import numpy as np
-kind, model, inp, repeat = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-x = {"x": np.load(inp)}
+kind, model, inp, repeat, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+x = dict(np.load(inp))
 if kind == "ort":
     import onnxruntime as ort
-    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"])
     run = lambda: sess.run(None, x)
 elif kind == "onnx_reference":
     from onnx.reference import ReferenceEvaluator
@@ -92,39 +97,77 @@ print(json.dumps({"best_s": min(times), "peak_rss_mb": resource.getrusage(resour
 """
 
 
+def build_sd_unet(path: Path, preset: str) -> dict[str, np.ndarray]:
+    """The bundled SD UNet (mschecker.sd) at `preset` size, saved to `path`; returns one step's feeds (batch 2:
+    unconditional + prompt, as the pipeline runs it)."""
+    from mschecker.sd.modelfile import save_model
+    from mschecker.sd.presets import get_preset
+    from mschecker.sd.unet import build_unet
+
+    p = get_preset(preset)
+    save_model(build_unet(p), path)
+    rng = np.random.default_rng(2)
+    c, s, _ = p.latent_shape
+    return {"sample": rng.standard_normal((2, c, s, s)).astype(np.float32),
+            "timestep": np.array([500.0, 500.0], np.float32),
+            "encoder_hidden_states": rng.standard_normal((2, p.clip.max_length, p.unet.cross_dim)).astype(np.float32)}
+
+
+def bench(model: Path, feeds_path: Path, repeat: int, threads: int) -> dict:
+    """Every runner in its own process with the same thread budget: ORT's intra-op pool and numpy's BLAS both get
+    `threads` (on a shared, oversubscribed machine a multi-threaded BLAS on small matrices spends its time
+    synchronising: measured 16x slower batched matmuls at load 9 on 2 cores, so 1 thread is the fair default)."""
+    res = {}
+    env = {**os.environ, **{k: str(threads) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+    for kind in ("ort", "npu:ascend910b", "reference", "onnx_reference"):
+        r = subprocess.run([sys.executable, "-c", CHILD, kind, str(model), str(feeds_path),
+                            str(1 if kind == "onnx_reference" else repeat), str(threads)], capture_output=True,
+                           text=True, env=env)
+        if r.returncode:
+            raise SystemExit(f"{kind} failed:\n{r.stderr[-2000:]}")
+        res[kind] = json.loads(r.stdout.strip().splitlines()[-1])
+        print(f"  {kind:16s} {res[kind]['best_s']:.3f} s  peak RSS {res[kind]['peak_rss_mb']:.0f} MB", flush=True)
+    ort_t, ev_t = res["ort"]["best_s"], res["onnx_reference"]["best_s"]
+    ratios = {"npu_vs_ort": res["npu:ascend910b"]["best_s"] / ort_t,
+              "reference_vs_ort": res["reference"]["best_s"] / ort_t,
+              "onnx_reference_vs_npu": ev_t / res["npu:ascend910b"]["best_s"],
+              "onnx_reference_vs_reference": ev_t / res["reference"]["best_s"]}
+    targets = {"npu_vs_ort <= 1.5": ratios["npu_vs_ort"] <= 1.5,
+               "reference_vs_ort <= 2.5": ratios["reference_vs_ort"] <= 2.5,
+               "onnx_reference_vs_npu >= 4": ratios["onnx_reference_vs_npu"] >= 4,
+               "onnx_reference_vs_reference >= 4": ratios["onnx_reference_vs_reference"] >= 4}
+    for k, v in ratios.items():
+        print(f"  {k:28s} {v:.2f}")
+    return {"model_mb": round(model.stat().st_size / 1e6, 2), "runs": res, "ratios": ratios, "targets_met": targets}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--sd-preset", default="small", help="bundled SD UNet preset (tiny, small; sd15 is huge)")
     ap.add_argument("--channels", type=int, default=128)
     ap.add_argument("--size", type=int, default=32)
     ap.add_argument("--blocks", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="threads for every runner (ORT intra-op and BLAS)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "executor_bench.json"))
     args = ap.parse_args()
+    graphs = {}
     with tempfile.TemporaryDirectory() as tmp:
-        model, inp = Path(tmp) / "m.onnx", Path(tmp) / "x.npy"
-        build(model, args.channels, args.size, args.blocks)
-        np.save(inp, np.random.default_rng(1).standard_normal((1, args.channels, args.size, args.size)).astype(np.float32))
-        res = {}
-        for kind in ("ort", "npu:ascend910b", "reference", "onnx_reference"):
-            r = subprocess.run([sys.executable, "-c", CHILD, kind, str(model), str(inp),
-                                str(1 if kind == "onnx_reference" else args.repeat)], capture_output=True, text=True)
-            if r.returncode:
-                raise SystemExit(f"{kind} failed:\n{r.stderr[-2000:]}")
-            res[kind] = json.loads(r.stdout.strip().splitlines()[-1])
-            print(f"{kind:16s} {res[kind]['best_s']:.3f} s  peak RSS {res[kind]['peak_rss_mb']:.0f} MB", flush=True)
-        model_mb = model.stat().st_size / 1e6
-    ort_t, ev_t = res["ort"]["best_s"], res["onnx_reference"]["best_s"]
-    ratios = {"npu_vs_ort": res["npu:ascend910b"]["best_s"] / ort_t, "reference_vs_ort": res["reference"]["best_s"] / ort_t,
-              "onnx_reference_vs_npu": ev_t / res["npu:ascend910b"]["best_s"],
-              "onnx_reference_vs_reference": ev_t / res["reference"]["best_s"]}
-    targets = {"npu_vs_ort <= 1.5": ratios["npu_vs_ort"] <= 1.5, "reference_vs_ort <= 2.5": ratios["reference_vs_ort"] <= 2.5,
-               "onnx_reference_vs_npu >= 4": ratios["onnx_reference_vs_npu"] >= 4,
-               "onnx_reference_vs_reference >= 4": ratios["onnx_reference_vs_reference"] >= 4}
-    for k, v in ratios.items():
-        print(f"{k:28s} {v:.2f}")
-    out = {"graph": f"sd_unet_like c={args.channels} s={args.size} blocks={args.blocks} ({model_mb:.1f} MB)",
-           "runs": res, "ratios": ratios, "targets_met": targets, "machine": platform.platform(),
-           "cpus_note": "2 CPU cores shared with other jobs: absolute times are noisy, ratios are from one run"}
+        tmp = Path(tmp)
+        print(f"bundled SD UNet ({args.sd_preset}), one denoising step, batch 2")
+        feeds = build_sd_unet(tmp / "unet.onnx", args.sd_preset)
+        np.savez(tmp / "unet_feeds.npz", **feeds)
+        graphs[f"sd_unet_{args.sd_preset}"] = bench(tmp / "unet.onnx", tmp / "unet_feeds.npz", args.repeat, args.threads)
+        name = f"synthetic_unet_like c={args.channels} s={args.size} blocks={args.blocks}"
+        print(name)
+        build(tmp / "m.onnx", args.channels, args.size, args.blocks)
+        np.savez(tmp / "x.npz", x=np.random.default_rng(1).standard_normal(
+            (1, args.channels, args.size, args.size)).astype(np.float32))
+        graphs[name] = bench(tmp / "m.onnx", tmp / "x.npz", args.repeat, args.threads)
+    out = {"graphs": graphs, "threads": args.threads, "machine": platform.platform(),
+           "load_average": os.getloadavg(),
+           "cpus_note": "2 CPU cores shared with other jobs: absolute times are noisy; ratios come from one run",
+           "command": "python benchmarks/executor_bench.py " + " ".join(sys.argv[1:])}
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"written {args.out}")
 

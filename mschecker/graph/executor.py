@@ -206,42 +206,45 @@ class Executor:
         env.update(self._check_feeds(feeds))
         lo, hi, rx = (capture_filter or CaptureFilter()).resolve(self.node_names) if capture else (0, -1, None)
         policy, total = self.policy, len(self.steps)
-        for s, step in enumerate(self.steps):
-            spec, ctx = step.spec, step.ctx
-            args = []
-            for k, name in enumerate(step.inputs):
-                x = env[name] if name else None
-                if x is not None and spec.convert_inputs and k not in spec.exact_inputs \
-                        and is_float_dtype(x.dtype) and x.dtype != ctx.dtype:
-                    with np.errstate(over="ignore"):
+        # inf/NaN/underflow are values the comparisons report, not warnings: numpy stays quiet for the whole run
+        # (one errstate for the run instead of one per operation; a stray RuntimeWarning would also break the
+        # CLI's one-line error contract)
+        with np.errstate(all="ignore"):
+            for s, step in enumerate(self.steps):
+                spec, ctx = step.spec, step.ctx
+                args = []
+                for k, name in enumerate(step.inputs):
+                    x = env[name] if name else None
+                    if x is not None and spec.convert_inputs and k not in spec.exact_inputs \
+                            and is_float_dtype(x.dtype) and x.dtype != ctx.dtype:
                         x = x.astype(ctx.dtype)
-                args.append(x)
-            try:
-                result = spec.fn(ctx, step.attrs, *args)
-            except InputError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - any failure inside a node is reported with the node
-                shapes = ", ".join(f"{n}{tuple(a.shape)}:{a.dtype}" for n, a in zip(step.inputs, args)
-                                   if a is not None)
-                raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) failed on inputs "
-                                     f"[{shapes}]: {type(exc).__name__}: {exc}") from exc
-            values = result if isinstance(result, (tuple, list)) else (result,)
-            for k, name in enumerate(step.outputs):
-                if not name:
-                    continue
-                if k >= len(values) or values[k] is None:
-                    raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) did not produce "
-                                         f"its output {name!r}")
-                v = policy.finish(ctx, np.asarray(values[k]), keep_dtype=spec.keeps_output_dtype)
-                env[name] = v
-                if capture is not None and lo <= s <= hi and (
-                        rx is None or rx.search(name) or rx.search(step.node.name)):
-                    capture(step.node, name, v)
-            del result, values, args
-            for name in step.frees:
-                env.pop(name, None)
-            if progress is not None:
-                progress(s + 1, total)
+                    args.append(x)
+                try:
+                    result = spec.fn(ctx, step.attrs, *args)
+                except InputError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any failure inside a node is reported with the node
+                    shapes = ", ".join(f"{n}{tuple(a.shape)}:{a.dtype}" for n, a in zip(step.inputs, args)
+                                       if a is not None)
+                    raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) failed on inputs "
+                                         f"[{shapes}]: {type(exc).__name__}: {exc}") from exc
+                values = result if isinstance(result, (tuple, list)) else (result,)
+                for k, name in enumerate(step.outputs):
+                    if not name:
+                        continue
+                    if k >= len(values) or values[k] is None:
+                        raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) did not "
+                                             f"produce its output {name!r}")
+                    v = policy.finish(ctx, np.asarray(values[k]), keep_dtype=spec.keeps_output_dtype)
+                    env[name] = v
+                    if capture is not None and lo <= s <= hi and (
+                            rx is None or rx.search(name) or rx.search(step.node.name)):
+                        capture(step.node, name, v)
+                del result, values, args
+                for name in step.frees:
+                    env.pop(name, None)
+                if progress is not None:
+                    progress(s + 1, total)
         missing = [n for n in self.output_names if n not in env]
         if missing:
             raise ExecutionError(f"{self.where}: graph output(s) {missing} were never produced")
