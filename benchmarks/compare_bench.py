@@ -9,8 +9,8 @@ makes its extra refinement pass (see mschecker.compare._UlpHistogram). Then, in 
 
 * baseline: both files loaded into memory (np.fromfile), best of --repeats timings of np.max(np.abs(a - b));
 * streaming: in a child process (so the in-memory baseline does not pollute its peak RSS), np.memmap of both
-  files and `mschecker.compare.compare_arrays` with the full metric set, best of --repeats; the child reports its
-  resource.getrusage(RUSAGE_SELF).ru_maxrss.
+  files and `mschecker.compare.compare_arrays` with the full metric set (default workers: one thread per CPU,
+  up to 8), best of --repeats; the child reports its resource.getrusage(RUSAGE_SELF).ru_maxrss and /proc VmHWM.
 
 Throughput is bytes of both inputs / seconds. Targets (issue 2 item 9): streaming throughput >= 0.5x the bare
 expression's, peak RSS of the streaming process < 300 MB. Results go to benchmarks/results/compare_bench.json when
@@ -54,7 +54,7 @@ def make_files(directory: Path, n: int, rel_noise: float, seed: int = 0) -> tupl
     return pa, pe
 
 
-def stream_child(pa: str, pe: str, n: int, repeats: int, chunk: int | None) -> dict:
+def stream_child(pa: str, pe: str, n: int, repeats: int, chunk: int | None, workers: int | None) -> dict:
     """Runs in the child process: memmap both files and compare them `repeats` times."""
     from mschecker.compare import ToleranceRule, compare_arrays
 
@@ -65,7 +65,7 @@ def stream_child(pa: str, pe: str, n: int, repeats: int, chunk: int | None) -> d
     result = None
     for _ in range(repeats):
         t0 = time.perf_counter()
-        result = compare_arrays(a, e, rule, name="bench", chunk_elems=chunk)
+        result = compare_arrays(a, e, rule, name="bench", chunk_elems=chunk, workers=workers)
         times.append(time.perf_counter() - t0)
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
     m = result.to_dict()["metrics"]
@@ -102,6 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--size-gib", type=float, default=1.0, help="size of each file in GiB (default 1)")
     p.add_argument("--repeats", type=int, default=3, help="timings per side; the best counts (default 3)")
     p.add_argument("--rel-noise", type=float, default=1e-6, help="relative noise of actual (default 1e-6)")
+    p.add_argument("--workers", type=int, default=None, help="compare_arrays workers (default: its own)")
     p.add_argument("--chunk", type=int, default=None, help="chunk_elems for compare_arrays (default: its own)")
     p.add_argument("--out", default=None, help="write the results JSON here (default: the results file for "
                    "a full 1 GiB run, nowhere for smaller runs)")
@@ -109,7 +110,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.child:
         pa, pe, n = args.child
-        print(json.dumps(stream_child(pa, pe, int(n), args.repeats, args.chunk)))
+        print(json.dumps(stream_child(pa, pe, int(n), args.repeats, args.chunk, args.workers)))
         return 0
 
     load = os.getloadavg()
@@ -122,6 +123,8 @@ def main(argv=None) -> int:
         cmd = [sys.executable, __file__, "--child", str(pa), str(pe), str(n), "--repeats", str(args.repeats)]
         if args.chunk:
             cmd += ["--chunk", str(args.chunk)]
+        if args.workers:
+            cmd += ["--workers", str(args.workers)]
         child = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
         bare_times, bare_value = bare_baseline(pa, pe, args.repeats)
     bare_s, stream_s = min(bare_times), min(child["seconds"])
@@ -151,6 +154,7 @@ def main(argv=None) -> int:
         "load_average_after": os.getloadavg(),
         "target_rss_mb": TARGET_RSS_MB,
         "chunk_elems": args.chunk,
+        "workers": args.workers,
         "metrics_of_streaming_run": child["metrics"],
         "meets_targets": bool(ratio >= TARGET_RATIO and rss_mb < TARGET_RSS_MB),
     }
