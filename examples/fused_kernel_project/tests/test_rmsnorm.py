@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given
 
 from mschecker import strategies as S
-from mschecker.testing import assert_close_to_reference, check_kernel
+from mschecker.testing import assert_close_to_reference, check_kernel, check_planted_bugs
 
 from fusedkern import rmsnorm
 from fusedkern.checks import EPS, RMSNORM_CONTRACT
@@ -29,6 +29,11 @@ def llm_like_activations(seed: int, rows: int = 8, hidden: int = 512):
 def test_kernel_meets_its_contract_on_every_strategy():
     """Hypothesis search over generic, large-magnitude and cancelling inputs (strategies in fusedkern.checks)."""
     check_kernel("fused_rmsnorm")
+
+
+def test_planted_bug_variant_is_caught():
+    """The suite can fail: the registered fp16-accumulation variant breaks the contract on some input."""
+    check_planted_bugs("fused_rmsnorm")
 
 
 def test_outlier_channels_match_reference():

@@ -12,10 +12,10 @@ from mschecker import strategies as S
 from mschecker.contracts import subnormal_floor
 from mschecker.dtypes import gamma, unit_roundoff
 from mschecker.registry import Case, Contract
-from mschecker.testing import register_user_kernel
+from mschecker.testing import planted_bug, register_user_kernel
 
 from .reference import rmsnorm_reference
-from .rmsnorm import rmsnorm
+from .rmsnorm import rmsnorm, rmsnorm_fp16_accumulate
 
 EPS = 1e-6
 
@@ -52,7 +52,14 @@ def rmsnorm_cases(x_family, max_side: int = 64):
 FUSED_RMSNORM = register_user_kernel(
     "fused_rmsnorm",
     reference=rmsnorm_reference,
-    variants={"fp16_fp32acc": rmsnorm},
+    variants={
+        "fp16_fp32acc": rmsnorm,
+        # Registered as a planted bug so the suite proves, on every run, that its contract and strategies can
+        # fail: check_planted_bugs must find an input where the fp16 sum of squares breaks the contract.
+        "bug_fp16acc": planted_bug(rmsnorm_fp16_accumulate, of="fp16_fp32acc",
+                                   what="squares and their mean in fp16: overflow for |x| >= 256",
+                                   catch_with="large_norm_inputs"),
+    },
     contract=RMSNORM_CONTRACT,
     strategies={
         "generic": rmsnorm_cases(S.tensors),
