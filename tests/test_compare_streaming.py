@@ -14,7 +14,6 @@ import math
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
-from hypothesis.extra import numpy as hnp
 
 from mschecker import compare as C
 from mschecker.compare import ToleranceRule, compare_arrays
