@@ -182,6 +182,13 @@ def test_model_zoo_graph_matches_stored_output_and_onnxruntime(path):
     np.testing.assert_allclose(got[name], stored, rtol=1e-3, atol=1e-7)
     ort_out = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got[name], ort_out, rtol=1e-3, atol=1e-7)
+    # fp32 agreement: the emulator's fp32 profile is at most 2x as far from the float64 truth as onnxruntime
+    # (peer baseline), with a floor of one fp32 rounding of the output (u_fp32 max|y|) where ORT happens to be exact
+    from mschecker.npu import NpuPolicy
+
+    fp32 = Executor(path, NpuPolicy("fp32")).run(feeds)[name].astype(np.float64)
+    ort_err = np.abs(ort_out.astype(np.float64) - got[name]).max()
+    assert np.abs(fp32 - got[name]).max() <= max(2 * ort_err, 2.0**-24 * np.abs(got[name]).max())
 
 
 def test_determinism_bit_identical_across_runs():
