@@ -30,6 +30,7 @@ from .registry import Case, Contract, KernelInfo, Variant, get_kernel, register_
 __all__ = [
     "CheckFailure", "ContractRule", "GoldenDir", "assert_close_to_reference", "assert_matches_golden",
     "check_kernel", "check_planted_bugs", "contract_comparison", "planted_bug", "register_user_kernel",
+    "unregister_user_kernel",
 ]
 
 
@@ -445,6 +446,16 @@ def register_user_kernel(name: str, reference: Callable, variants: Mapping[str, 
     register_kernel(info, replace=True)
     _USER_KERNELS.add(name)
     return info
+
+
+def unregister_user_kernel(name: str) -> None:
+    """Remove a kernel added by register_user_kernel (test clean-up); built-in kernels cannot be removed."""
+    from . import registry as _registry
+
+    if name not in _USER_KERNELS:
+        raise ValueError(f"{name!r} is not a user kernel registered with register_user_kernel")
+    _registry._REGISTRY.pop(name, None)
+    _USER_KERNELS.discard(name)
 
 
 def _is_strategy(x) -> bool:

@@ -20,7 +20,7 @@ from mschecker import strategies as S
 from mschecker.dtypes import unit_roundoff
 from mschecker.registry import Contract, registry
 from mschecker.testing import (CheckFailure, assert_close_to_reference, assert_matches_golden, check_kernel,
-                               check_planted_bugs, planted_bug, register_user_kernel)
+                               check_planted_bugs, planted_bug, register_user_kernel, unregister_user_kernel)
 
 pytest_plugins = ["pytester"]
 
@@ -98,6 +98,15 @@ def test_a_tolerance_must_be_stated():
 # User kernels
 # ---------------------------------------------------------------------------------------------------------------
 
+@pytest.fixture(autouse=True)
+def _no_user_kernels_left_behind():
+    """Kernels registered here are removed afterwards: later tests iterate the registry (mschecker kernels)."""
+    before = set(registry())
+    yield
+    for name in set(registry()) - before:
+        unregister_user_kernel(name)
+
+
 def _register_sum_sq():
     rows = S.shapes(min_dims=1, max_dims=2, min_side=1, max_side=300)
     return register_user_kernel(
@@ -155,6 +164,8 @@ def test_register_user_kernel_rejects_bad_entries():
                                        "oops": planted_bug(_sum_sq_fp16acc, of="fp16_fp32acc", what="x")},
                              contract=SUM_SQ_CONTRACT, strategies=gen)
     assert "test_user_x" not in registry()
+    with pytest.raises(ValueError, match="not a user kernel"):
+        unregister_user_kernel("softmax")
 
 
 # ---------------------------------------------------------------------------------------------------------------
