@@ -182,13 +182,10 @@ def test_model_zoo_graph_matches_stored_output_and_onnxruntime(path):
     np.testing.assert_allclose(got[name], stored, rtol=1e-3, atol=1e-7)
     ort_out = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got[name], ort_out, rtol=1e-3, atol=1e-7)
-    # fp32 agreement: the emulator's fp32 profile is at most 2x as far from the float64 truth as onnxruntime
-    # (peer baseline), with a floor of one fp32 rounding of the output (u_fp32 max|y|) where ORT happens to be exact
-    from mschecker.npu import NpuPolicy
-
-    fp32 = Executor(path, NpuPolicy("fp32")).run(feeds)[name].astype(np.float64)
-    ort_err = np.abs(ort_out.astype(np.float64) - got[name]).max()
-    assert np.abs(fp32 - got[name]).max() <= max(2 * ort_err, 2.0**-24 * np.abs(got[name]).max())
+    # No fp32-emulation check here on purpose: these graphs' dummy weights give ~1e10 logits that are all equal in
+    # exact arithmetic, so one fp32 ulp (1024 at that size) decides the softmax and fp32 implementations agree
+    # only by luck (ours ties 32 channels, onnxruntime none). test_sd_unet.py checks fp32 agreement on a
+    # well-conditioned graph.
 
 
 def test_determinism_bit_identical_across_runs():
