@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .dtypes import FloatFormat, dtype_name, float_format, is_float, resolve_dtype
+from .dtypes import FloatFormat, dtype_name, float_format, is_float, resolve_dtype, ulp_distance_exact
 from .errors import InputError
 
 SCHEMA_VERSION = 1
@@ -416,32 +416,8 @@ def _to_f64(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64, copy=False)
 
 
-def _ulp_ordinal(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
-    """Sign-magnitude ordinal in fmt's signed integer type: +x -> bits, -x -> -magnitude (so +0 == -0 == 0).
-
-    Equal to dtypes.ordinal, computed branch-free in the format's own width (s ^ ((s >> (b-1)) & mag_mask)
-    maps a negative s to -magnitude - 1; subtracting the sign (s >> (b-1) = -1) adds the 1 back).
-    """
-    s = np.ascontiguousarray(x).view(np.dtype(f"int{fmt.bits}"))
-    sign = s >> (fmt.bits - 1)  # 0 or -1
-    out = sign & np.array((1 << (fmt.bits - 1)) - 1, dtype=s.dtype)
-    out ^= s
-    out -= sign
-    return out
-
-
-def _ulp_distances(a_fmt: np.ndarray, e_fmt: np.ndarray, fmt: FloatFormat) -> np.ndarray:
-    """|ordinal(a) - ordinal(e)| as fmt's unsigned type (equal to dtypes.ulp_distance for non-NaN inputs).
-
-    The true difference of two ordinals is below 2^bits (the widest is +inf - (-inf) = 2*inf_bits), so the
-    wrapping signed subtraction max - min, read as unsigned, is exact.
-    """
-    oa = _ulp_ordinal(a_fmt, fmt)
-    oe = _ulp_ordinal(e_fmt, fmt)
-    hi = np.maximum(oa, oe)
-    np.minimum(oa, oe, out=oa)
-    hi -= oa
-    return hi.view(fmt.uint)
+# Exact ULP distance in the format's own integer width (dtypes.ulp_distance_exact); named here for the tests.
+_ulp_distances = ulp_distance_exact
 
 
 def _ulp_format(rule: ToleranceRule, a_dtype, e_dtype) -> FloatFormat | None:

@@ -121,39 +121,48 @@ def round_to(x, dtype) -> np.ndarray:
 
 
 def ordinal(x: np.ndarray) -> np.ndarray:
-    """Map floats to int64 ordinals so that adjacent representable numbers differ by 1 and +0 == -0.
+    """Map floats to sign-magnitude ordinals in the format's own signed integer width.
 
-    Works for fp16, bf16, fp32 and fp64 by reinterpreting the bit pattern as sign-magnitude.
+    Adjacent representable numbers differ by 1 and +0 == -0 == 0. Branch-free: s ^ ((s >> (b-1)) & mag_mask)
+    maps a negative bit pattern s to -magnitude - 1; subtracting the sign (s >> (b-1) = -1) adds the 1 back.
     """
     fmt = float_format(x.dtype)
-    bits = np.ascontiguousarray(x).view(fmt.uint)
-    sign_bit = np.uint64(1) << np.uint64(fmt.bits - 1)
-    if fmt.bits == 64:
-        # fp64 magnitudes fit in int64 once the sign bit is cleared.
-        b = bits.astype(np.uint64)
-        mag = (b & ~sign_bit).astype(np.int64)
-        neg = (b & sign_bit) != 0
-    else:
-        b = bits.astype(np.int64)
-        mag = b & (int(sign_bit) - 1)
-        neg = (b & int(sign_bit)) != 0
-    return np.where(neg, -mag, mag)
+    s = np.ascontiguousarray(x).view(np.dtype(f"int{fmt.bits}"))
+    sign = s >> (fmt.bits - 1)  # 0 or -1
+    out = sign & np.array((1 << (fmt.bits - 1)) - 1, dtype=s.dtype)
+    out ^= s
+    out -= sign
+    return out
+
+
+def ulp_distance_exact(a: np.ndarray, b: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """|ordinal(a) - ordinal(b)| as fmt's unsigned integer type, exact for every pair of non-NaN values.
+
+    a and b must already be arrays of fmt's dtype. The true difference of two ordinals is below 2^bits (the
+    widest is +inf - (-inf)), so the wrapping signed subtraction max - min, read as unsigned, is exact.
+    """
+    oa = ordinal(a)
+    ob = ordinal(b)
+    hi = np.maximum(oa, ob)
+    np.minimum(oa, ob, out=oa)
+    hi -= oa
+    return hi.view(fmt.uint)
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray, dtype=None) -> np.ndarray:
-    """Number of representable values of `dtype` between a and b (after rounding both to it).
+    """Number of representable values of `dtype` between a and b (after rounding both to it), as int64.
 
-    0 only for equal values (+0 and -0 count as equal). NaN anywhere gives the int64 maximum so that it is
-    never mistaken for a small distance. dtype defaults to a's dtype.
+    0 only for equal values (+0 and -0 count as equal). Distances beyond the int64 range (opposite-sign fp64
+    extremes) saturate at the int64 maximum; NaN anywhere gives the int64 maximum too, so that it is never
+    mistaken for a small distance. dtype defaults to a's dtype.
     """
     dtype = resolve_dtype(dtype if dtype is not None else np.asarray(a).dtype)
-    fa = round_to(a, dtype)
-    fb = round_to(b, dtype)
-    oa = ordinal(fa)
-    ob = ordinal(fb)
-    # Differences of fp64 ordinals can exceed int64 for opposite signs near the extremes; saturate.
-    with np.errstate(over="ignore"):
-        d = np.abs(oa.astype(np.float64) - ob.astype(np.float64))
-    d = np.minimum(d, float(np.iinfo(np.int64).max // 2)).astype(np.int64)
+    fmt = float_format(dtype)
+    fa = np.ascontiguousarray(round_to(a, dtype))
+    fb = np.ascontiguousarray(round_to(b, dtype))
+    fa, fb = np.broadcast_arrays(fa, fb)
+    d = ulp_distance_exact(np.array(fa), np.array(fb), fmt)
+    imax = np.iinfo(np.int64).max
+    d = np.minimum(d.astype(np.uint64), np.uint64(imax)).astype(np.int64)
     nan = np.isnan(fa.astype(np.float64)) | np.isnan(fb.astype(np.float64))
-    return np.where(nan, np.iinfo(np.int64).max, d)
+    return np.where(nan, imax, d)

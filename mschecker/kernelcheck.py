@@ -119,7 +119,8 @@ def check_output(out: np.ndarray, ref: np.ndarray, bound, dtype: str) -> OutputC
     violations = finite_ref & ~(err <= bound)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(err == 0, 0.0, err / bound)
-    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    # An infinite bound means "no promise here" (outside a variant's domain): ratio 0, never inf or NaN.
+    ratio = np.where(np.isposinf(bound), 0.0, np.where(np.isnan(ratio), np.inf, ratio))
     if ref.size:
         flat = int(np.argmax(ratio))
         worst_index = tuple(int(i) for i in np.unravel_index(flat, ref.shape))
