@@ -70,7 +70,7 @@ def rel_gelu_erf(x, u):
 def rel_approx_gelu(x, u):
     """Absolute rounding of 0.5x(1+L(x)) with |L| <= 1 in fp32: about six roundings of quantities bounded by
     |x| (tanh/sigmoid absorb their argument's relative error with factor |t| sech^2 t <= 0.45); we allow 8u|x|,
-    returned as a relative term on |x| (see _approx_bound)."""
+    applied to |x| instead of |y| (UnaryBound.rel_on_x)."""
     return 8 * u * np.abs(_finite(x))
 
 
