@@ -1,0 +1,167 @@
+"""`mschecker sd`: the bundled Stable Diffusion pipeline on the float64 reference and on the emulated NPU.
+
+Runs text encoder, N guided UNet steps and the VAE decoder twice (same prompt, seeds, scheduler), reports the
+error of every stage (text embeddings, latents after each step, decoded tensor, image PSNR/SSIM), the first node
+whose output went NaN/inf (or hit the format's max in saturation mode), and -- when the run fails with an
+overflow -- searches for the fix and re-runs to prove it (mschecker.sd.check). Writes a side-by-side PNG and an
+error-per-step plot to --out, the full result to --json.
+
+Exit code: 0 when the NPU image, on the profile and options as given, has PSNR >= --psnr-min against the
+reference and every stage output is finite; 1 otherwise (also when a fix was found: the fix is a suggestion,
+re-run with its flags to gate on it); 2 on bad input. The default run (small preset, 10 DDIM steps, ascend910b)
+exits 1 on purpose: SD's VAE GroupNorm statistics overflow fp16 on that profile, which the report names and
+whose fix it verifies.
+
+Default --psnr-min 30 dB: Polygraphy's PSNR default and the lower end of the image-level bars peers use
+(NUMERICS.md section 4: Polygraphy >= 30 dB, Apple's Core ML SD port > 35 dB between implementations). The
+bundled weights are not a trained denoiser, so fp16 rounding differences grow over the steps more than with real
+weights; 30 dB (RMS error ~8 levels of 255) still separates "same image" from a broken one (a NaN/black image
+is ~3-8 dB, a correct fp16 run measured 36-48 dB here, see tests/sd/test_sd_command.py).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import InputError, UsageError
+from ..sd.pipeline import STAGES
+from ..sd.presets import PRESETS
+from ._args import Parser
+
+DEFAULT_PROMPT = "a photo of an astronaut riding a horse on the moon"
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="mschecker sd", description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="small", choices=list(PRESETS), help="graph size (default small)")
+    p.add_argument("--steps", type=_positive_int("--steps"), default=10, help="UNet steps (default 10)")
+    p.add_argument("--prompt", default=DEFAULT_PROMPT)
+    p.add_argument("--scheduler", choices=["ddim", "euler"], default="ddim")
+    p.add_argument("--seed", type=_positive_int("--seed", minimum=0), default=0, help="initial-noise seed")
+    p.add_argument("--guidance-scale", type=float, default=7.5)
+    p.add_argument("--profile", default="ascend910b", help="numerics profile: preset name or .toml/.json file")
+    p.add_argument("--psnr-min", type=float, default=30.0, help="image PSNR threshold in dB (default 30)")
+    g = p.add_argument_group("NPU options (ATC style; ENTRY may start with STAGE: to apply to one stage only, "
+                             f"STAGE one of {', '.join(STAGES)})")
+    g.add_argument("--keep-dtype", metavar="[STAGE:]ENTRY,...",
+                   help="nodes (name or OpType::Type) that compute in fp32, e.g. vae_decoder:OpType::InstanceNormalization")
+    g.add_argument("--precision-mode", action="append", metavar="[STAGE:]MODE",
+                   help="ATC precision mode (repeatable per stage)")
+    g.add_argument("--overflow-mode", choices=["inf_nan", "saturation"])
+    g.add_argument("--implmode", choices=["high_precision", "high_performance"])
+    p.add_argument("--no-fix", action="store_true", help="do not search for a fix when the run overflows")
+    p.add_argument("--out", default="sd_out", help="folder for the PNGs (default ./sd_out)")
+    p.add_argument("--json", metavar="PATH", help="write the full result as JSON")
+    return p
+
+
+def _positive_int(flag: str, minimum: int = 1):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise InputError(f"{flag} must be an integer, got {text!r}") from None
+        if v < minimum:
+            raise InputError(f"{flag} must be >= {minimum}, got {v}")
+        return v
+    return parse
+
+
+def _split_stage(entry: str, flag: str) -> tuple[str | None, str]:
+    head, sep, rest = entry.partition(":")
+    if sep and not rest.startswith(":") and head in STAGES:
+        if not rest:
+            raise UsageError(f"{flag} {entry!r}: nothing after the stage name")
+        return head, rest
+    if sep and not rest.startswith(":") and head not in STAGES and head != "OpType":
+        raise UsageError(f"{flag} {entry!r}: {head!r} is not a stage ({', '.join(STAGES)})")
+    return None, entry
+
+
+def npu_options(args) -> tuple[dict, dict[str, dict]]:
+    """(options for every stage, {stage: options}) from the flags."""
+    common: dict = {}
+    per_stage: dict[str, dict] = {}
+    for entry in [e.strip() for e in (args.keep_dtype or "").split(",") if e.strip()]:
+        stage, value = _split_stage(entry, "--keep-dtype")
+        target = per_stage.setdefault(stage, {}) if stage else common
+        target.setdefault("keep_dtype", []).append(value)
+    for entry in args.precision_mode or []:
+        stage, value = _split_stage(entry, "--precision-mode")
+        from ..npu.profile import PRECISION_MODES
+
+        if value not in PRECISION_MODES:
+            raise UsageError(f"--precision-mode {entry!r}: {value!r} is not one of {', '.join(PRECISION_MODES)}")
+        (per_stage.setdefault(stage, {}) if stage else common)["precision_mode"] = value
+    if args.overflow_mode:
+        common["overflow_mode"] = args.overflow_mode
+    if args.implmode:
+        common["implmode"] = args.implmode
+    return common, per_stage
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    common, per_stage = npu_options(args)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a folder")
+    if args.json and Path(args.json).is_dir():
+        raise InputError(f"--json {args.json}: is a folder")
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        raise InputError(f"--json {args.json}: its folder does not exist")
+    from ..npu import load_profile
+
+    load_profile(args.profile)  # bad profile: one line, before minutes of work
+    from rich.console import Console
+
+    from ..sd.check import run_check
+    from ..sd.report import render_console, write_images, write_json
+
+    console = Console(stderr=False)
+    with _progress(args.steps) as progress:
+        check = run_check(prompt=args.prompt, preset=args.preset, steps=args.steps, scheduler=args.scheduler,
+                          seed=args.seed, guidance_scale=args.guidance_scale, profile=args.profile,
+                          npu_options=common, stage_options=per_stage, psnr_min=args.psnr_min,
+                          search_fix=not args.no_fix, progress=progress)
+    render_console(check, console)
+    paths = write_images(check, out)
+    print("images: " + ", ".join(str(p) for p in paths))
+    if args.json:
+        write_json(check, args.json, extra={"images": [str(p) for p in paths]})
+        print(f"json: {args.json}")
+    print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in check.timings.items()))
+    return 0 if check.passed else 1
+
+
+class _progress:
+    """rich.progress on a terminal (one bar per run, advanced per stage / UNet step); silent otherwise."""
+
+    def __init__(self, steps: int):
+        self.total = steps + 2
+        self.bar = None
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self.bar.__enter__()
+        return self
+
+    def __call__(self, run: str, stage: str, step: int | None) -> None:
+        if self.bar is None:
+            return
+        if run not in self.tasks:
+            total = 1 if run.startswith("fix") and stage == "vae_decoder" else self.total
+            self.tasks[run] = self.bar.add_task(run, total=total)
+        label = f"{run}: {stage}" + (f" step {step + 1}" if step is not None else "")
+        self.bar.update(self.tasks[run], description=label, advance=1)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        return False

@@ -1,0 +1,358 @@
+"""The SD accuracy check: the pipeline on the float64 reference and on the emulated NPU, compared stage by stage,
+with a capture hook that finds the first node whose output overflowed, and a search for the fix.
+
+What is compared (same prompt, seeds, scheduler on both sides; mschecker.compare metrics for every tensor):
+text embeddings, the latents after every step, the decoded image tensor, and the uint8 images (PSNR, SSIM).
+
+Capture (NPU run): every tensor the executor produces passes `Tracker.on_tensor`, which records per stage and
+UNet step the peak |x| (headroom against the format's max, NUMERICS.md section 6: "output-only checks miss
+internal overflow"), the first node whose output holds NaN or inf, and the first node whose output reached the
+format's largest finite value (what overflow looks like in saturation mode). For the first non-finite node it
+also reports the largest |x| among the node's inputs, which is usually the number that explains it.
+
+The fix search (`find_fix`), when the NPU run produced a non-finite stage output or missed the image threshold
+with an overflow: the stage where the first overflow happened is re-run (with every earlier stage's NPU outputs
+reused, because on a real NPU each stage is a separate model compiled with its own ATC options) with
+``keep_dtype OpType::<op of the first overflowing node>`` added, repeated with the next overflowing op type up to
+`MAX_FIX_ROUNDS` times; the last resort is the whole stage in fp32 (precision_mode must_keep_origin_dtype, what
+diffusers' ``force_upcast`` does for the VAE). The fix is the first configuration whose run is finite and meets
+the PSNR threshold; it is reported with the rerun's metrics, so the claim "this fixes it" is always measured.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..compare import TensorComparison, ToleranceRule, compare_arrays
+from ..dtypes import float_format
+from ..graph.policy import is_float_dtype
+from .images import image_psnr, image_ssim
+from .pipeline import STAGES, PipelineResult, SDModels, run_pipeline, stage_runner_factory, to_uint8_image
+from .presets import get_preset
+
+MAX_FIX_ROUNDS = 3
+# Statistics-like tensors are not judged element-wise here: the metrics are what the check reports. The rule
+# (atol = rtol = 1e-2, the fp16 assert_close scale of NUMERICS.md section 4 times 10 for a whole network) only
+# fills the per-tensor "within 1e-2" column; the verdict is the image rule (SDCheck.passed).
+STAGE_RULE = ToleranceRule.from_args(atol=1e-2, rtol=1e-2)
+
+
+@dataclass
+class NodeEvent:
+    """One notable node output in the NPU run."""
+
+    stage: str
+    step: int | None            # UNet step (0-based) or None for the text encoder / VAE
+    node: str
+    op_type: str
+    output: str
+    dtype: str
+    nan: int = 0
+    inf: int = 0
+    saturated: int = 0          # elements at +-max of the dtype
+    peak: float = 0.0           # max |finite x| of this output
+    input_peak: float | None = None   # max |finite x| over the node's captured inputs
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("stage", "step", "node", "op_type", "output", "dtype", "nan", "inf",
+                                              "saturated", "peak", "input_peak")}
+
+    def describe(self) -> str:
+        where = f"{self.stage}" + (f" step {self.step + 1}" if self.step is not None else "")
+        what = ", ".join(f"{n} {k}" for k, n in (("NaN", self.nan), ("inf", self.inf), ("at max", self.saturated))
+                         if n)
+        inp = f"; largest input |x| {self.input_peak:.6g}" if self.input_peak is not None else ""
+        return f"{where}: {self.node} ({self.op_type}, {self.dtype}) -> {what}{inp}"
+
+
+@dataclass
+class StageHeadroom:
+    """Peak |x| over every tensor of a stage in the NPU run, and which node holds it."""
+
+    stage: str
+    peak: float = 0.0
+    node: str = ""
+    dtype_max: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"stage": self.stage, "peak": self.peak, "node": self.node, "dtype_max": self.dtype_max}
+
+
+class Tracker:
+    """The capture hook: counts UNet steps (one executor run per step) and records NodeEvents and headroom."""
+
+    def __init__(self, progress: Callable[[str, int | None], None] | None = None):
+        self.progress = progress
+        self.stage: str | None = None
+        self.step: int | None = None
+        self.first_nonfinite: NodeEvent | None = None
+        self.first_saturated: NodeEvent | None = None
+        self.headroom: dict[str, StageHeadroom] = {}
+        self._peaks: dict[str, float] = {}
+
+    def begin(self, stage: str) -> None:
+        if stage == "unet":
+            self.step = 0 if self.stage != "unet" else self.step + 1
+        else:
+            self.step = None
+        self.stage = stage
+        self._peaks = {}
+        if self.progress is not None:
+            self.progress(stage, self.step)
+
+    def on_tensor(self, stage: str, node, name: str, value: np.ndarray) -> None:
+        if not isinstance(value, np.ndarray) or not is_float_dtype(value.dtype) or value.size == 0:
+            return
+        x = value.astype(np.float32, copy=False)  # bf16 has no numpy ufunc loops; every format fits fp32
+        finite = np.isfinite(x)
+        all_finite = bool(finite.all())
+        mag = np.abs(x) if all_finite else np.abs(np.where(finite, x, 0))
+        peak = float(mag.max())
+        self._peaks[name] = peak
+        head = self.headroom.setdefault(stage, StageHeadroom(stage))
+        if peak > head.peak:
+            head.peak, head.node = peak, node.name
+        fmax = float(float_format(value.dtype).max) if value.dtype != np.float64 else None
+        head.dtype_max = fmax if head.dtype_max is None else head.dtype_max
+        saturated = int((mag >= fmax).sum()) if fmax is not None and value.dtype.itemsize <= 2 and peak >= fmax else 0
+        if not all_finite and self.first_nonfinite is None:
+            self.first_nonfinite = self._event(stage, node, name, value, x, finite, peak, saturated)
+        if saturated and self.first_saturated is None:
+            self.first_saturated = self._event(stage, node, name, value, x, finite, peak, saturated)
+
+    def _event(self, stage, node, name, value, x, finite, peak, saturated) -> NodeEvent:
+        ins = [self._peaks[i] for i in node.input if i in self._peaks and i != name]
+        return NodeEvent(stage, self.step, node.name, node.op_type, name, str(value.dtype),
+                         nan=int(np.isnan(x).sum()), inf=int(np.isinf(x).sum()), saturated=saturated, peak=peak,
+                         input_peak=max(ins) if ins else None)
+
+
+@dataclass
+class Metrics:
+    """The compared tensors of one NPU run against the reference."""
+
+    text: TensorComparison
+    steps: list[TensorComparison]
+    decoded: TensorComparison
+    psnr_db: float
+    ssim: float
+    image: np.ndarray
+    nonfinite_outputs: list[str]
+
+    def to_dict(self) -> dict:
+        def brief(c: TensorComparison) -> dict:
+            return {"max_abs_err": c.max_abs_err, "rel_euclidean": c.rel_euclidean, "cosine": c.cosine,
+                    "snr_db": c.snr_db, "nan": c.actual_nan, "inf": c.actual_inf}
+        return {"text_embeddings": brief(self.text), "latents": [brief(c) for c in self.steps],
+                "decoded": brief(self.decoded), "image_psnr_db": self.psnr_db, "image_ssim": self.ssim,
+                "nonfinite_outputs": self.nonfinite_outputs}
+
+
+@dataclass
+class FixAttempt:
+    stage: str
+    keep_dtype: list[str]
+    precision_mode: str | None
+    metrics: Metrics | None
+    first_nonfinite: NodeEvent | None
+    passed: bool
+    seconds: float
+
+    def describe(self) -> str:
+        what = f"precision_mode {self.precision_mode}" if self.precision_mode else \
+            "keep_dtype " + ", ".join(self.keep_dtype)
+        return f"{self.stage}: {what}"
+
+    def cli_flags(self) -> str:
+        """The `mschecker sd` flags that apply this fix (per-stage form)."""
+        if self.precision_mode:
+            return f"--precision-mode {self.stage}:{self.precision_mode}"
+        return "--keep-dtype " + ",".join(f"{self.stage}:{k}" for k in self.keep_dtype)
+
+    def to_dict(self) -> dict:
+        return {"stage": self.stage, "keep_dtype": self.keep_dtype, "precision_mode": self.precision_mode,
+                "passed": self.passed, "seconds": self.seconds,
+                "metrics": self.metrics.to_dict() if self.metrics else None,
+                "first_nonfinite": self.first_nonfinite.to_dict() if self.first_nonfinite else None}
+
+
+@dataclass
+class SDCheck:
+    """Everything `mschecker sd` reports; `passed` is the verdict on the profile as given."""
+
+    settings: dict
+    psnr_min: float
+    reference: PipelineResult
+    npu: PipelineResult
+    metrics: Metrics
+    tracker: Tracker
+    timings: dict
+    fixes: list[FixAttempt] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.metrics.nonfinite_outputs and self.metrics.psnr_db >= self.psnr_min
+
+    @property
+    def fix(self) -> FixAttempt | None:
+        return next((f for f in self.fixes if f.passed), None)
+
+    def failure_reasons(self) -> list[str]:
+        m, out = self.metrics, []
+        if m.nonfinite_outputs:
+            out.append("NaN/inf in " + ", ".join(m.nonfinite_outputs))
+        if not m.psnr_db >= self.psnr_min:
+            out.append(f"image PSNR {m.psnr_db:.2f} dB < {self.psnr_min:g} dB")
+        return out
+
+    def to_dict(self) -> dict:
+        t = self.tracker
+        return {
+            "schema_version": 1, "tool": "mschecker sd", "passed": self.passed,
+            "verdict": "PASS" if self.passed else "FAIL", "failure_reasons": self.failure_reasons(),
+            "settings": self.settings, "psnr_min_db": self.psnr_min, "metrics": self.metrics.to_dict(),
+            "first_nonfinite": t.first_nonfinite.to_dict() if t.first_nonfinite else None,
+            "first_saturated": t.first_saturated.to_dict() if t.first_saturated else None,
+            "headroom": [h.to_dict() for h in t.headroom.values()],
+            "fix_attempts": [f.to_dict() for f in self.fixes],
+            "fix": self.fix.to_dict() if self.fix else None, "timings_s": self.timings,
+        }
+
+
+def measure(reference: PipelineResult, npu: PipelineResult) -> Metrics:
+    """Per-stage comparison of an NPU run against the reference run (same settings)."""
+    def cmp(a, e, name):
+        return compare_arrays(np.asarray(a), np.asarray(e), STAGE_RULE, name=name, topk=3)
+
+    text = cmp(npu.text_embeddings, reference.text_embeddings, "text_embeddings")
+    steps = [cmp(a, e, f"latents[{i + 1}]") for i, (a, e) in enumerate(zip(npu.latents[1:], reference.latents[1:]))]
+    decoded = cmp(npu.decoded, reference.decoded, "decoded")
+    bad = [c.name for c in [text, *steps, decoded] if c.actual_nan or c.actual_inf]
+    return Metrics(text, steps, decoded, image_psnr(npu.image, reference.image),
+                   image_ssim(npu.image, reference.image), npu.image, bad)
+
+
+def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], tracker: Tracker | None, *,
+                      capture: bool = True):
+    """A make_stage_runner whose stages may use different devices/profiles/options (one compiled model per
+    stage, as on a real NPU), each call announced to ``tracker`` and (with ``capture``) captured by it."""
+    factories = {}
+    for stage in STAGES:
+        device, profile, options = device_for[stage]
+        hook = tracker.on_tensor if capture and tracker is not None and device != "ort" else None
+        factories[stage] = stage_runner_factory(device, profile, capture=hook, **options)
+
+    def make(model, stage_name):
+        run = factories[stage_name](model, stage_name)
+
+        def announced(feeds):
+            if tracker is not None:
+                tracker.begin(stage_name)
+            return run(feeds)
+        return announced
+    return make
+
+
+def run_check(*, prompt: str, preset: str = "small", steps: int = 10, scheduler: str = "ddim", seed: int = 0,
+              guidance_scale: float = 7.5, profile: str = "ascend910b", npu_options: dict | None = None,
+              stage_options: dict[str, dict] | None = None, psnr_min: float = 30.0, search_fix: bool = True,
+              weights_seed: int = 0, progress: Callable[[str, str, int | None], None] | None = None) -> SDCheck:
+    """Reference run, NPU run (captured), per-stage metrics, and the fix search when the NPU run fails with an
+    overflow. ``npu_options`` (mschecker.graph.runner.npu_profile keywords) apply to every stage,
+    ``stage_options[stage]`` on top of them to one stage (keep_dtype lists are joined).
+    ``progress(run_label, stage, step)`` is called before every stage execution."""
+    p = get_preset(preset)
+    options = stage_npu_options(npu_options, stage_options)
+    models = SDModels.build(p, weights_seed)
+    common = dict(prompt=prompt, preset=p, steps=steps, scheduler=scheduler, seed=seed, guidance_scale=guidance_scale,
+                  models=models)
+    timings = {}
+
+    def announce(label):
+        return (lambda stage, step: progress(label, stage, step)) if progress else None
+
+    ref_tracker = Tracker(announce("reference"))
+    t0 = time.perf_counter()
+    reference = run_pipeline(make_stage_runner=per_stage_factory(
+        {s: ("reference", None, {}) for s in STAGES}, ref_tracker, capture=False), **common)
+    timings["reference"] = time.perf_counter() - t0
+
+    tracker = Tracker(announce(f"npu {profile}"))
+    t0 = time.perf_counter()
+    npu = run_pipeline(make_stage_runner=per_stage_factory(
+        {s: ("npu", profile, options[s]) for s in STAGES}, tracker), **common)
+    timings["npu"] = time.perf_counter() - t0
+    metrics = measure(reference, npu)
+    settings = {"preset": p.name, "steps": steps, "scheduler": scheduler, "seed": seed,
+                "guidance_scale": guidance_scale, "prompt": prompt, "profile": profile,
+                "npu_options": {st: {k: (list(v) if isinstance(v, (list, tuple)) else str(v)) for k, v in o.items()}
+                                for st, o in options.items()},
+                "weights_seed": weights_seed, "image_size": p.image_size}
+    check = SDCheck(settings, psnr_min, reference, npu, metrics, tracker, timings)
+    if search_fix and not check.passed and (tracker.first_nonfinite or tracker.first_saturated):
+        t0 = time.perf_counter()
+        check.fixes = find_fix(check, models, common, profile, options, announce)
+        timings["fix_search"] = time.perf_counter() - t0
+    return check
+
+
+def stage_npu_options(npu_options: dict | None, stage_options: dict[str, dict] | None) -> dict[str, dict]:
+    """{stage: npu_profile keywords}: the common options with each stage's own on top (keep_dtype joined)."""
+    out = {}
+    for st in STAGES:
+        o = dict(npu_options or {})
+        for k, v in ((stage_options or {}).get(st) or {}).items():
+            o[k] = list(o.get(k) or []) + list(v) if k == "keep_dtype" else v
+        out[st] = o
+    return out
+
+
+def find_fix(check: SDCheck, models: SDModels, common: dict, profile: str, options: dict[str, dict],
+             announce) -> list[FixAttempt]:
+    """The rounds described in the module docstring; returns every attempt (the last one passes when a fix was
+    found)."""
+    event = check.tracker.first_nonfinite or check.tracker.first_saturated
+    stage = event.stage
+    keep: list[str] = []
+    attempts: list[FixAttempt] = []
+    for round_ in range(MAX_FIX_ROUNDS + 1):
+        last_resort = round_ == MAX_FIX_ROUNDS or event is None or f"OpType::{event.op_type}" in keep
+        fixed = dict(options[stage])
+        if last_resort:
+            fixed.pop("keep_dtype", None)
+            fixed["precision_mode"] = "must_keep_origin_dtype"
+        else:
+            keep.append(f"OpType::{event.op_type}")
+            fixed["keep_dtype"] = list(fixed.get("keep_dtype") or []) + keep
+        tracker = Tracker(announce(f"fix {len(attempts) + 1}"))
+        t0 = time.perf_counter()
+        rerun = _rerun_from(stage, check.npu, models, common, profile, {**options, stage: fixed}, tracker)
+        metrics = measure(check.reference, rerun)
+        ok = not metrics.nonfinite_outputs and metrics.psnr_db >= check.psnr_min
+        attempts.append(FixAttempt(stage, [] if last_resort else list(keep),
+                                   "must_keep_origin_dtype" if last_resort else None, metrics,
+                                   tracker.first_nonfinite, ok, time.perf_counter() - t0))
+        if ok or last_resort:
+            break
+        event = tracker.first_nonfinite or tracker.first_saturated
+        if event is not None and event.stage != stage:
+            break  # the fix moved the overflow to a later stage: report it, do not chase across stages
+    return attempts
+
+
+def _rerun_from(stage: str, npu: PipelineResult, models: SDModels, common: dict, profile: str,
+                options: dict[str, dict], tracker: Tracker) -> PipelineResult:
+    """Re-run ``stage`` and everything after it with ``options`` (earlier stages' NPU outputs are reused when
+    the stage is the VAE; otherwise the pipeline re-runs, its earlier stages deterministic and unchanged)."""
+    make = per_stage_factory({s: ("npu", profile, options[s]) for s in STAGES}, tracker)
+    if stage == "vae_decoder":
+        vae = make(models.vae_decoder, "vae_decoder")
+        latents = npu.latents[-1]
+        feeds = {"latent_sample": (latents / common["preset"].scaling_factor).astype(np.float32)}
+        decoded = np.asarray(next(iter(vae(feeds).values())))
+        return PipelineResult(npu.token_ids, npu.text_embeddings, npu.timesteps, list(npu.latents),
+                              list(npu.noise_preds), decoded, to_uint8_image(decoded))
+    return run_pipeline(make_stage_runner=make, **common)

@@ -1,0 +1,140 @@
+"""How an SD check is shown: the per-stage Rich table, the verdict lines, the PNGs and the JSON file.
+
+Per-stage error is the relative Euclidean distance ||npu - ref|| / ||ref|| (scale-free, so the text embeddings,
+latents of std 1-30 and the decoded image read on one axis), with max |err|, cosine and SNR beside it; the image
+row adds PSNR and SSIM of the uint8 images (mschecker.sd.images). Files (all written atomically):
+  <out>/sd_side_by_side.png  reference | NPU | amplified |difference| (and | fixed NPU | when a fix was found)
+  <out>/sd_error_per_step.png  latent relative error after every step (log scale), NPU and fixed NPU
+  --json PATH                  SDCheck.to_dict() (schema_version 1; NaN/inf as strings like the check report)
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..compare import TensorComparison, _json_safe
+from ..report import fmt_num
+from .check import SDCheck
+from .images import difference_image, line_plot, side_by_side, write_atomic, write_png
+
+SIDE_BY_SIDE, ERROR_PLOT = "sd_side_by_side.png", "sd_error_per_step.png"
+
+
+def _row(name: str, c: TensorComparison) -> list[str]:
+    bad = c.actual_nan + c.actual_inf
+    return [name, fmt_num(c.rel_euclidean), fmt_num(c.max_abs_err), fmt_num(c.cosine, ".6f"), fmt_num(c.snr_db, ".1f"),
+            f"[red]{c.actual_nan} NaN {c.actual_inf} inf[/red]" if bad else "0"]
+
+
+def stage_table(check: SDCheck, title: str | None = None):
+    """The Rich table: text embeddings, latents after each step, decoded image tensor, uint8 image."""
+    from rich.table import Table
+
+    m = check.metrics
+    s = check.settings
+    table = Table(title=title or f"SD {s['preset']} ({s['steps']} {s['scheduler']} steps): npu {s['profile']} vs "
+                                 "float64 reference")
+    for col, just in (("stage", "left"), ("rel. error", "right"), ("max |err|", "right"), ("cosine", "right"),
+                      ("SNR dB", "right"), ("NaN/inf", "right")):
+        table.add_column(col, justify=just, no_wrap=True)
+    table.add_row(*_row("text emb.", m.text))
+    for i, c in enumerate(m.steps):
+        table.add_row(*_row(f"step {i + 1} latents", c))
+    table.add_row(*_row("VAE output", m.decoded))
+    ok = m.psnr_db >= check.psnr_min
+    colour = "green" if ok else "red"
+    table.add_row("image", f"PSNR [{colour}]{fmt_num(m.psnr_db, '.2f')} dB[/{colour}]",
+                  f"SSIM {m.ssim:.4f}", "", "", "", end_section=True)
+    return table
+
+
+def verdict_lines(check: SDCheck) -> list[str]:
+    """Plain-text verdict: what failed, the first overflowing node, the fix found and its measured effect."""
+    t, lines = check.tracker, []
+    prof = check.settings["profile"]
+    if check.passed:
+        lines.append(f"PASS: npu {prof} image PSNR {check.metrics.psnr_db:.2f} dB >= {check.psnr_min:g} dB, SSIM "
+                     f"{check.metrics.ssim:.4f}, every stage output finite")
+    else:
+        lines.append(f"FAIL: npu {prof}: " + "; ".join(check.failure_reasons()))
+    if t.first_nonfinite:
+        lines.append("first NaN/inf: " + t.first_nonfinite.describe())
+        hint = explain(t.first_nonfinite.op_type)
+        if hint:
+            lines.append("  why: " + hint)
+    if t.first_saturated:
+        lines.append("first output at the format's max (overflow in saturation mode): " + t.first_saturated.describe())
+    for h in t.headroom.values():
+        if h.dtype_max:
+            lines.append(f"headroom {h.stage}: peak |x| {h.peak:.6g} at {h.node} ({h.peak / h.dtype_max:.1%} of "
+                         f"{h.dtype_max:g})")
+    for f in check.fixes:
+        m = f.metrics
+        state = "FIXES IT" if f.passed else "not enough"
+        extra = f"; still NaN/inf first at {f.first_nonfinite.node}" if f.first_nonfinite else ""
+        lines.append(f"re-run with {f.describe()}: image PSNR {m.psnr_db:.2f} dB, SSIM {m.ssim:.4f}{extra} -> {state}")
+    if check.fix:
+        f = check.fix
+        lines.append(f"suggested fix: compile the {f.stage} with {f.describe().split(': ', 1)[1]} (check it: "
+                     f"mschecker sd ... {f.cli_flags()}); the exit code judges the profile as given")
+    elif check.fixes:
+        lines.append("no fix found within the search (see the attempts above)")
+    return lines
+
+
+_EXPLANATIONS = {
+    "InstanceNormalization": "GroupNorm statistics (mean, variance) computed in fp16: the sum of squares of "
+                             "activations this large passes 65504; fp32 statistics fix it (NUMERICS.md section 6)",
+    "LayerNormalization": "LayerNorm variance in fp16 overflows for |x| >= 256 over wide rows; fp32 statistics "
+                          "fix it",
+    "GroupNormalization": "GroupNorm statistics in fp16 overflow; fp32 statistics fix it",
+    "Softmax": "softmax of fp16 scores that overflowed (or exp without max-subtraction); upcast the attention "
+               "scores / softmax to fp32",
+    "MatMul": "a matrix product whose result passes 65504 (e.g. attention scores QK^T); fp32 for that node",
+    "Conv": "a convolution output past 65504 (SD VAE's late blocks); keep the VAE in fp32 (force_upcast)",
+}
+
+
+def explain(op_type: str) -> str:
+    return _EXPLANATIONS.get(op_type, "")
+
+
+def render_console(check: SDCheck, console=None) -> None:
+    from rich.console import Console
+
+    console = console or Console()
+    console.print(stage_table(check))
+    for line in verdict_lines(check):
+        style = "bold green" if line.startswith("PASS") else "bold red" if line.startswith("FAIL") else None
+        console.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+def write_images(check: SDCheck, out_dir: str | Path) -> list[Path]:
+    """The side-by-side PNG and the error-per-step plot into ``out_dir`` (created); returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ref, npu = check.reference.image, check.metrics.image
+    diff, gain = difference_image(npu, ref)
+    tiles, labels = [ref, npu, diff], ["REFERENCE", f"NPU {check.settings['profile']}", f"|DIFF| X{gain:.3g}"]
+    if check.fix:
+        tiles.append(check.fix.metrics.image)
+        labels.append("NPU + FIX")
+    paths = [write_png(out / SIDE_BY_SIDE, side_by_side(tiles, labels))]
+    series = {"NPU": [c.rel_euclidean if c.rel_euclidean is not None else math.nan for c in check.metrics.steps]}
+    if check.fix:
+        series["NPU + FIX"] = [c.rel_euclidean if c.rel_euclidean is not None else math.nan
+                               for c in check.fix.metrics.steps]
+    plot = line_plot(series, title=f"LATENT ERROR PER STEP ({check.settings['preset']}, "
+                                   f"{check.settings['scheduler']})", xlabel="STEP", ylabel="REL. ERROR")
+    paths.append(write_png(out / ERROR_PLOT, plot))
+    return paths
+
+
+def write_json(check: SDCheck, path: str | Path, extra: dict | None = None) -> Path:
+    """SDCheck.to_dict() (plus ``extra``, e.g. the image paths) as JSON, atomically."""
+    path = Path(path)
+    data = check.to_dict()
+    if extra:
+        data.update(extra)
+    return write_atomic(path, (json.dumps(_json_safe(data), indent=2, allow_nan=False) + "\n").encode("utf-8"))
