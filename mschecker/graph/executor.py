@@ -198,6 +198,54 @@ class Executor:
             env[name] = x
         return env
 
+    def _execute(self, step: Step, inputs: list) -> dict[str, np.ndarray]:
+        """One node: float inputs rounded to the node dtype, the op, outputs finished by the policy."""
+        spec, ctx = step.spec, step.ctx
+        args = []
+        for k, x in enumerate(inputs):
+            if x is not None and spec.convert_inputs and k not in spec.exact_inputs \
+                    and is_float_dtype(x.dtype) and x.dtype != ctx.dtype:
+                x = x.astype(ctx.dtype)
+            args.append(x)
+        try:
+            result = spec.fn(ctx, step.attrs, *args)
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure inside a node is reported with the node
+            shapes = ", ".join(f"{n}{tuple(a.shape)}:{a.dtype}" for n, a in zip(step.inputs, args) if a is not None)
+            raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) failed on inputs "
+                                 f"[{shapes}]: {type(exc).__name__}: {exc}") from exc
+        values = result if isinstance(result, (tuple, list)) else (result,)
+        out = {}
+        for k, name in enumerate(step.outputs):
+            if not name:
+                continue
+            if k >= len(values) or values[k] is None:
+                raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) did not produce its "
+                                     f"output {name!r}")
+            out[name] = self.policy.finish(ctx, np.asarray(values[k]), keep_dtype=spec.keeps_output_dtype)
+        return out
+
+    def step(self, node: int | str) -> Step:
+        """The planned step of a node, by execution index or node label (name, or #index:OpType if unnamed)."""
+        if isinstance(node, int):
+            return self.steps[node]
+        for st in self.steps:
+            if st.label == node:
+                return st
+        raise KeyError(f"no node {node!r} in {self.where}")
+
+    def run_node(self, node: int | str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one node alone under this policy on given input tensors (by input name; initializers default to
+        the model's). Separates a node's own error from inherited error: feed it the reference run's inputs."""
+        st = self.step(node)
+        missing = [n for n in st.inputs if n and n not in inputs and n not in self.initializers]
+        if missing:
+            raise InputError(f"{self.where}: node {st.label!r} needs input(s) {missing}")
+        with np.errstate(all="ignore"):
+            return self._execute(st, [(inputs[n] if n in inputs else self.initializers[n]) if n else None
+                                      for n in st.inputs])
+
     def run(self, feeds: Mapping[str, np.ndarray], *, capture: CaptureFn | None = None,
             capture_filter: CaptureFilter | None = None,
             progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
@@ -205,42 +253,19 @@ class Executor:
         env: dict[str, Any] = dict(self.initializers)
         env.update(self._check_feeds(feeds))
         lo, hi, rx = (capture_filter or CaptureFilter()).resolve(self.node_names) if capture else (0, -1, None)
-        policy, total = self.policy, len(self.steps)
+        total = len(self.steps)
         # inf/NaN/underflow are values the comparisons report, not warnings: numpy stays quiet for the whole run
         # (one errstate for the run instead of one per operation; a stray RuntimeWarning would also break the
         # CLI's one-line error contract)
         with np.errstate(all="ignore"):
             for s, step in enumerate(self.steps):
-                spec, ctx = step.spec, step.ctx
-                args = []
-                for k, name in enumerate(step.inputs):
-                    x = env[name] if name else None
-                    if x is not None and spec.convert_inputs and k not in spec.exact_inputs \
-                            and is_float_dtype(x.dtype) and x.dtype != ctx.dtype:
-                        x = x.astype(ctx.dtype)
-                    args.append(x)
-                try:
-                    result = spec.fn(ctx, step.attrs, *args)
-                except InputError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - any failure inside a node is reported with the node
-                    shapes = ", ".join(f"{n}{tuple(a.shape)}:{a.dtype}" for n, a in zip(step.inputs, args)
-                                       if a is not None)
-                    raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) failed on inputs "
-                                         f"[{shapes}]: {type(exc).__name__}: {exc}") from exc
-                values = result if isinstance(result, (tuple, list)) else (result,)
-                for k, name in enumerate(step.outputs):
-                    if not name:
-                        continue
-                    if k >= len(values) or values[k] is None:
-                        raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) did not "
-                                             f"produce its output {name!r}")
-                    v = policy.finish(ctx, np.asarray(values[k]), keep_dtype=spec.keeps_output_dtype)
-                    env[name] = v
-                    if capture is not None and lo <= s <= hi and (
-                            rx is None or rx.search(name) or rx.search(step.node.name)):
-                        capture(step.node, name, v)
-                del result, values, args
+                produced = self._execute(step, [env[name] if name else None for name in step.inputs])
+                env.update(produced)
+                if capture is not None and lo <= s <= hi:
+                    for name, v in produced.items():
+                        if rx is None or rx.search(name) or rx.search(step.node.name):
+                            capture(step.node, name, v)
+                del produced
                 for name in step.frees:
                     env.pop(name, None)
                 if progress is not None:

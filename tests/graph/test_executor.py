@@ -203,3 +203,36 @@ def test_determinism_bit_identical_across_runs():
         a = Executor(m, policy).run({"x": x})["y"]
         b = Executor(m, policy).run({"x": x})["y"]
         assert a.tobytes() == b.tobytes()
+
+
+def test_run_node_isolates_a_nodes_own_error():
+    """Feeding a node the reference run's inputs measures its own error: a Softmax under the fp16 profile, given
+    the float64 logits, stays within its registry contract (the variant's error bound on the rounded inputs)."""
+    from mschecker.npu import NpuPolicy
+
+    rng = np.random.default_rng(9)
+    w = (rng.standard_normal((64, 64)) * 2).astype(np.float32)
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["a"], name="mm"),
+                      h.make_node("Softmax", ["a"], ["y"], name="sm")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [4, 64])], [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     initializer=[numpy_helper.from_array(w, "w")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    x = {"x": rng.standard_normal((4, 64)).astype(np.float32)}
+    ref = {}
+    Executor(m, ReferencePolicy()).run(x, capture=lambda n, name, v: ref.__setitem__(name, v))
+    npu = Executor(m, NpuPolicy("ascend910b"))
+    own = npu.run_node("sm", {"a": ref["a"]})["y"]
+    assert own.dtype == np.float16
+    # the reference softmax on the fp16-rounded logits: what the node should produce from the inputs it can see
+    from mschecker.registry import Case, get_kernel
+
+    a16 = ref["a"].astype(np.float16).astype(np.float64)
+    exact = Executor(m, ReferencePolicy()).run_node("sm", {"a": a16})["y"]
+    info = get_kernel("softmax")
+    variant = info.variant(npu.step("sm").ctx.description.split("softmax:")[1])
+    bound = info.contract_of(variant).bound(Case((a16,), {"axis": -1}), exact, variant)
+    assert np.all(np.abs(own.astype(np.float64) - exact) <= bound)
+    with pytest.raises(InputError, match="needs input"):
+        npu.run_node("sm", {})
+    with pytest.raises(KeyError):
+        npu.step("nope")
