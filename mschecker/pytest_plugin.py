@@ -153,19 +153,28 @@ class RunSession:
         """Controller: merge queued and staged goldens into each golden directory, one record() per directory."""
         if not self.update_golden:
             return
+        import numpy as np
+
         from . import golden
 
         new: dict[str, dict] = {d: dict(t) for d, t in self.pending.items()}
+        conflicts: dict[str, list[str]] = {}
         for directory, staged in self.staged:
-            new.setdefault(directory, {}).update({k: v for k, v in golden.load(staged, verify=True).items()})
+            bucket = new.setdefault(directory, {})
+            for k, v in golden.load(staged, verify=True).items():
+                if k in bucket and not _same_array(bucket[k], v):
+                    conflicts.setdefault(directory, []).append(k)
+                bucket[k] = np.array(v)
         for directory, tensors in sorted(new.items()):
+            if directory in conflicts:
+                self.golden_changes.append(f"{directory}: NOT updated: xdist workers recorded different tensors "
+                                           f"under {sorted(set(conflicts[directory]))}; names must be unique")
+                continue
             if not tensors:
                 continue
             old = golden.read_manifest(directory) if golden.manifest_path(directory).is_file() else None
             merged = {}
             if old is not None:
-                import numpy as np
-
                 merged = {k: np.array(v) for k, v in golden.load(directory, verify=False).items()}
             merged.update(tensors)
             manifest = golden.record(directory, merged, producer=producer, update=True,
