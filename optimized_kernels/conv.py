@@ -17,8 +17,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..reference.conv import check_conv_args, conv_output_size
 
 
-def im2col(x: np.ndarray, kh: int, kw: int, strides, pads, dilations, group: int, dtype) -> np.ndarray:
-    """Patches of x as (N, group, Cg*kh*kw, OH*OW) in `dtype`, rows ordered (c, i, j) like w.reshape(O, -1)."""
+def im2col(x: np.ndarray, kh: int, kw: int, strides, pads, dilations, group: int, dtype):
+    """(patches, (OH, OW)): patches of x as (N, group, Cg*kh*kw, OH*OW) in `dtype`, rows ordered (c, i, j) like
+    w.reshape(O, -1)."""
     n, c_in, h, wd = x.shape
     (sh, sw), (dh, dw) = strides, dilations
     pt, pl, pb, pr = pads

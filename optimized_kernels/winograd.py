@@ -66,8 +66,9 @@ F4X3 = WinogradMatrices(
 )
 
 
-def _left(T: np.ndarray, x: np.ndarray, axis: int, dtype) -> np.ndarray:
-    """T applied along `axis` of x, every product and partial sum rounded to `dtype` (zero entries skipped)."""
+def _left(T: np.ndarray, x: np.ndarray, axis: int, dtype, floor: float = 0.0) -> np.ndarray:
+    """T applied along `axis` of x, every product and partial sum rounded to `dtype` (zero entries skipped);
+    `floor` is added to the result (the contract's underflow model, see winograd_conv2d)."""
     T = T.astype(dtype)
     x = np.moveaxis(x, axis, 0)
     out = np.zeros((T.shape[0],) + x.shape[1:], dtype=dtype)
@@ -75,12 +76,12 @@ def _left(T: np.ndarray, x: np.ndarray, axis: int, dtype) -> np.ndarray:
         for c in range(T.shape[1]):
             if T[r, c] != 0:
                 out[r] = out[r] + T[r, c] * x[c]
-    return np.moveaxis(out, 0, axis)
+    return np.moveaxis(out + floor if floor else out, 0, axis)
 
 
-def _sandwich(L: np.ndarray, x: np.ndarray, ax0: int, ax1: int, dtype) -> np.ndarray:
+def _sandwich(L: np.ndarray, x: np.ndarray, ax0: int, ax1: int, dtype, floor: float = 0.0) -> np.ndarray:
     """L x L^T over the two axes (ax0, ax1)."""
-    return _left(L, _left(L, x, ax0, dtype), ax1, dtype)
+    return _left(L, _left(L, x, ax0, dtype, floor), ax1, dtype, floor)
 
 
 def check_winograd_args(w, strides, dilations) -> None:
@@ -91,11 +92,14 @@ def check_winograd_args(w, strides, dilations) -> None:
 
 def winograd_conv2d(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1, *,
                     matrices: WinogradMatrices, transform, accumulate=np.float32, out=np.float16,
-                    peaks: dict | None = None) -> np.ndarray:
+                    peaks: dict | None = None, floor: float = 0.0) -> np.ndarray:
     """Winograd convolution; `transform` is the dtype of the transforms, `accumulate` of the channel GEMM.
 
     `peaks`, when given, receives the largest magnitude of each intermediate (V, U, M, Y): run on absolute values
     these bound the intermediates' range, which is how the contract tells where fp16 transforms may overflow.
+    `floor` (for that same absolute-value run only) is added to every intermediate after each transform step and
+    to the input tiles: with floor = the smallest normal N of the transform format, an error bound u(|t| + N) per
+    rounding covers underflow too (a rounding into the subnormal range errs by at most u*N absolutely).
     """
     check_conv_args(x, w, group, transpose=False)
     check_winograd_args(w, strides, dilations)
@@ -110,14 +114,14 @@ def winograd_conv2d(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(
     xp = np.pad(np.asarray(x).astype(transform),
                 ((0, 0), (0, 0), (pt, pb + th * m - oh), (pl, pr + tw * m - ow)))
     d = sliding_window_view(xp, (alpha, alpha), axis=(2, 3))[:, :, ::m, ::m]  # (N, C, th, tw, a, a)
-    v = _sandwich(matrices.BT, d, 4, 5, transform)  # B^T d B
-    u = _sandwich(matrices.G, np.asarray(w).astype(transform), 2, 3, transform)  # (Cout, Cg, a, a)
+    v = _sandwich(matrices.BT, d + floor if floor else d, 4, 5, transform, floor)  # B^T d B
+    u = _sandwich(matrices.G, np.asarray(w).astype(transform) + floor, 2, 3, transform, floor)  # (Cout, Cg, a, a)
     # Channel GEMM per transform-domain point: (a, a, G, K, Cg) @ (a, a, N, G, Cg, th*tw).
     vg = v.reshape(n, group, cg, th * tw, alpha, alpha).transpose(4, 5, 0, 1, 2, 3).astype(accumulate)
     ug = u.reshape(group, kg, cg, alpha, alpha).transpose(3, 4, 0, 1, 2).astype(accumulate)
-    mm = np.matmul(ug[:, :, None], vg).astype(transform)  # (a, a, N, G, K, th*tw)
+    mm = np.matmul(ug[:, :, None], vg).astype(transform) + floor  # (a, a, N, G, K, th*tw)
     mm = mm.reshape(alpha, alpha, n, c_out, th, tw)
-    y = _sandwich(matrices.AT, mm, 0, 1, transform)  # (m, m, N, Cout, th, tw)
+    y = _sandwich(matrices.AT, mm, 0, 1, transform, floor)  # (m, m, N, Cout, th, tw)
     if peaks is not None:
         for key, arr in (("V", v), ("U", u), ("M", mm), ("Y", y)):
             peaks[key] = float(np.max(np.abs(arr), initial=0.0))
