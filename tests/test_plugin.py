@@ -388,3 +388,37 @@ def test_unknown_profile_is_a_usage_error(pytester):
         hsettings.load_profile(before)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unknown mschecker hypothesis profile 'fast'*"])
+
+
+def test_bf16_golden_round_trip_and_damage_detection(tmp_path, monkeypatch):
+    from mschecker import pytest_plugin
+    from mschecker.dtypes import bfloat16
+
+    monkeypatch.setattr(pytest_plugin, "_ACTIVE", [])
+    x = np.linspace(-3, 3, 7).astype(bfloat16)
+    assert_matches_golden("x", x, directory=tmp_path, update=True)
+    assert_matches_golden("x", x, directory=tmp_path)  # bit-exact by default, bf16 restored from its uint16 bits
+    with pytest.raises(AssertionError, match="golden mismatch"):
+        assert_matches_golden("x", (x.astype(np.float32) * 1.01).astype(bfloat16), directory=tmp_path, ulp=1)
+    (tmp_path / "x.npy").write_bytes((tmp_path / "x.npy").read_bytes()[:-2] + b"\0\0")
+    with pytest.raises(AssertionError, match="sha256 differs"):
+        assert_matches_golden("x", x, directory=tmp_path)
+
+
+def test_worker_golden_conflict_is_refused(tmp_path):
+    """Two xdist workers recording different tensors under one name: the controller writes nothing there."""
+    from mschecker.pytest_plugin import RunSession
+
+    target, staging = tmp_path / "golden", tmp_path / "staging"
+    controller = RunSession(target, update_golden=True, staging_dir=staging)
+    for worker, value in (("gw0", 1.0), ("gw1", 2.0)):
+        w = RunSession(target, update_golden=True, staging_dir=staging, worker_id=worker)
+        w.add_pending(target, "same", np.full(3, value, dtype=np.float32), nodeid=f"t::{worker}")
+        w.add_pending(target, f"only_{worker}", np.zeros(2, dtype=np.float32))
+        w.stage_pending()
+        controller.absorb_worker(json.loads(json.dumps(w.export())))
+    controller.commit_goldens(producer="test")
+    assert not target.exists()
+    assert any("NOT updated" in c and "'same'" in c for c in controller.golden_changes)
+    with pytest.raises(AssertionError, match="two different tensors"):
+        controller.add_pending(target, "dup", np.zeros(1)) or controller.add_pending(target, "dup", np.ones(1))
