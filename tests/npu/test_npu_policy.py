@@ -171,3 +171,58 @@ def test_int4_intermediates_round_trip_every_float_output():
     blocks = np.abs(plain.ravel()).reshape(-1, 32).max(axis=1) / 7
     bound = np.repeat(blocks / 2, 32).reshape(plain.shape) + unit_roundoff("float16") * np.abs(plain) * 2
     assert np.all(np.abs(y - plain) <= bound) and not np.array_equal(y, plain)
+
+
+def _mixed_graph():
+    rng = np.random.default_rng(21)
+    g = h.make_graph([h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3], name="conv"),
+                      h.make_node("Reshape", ["c", "shape"], ["r"], name="flat"),
+                      h.make_node("MatMul", ["r", "m"], ["a"], name="mm"),
+                      h.make_node("LayerNormalization", ["a", "s"], ["n"], axis=-1, name="ln"),
+                      h.make_node("Cast", ["n"], ["h16"], to=T.FLOAT16, name="to16"),
+                      h.make_node("Cast", ["h16"], ["y"], to=T.FLOAT, name="to32")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     initializer=[numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w"),
+                                  numpy_helper.from_array(np.array([4, 64], np.int64), "shape"),
+                                  numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "m"),
+                                  numpy_helper.from_array(np.ones(32, np.float32), "s")])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), {"x": rng.standard_normal((1, 4, 8, 8)).astype(
+        np.float32)}
+
+
+def test_precision_modes_decide_node_dtypes_and_casts():
+    m, x = _mixed_graph()
+    mixed = Executor(m, NpuPolicy(load_profile("ascend910b").replace(precision_mode="allow_fp32_to_fp16")))
+    dtypes = {s.node.name: s.ctx.dtype for s in mixed.steps}
+    assert dtypes["conv"] == dtypes["mm"] == np.float16  # cube ops lowered
+    assert dtypes["ln"] == dtypes["flat"] == np.float32  # vector ops keep fp32
+    keep = Executor(m, NpuPolicy("fp32"))
+    assert all(s.ctx.dtype == np.float32 for s in keep.steps)
+    # must_keep_origin_dtype honours the graph's own Cast to fp16: the output carries fp16 rounding
+    y = keep.run(x)["y"]
+    assert y.dtype == np.float32 and np.array_equal(y, y.astype(np.float16).astype(np.float32))
+    # force_fp16 turns every Cast to a float type into the storage dtype
+    assert Executor(m, NpuPolicy("ascend910b")).run(x)["y"].dtype == np.float16
+
+
+def test_bf16_profile_runs_where_the_registry_has_bf16_variants():
+    m, x = _mixed_graph()
+    del m.graph.node[0]  # Conv has no bf16 variant; feed the Reshape directly
+    m.graph.input[0].CopyFrom(h.make_tensor_value_info("c", T.FLOAT, [1, 4, 8, 8]))
+    ex = Executor(m, NpuPolicy("bf16"))
+    y = ex.run({"c": x["x"]})["y"]
+    assert str(y.dtype) == "bfloat16"
+    assert "matmul:bf16_fp32acc" in ex.step("mm").ctx.description
+
+
+def test_winograd_profile_uses_the_winograd_variant_for_3x3_convs():
+    """F(4x4,3x3) with fp16 transforms is measurably less accurate than direct convolution (NUMERICS.md section 2:
+    ~27x the direct error with 64 channels); here we only require that it is the variant bound and that its
+    output differs from the direct one."""
+    m, x = _mixed_graph()
+    direct = Executor(m, NpuPolicy("ascend910b"))
+    wino = Executor(m, NpuPolicy(load_profile("ascend910b").replace(winograd="winograd_f4x3_fp16")))
+    assert "conv2d:winograd_f4x3_fp16" in wino.step("conv").ctx.description
+    assert "conv2d:fp16_fp32acc" in direct.step("conv").ctx.description
+    assert not np.array_equal(wino.run(x)["y"], direct.run(x)["y"])
