@@ -5,7 +5,6 @@ sides are float64 and the suite's rtol 1e-3 / atol 1e-7 is generous: a wrong att
 perm, transposes, causal alignment) breaks it by O(1), rounding differences stay ~1e-15.
 """
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h

@@ -58,11 +58,9 @@ def _conv_geometry(attrs, x, w):
     return strides, pads, dilations
 
 
-def _as_2d(x, w, strides, pads, dilations, extra=()):
+def _as_2d(x, w, strides, pads, dilations):
     """1-D conv as 2-D with a unit height: exact, so both conv kernels serve Conv1d too."""
-    x = x[:, :, None, :]
-    w = w[:, :, None, :]
-    return x, w, [1, strides[0]], [0, pads[0], 0, pads[1]], [1, dilations[0]], [(0, e) for e in extra]
+    return x[:, :, None, :], w[:, :, None, :], [1, strides[0]], [0, pads[0], 0, pads[1]], [1, dilations[0]]
 
 
 @register("Conv", kernels=("conv2d",), cube=True, check=_check_conv)
@@ -70,7 +68,7 @@ def conv(ctx, attrs, x, w, b=None):
     strides, pads, dilations = _conv_geometry(attrs, x, w)
     one_d = x.ndim == 3
     if one_d:
-        x, w, strides, pads, dilations, _ = _as_2d(x, w, strides, pads, dilations)
+        x, w, strides, pads, dilations = _as_2d(x, w, strides, pads, dilations)
     if x.ndim != 4:
         raise ValueError(f"Conv node {ctx.node.name!r}: {x.ndim - 2}-D convolution is not supported")
     y = ctx.kernel("conv2d")(x, w, b, strides=tuple(strides), pads=tuple(pads), dilations=tuple(dilations),
@@ -111,7 +109,7 @@ def conv_transpose(ctx, attrs, x, w, b=None):
         pads = [0] * (2 * nd)
     one_d = x.ndim == 3
     if one_d:
-        x, w, strides, pads, dilations, _ = _as_2d(x, w, strides, pads, dilations)
+        x, w, strides, pads, dilations = _as_2d(x, w, strides, pads, dilations)
         out_pad = [0, out_pad[0]]
     y = ctx.kernel("conv_transpose2d")(x, w, b, strides=tuple(strides), pads=tuple(pads),
                                        dilations=tuple(dilations), group=int(attrs.get("group", 1)),
