@@ -29,7 +29,7 @@ from .registry import Case, Contract, KernelInfo, Variant, get_kernel, register_
 
 __all__ = [
     "CheckFailure", "ContractRule", "GoldenDir", "assert_close_to_reference", "assert_matches_golden",
-    "check_kernel", "check_planted_bugs", "contract_comparison", "planted_bug", "register_user_kernel",
+    "check_kernel", "check_planted_bugs", "contract_comparison", "contract_report", "kernel_case_report", "planted_bug", "register_user_kernel",
     "unregister_user_kernel",
 ]
 
@@ -227,19 +227,32 @@ def assert_close_to_reference(actual, reference, *, inputs: Sequence = (), param
         return _finish("reference", name, CheckReport(tensors, tol_rule, info))
     storage = dtype_name(outs[0].dtype)
     variant = Variant(name="user", fn=lambda *a, **k: None, dtype=storage, contract=contract, accumulate=accumulate)
-    case = Case(tuple(inputs), params, label=name)
+    info.update({"contract": contract.why, "storage": storage, "accumulate": accumulate})
+    report, header = contract_report(Case(tuple(inputs), params, label=name), outs, refs, contract, variant, names,
+                                     info, topk=topk)
+    return _finish("reference", name, report, header)
+
+
+def contract_report(case: Case, outs, refs, contract: Contract, variant: Variant, names: Sequence[str],
+                    meta: dict, topk: int = 10) -> tuple[CheckReport, str]:
+    """The CheckReport of outputs held to a contract (one TensorComparison each) and the failure header.
+
+    The bound is evaluated as kernelcheck does: on the case the variant saw, the float64 reference output(s)
+    and the variant (its storage and accumulator dtypes). meta gains worst_err_over_bound (max over outputs).
+    """
     with np.errstate(all="ignore"):
         bounds = contract.bound(case, refs if len(refs) > 1 else refs[0], variant)
     bounds = as_tuple(bounds) if len(refs) > 1 else (bounds,)
-    tensors, headers = [], []
+    tensors, headers, worst = [], [], 0.0
     for o, r, b, n in zip(outs, refs, bounds, names):
-        tc, result = contract_comparison(o, r, b, name=n, why=contract.why, dtype=storage, topk=topk)
+        tc, result = contract_comparison(o, r, b, name=n, why=contract.why, dtype=variant.dtype, topk=topk)
         tensors.append(tc)
+        worst = max(worst, result.worst_ratio)
         if not result.passed:
             headers.append(_contract_summary(n, result, contract.why))
-    info.update({"contract": contract.why, "storage": storage, "accumulate": accumulate})
-    report = CheckReport(tensors, ContractRule(atol=0.0, rtol=0.0, ulp_format=storage, why=contract.why), info)
-    return _finish("reference", name, report, "\n".join(headers))
+    meta["worst_err_over_bound"] = worst
+    rule = ContractRule(atol=0.0, rtol=0.0, ulp_format=variant.dtype, why=contract.why)
+    return CheckReport(tensors, rule, meta), "\n".join(headers)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -465,26 +478,14 @@ def _is_strategy(x) -> bool:
 
 
 def kernel_case_report(info: KernelInfo, variant: Variant, case: Case) -> tuple[CheckReport, str]:
-    """The full report of one variant on one case: metrics per output plus the contract verdict and header."""
+    """The full report of one registered variant on one case (kernelcheck's rounding and reference rules)."""
     rounded, outs = run_variant(variant, case)
     refs = run_reference(info, rounded)
-    contract = info.contract_of(variant)
-    with np.errstate(all="ignore"):
-        bounds = contract.bound(rounded, refs if len(refs) > 1 else refs[0], variant)
-    bounds = as_tuple(bounds) if len(refs) > 1 else (bounds,)
-    tensors, headers = [], []
-    for i, (o, r, b) in enumerate(zip(outs, refs, bounds)):
-        n = f"{info.name}/{variant.name}" + (f"[{i}]" if len(outs) > 1 else "")
-        tc, result = contract_comparison(o, r, b, name=n, why=contract.why, dtype=variant.dtype)
-        tensors.append(tc)
-        if not result.passed:
-            headers.append(_contract_summary(n, result, contract.why))
+    names = [f"{info.name}/{variant.name}" + (f"[{i}]" if len(outs) > 1 else "") for i in range(len(outs))]
     meta = {"check": "kernel", "kernel": info.name, "variant": variant.name, "storage": variant.dtype,
             "accumulate": variant.accumulate, "implmode": variant.implmode, "case": case.label,
-            "params": {k: v for k, v in case.params.items()},
-            "input_shapes": [list(np.shape(x)) for x in case.inputs]}
-    report = CheckReport(tensors, ContractRule(atol=0.0, rtol=0.0, ulp_format=variant.dtype, why=contract.why), meta)
-    return report, "\n".join(headers)
+            "params": dict(case.params), "input_shapes": [list(np.shape(x)) for x in case.inputs]}
+    return contract_report(rounded, outs, refs, info.contract_of(variant), variant, names, meta)
 
 
 def _contract_search_body(info: KernelInfo, variant: Variant, worst: dict):
@@ -496,7 +497,6 @@ def _contract_search_body(info: KernelInfo, variant: Variant, worst: dict):
                 worst.update(ratio=result.worst_ratio, case=case)
             return
         report, header = kernel_case_report(info, variant, case)
-        report.meta["worst_err_over_bound"] = result.worst_ratio
         raise CheckFailure(report, header)
     return body
 
