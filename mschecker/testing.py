@@ -491,7 +491,13 @@ def kernel_case_report(info: KernelInfo, variant: Variant, case: Case) -> tuple[
 def _contract_search_body(info: KernelInfo, variant: Variant, worst: dict):
     """The hypothesis test body of check_kernel: track the worst passing case, raise a report on a failing one."""
     def body(case):
+        from hypothesis import target
+
         result = check_case(info, variant, case)
+        # Steer the search toward the largest error relative to the bound (hypothesis' targeted phase): the
+        # cases that almost break a contract are the ones worth mutating.
+        ratio = result.worst_ratio
+        target(ratio if np.isfinite(ratio) else 1e300, label="worst err/bound")
         if result.passed:
             if result.worst_ratio > worst["ratio"]:
                 worst.update(ratio=result.worst_ratio, case=case)
@@ -503,9 +509,9 @@ def _contract_search_body(info: KernelInfo, variant: Variant, worst: dict):
 
 def check_kernel(name: str, *, variants: Sequence[str] | None = None, strategies: Sequence[str] | None = None,
                  settings=None) -> list[CheckReport]:
-    """Every correct variant of kernel `name` meets its contract on every strategy (hypothesis search).
+    """Every correct variant of kernel `name` meets its contract on its golden cases and on every strategy.
 
-    Runs under the current hypothesis profile unless `settings` (a hypothesis.settings) is given. For each
+    The strategies are searched with hypothesis, targeted at the largest err/bound ratio. Runs under the current hypothesis profile unless `settings` (a hypothesis.settings) is given. For each
     variant x strategy, records the worst case seen (largest error/bound ratio) in the run report; on the first
     contract violation hypothesis shrinks the case and the AssertionError carries the plain-text report of the
     minimal failing case. Returns the reports of the worst cases.
@@ -517,6 +523,13 @@ def check_kernel(name: str, *, variants: Sequence[str] | None = None, strategies
     chosen = [info.variant(v) for v in variants] if variants else info.correct_variants
     reports = []
     for variant in chosen:
+        for case in info.golden_cases():  # the entry's fixed cases first: cheap and always the same
+            if not check_case(info, variant, case).passed:
+                report, header = kernel_case_report(info, variant, case)
+                report.meta["strategy"] = "golden_cases"
+                failure = CheckFailure(report, header)
+                _record("kernel", f"{name}/{variant.name} on golden_cases", report, lambda f=failure: str(f))
+                raise failure
         for sname in strategies or list(info.strategies):
             worst: dict[str, Any] = {"ratio": -1.0, "case": None}
             test = given(info.strategies[sname]())(_contract_search_body(info, variant, worst))

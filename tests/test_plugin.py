@@ -147,6 +147,18 @@ def test_check_kernel_fails_with_the_minimal_case_report():
     assert "kernel: test_user_sum_sq_broken" in text and "worst err/bound" in text and "max |err|" in text
 
 
+def test_check_kernel_runs_the_golden_cases_first():
+    from mschecker.registry import Case
+
+    long_row = Case((np.ones(3000),), {}, "3000 ones")  # fp16 running sum stalls at 2048
+    register_user_kernel("test_user_sum_sq_golden", reference=_sum_sq, variants={"fp16_fp16acc": _sum_sq_fp16acc},
+                         contract=SUM_SQ_CONTRACT, strategies={"generic": S.cases(S.tensors(shape=(2,), scale=1.0))},
+                         golden_cases=lambda: [long_row])
+    with pytest.raises(CheckFailure) as failure:
+        check_kernel("test_user_sum_sq_golden")
+    assert failure.value.report.meta["strategy"] == "golden_cases" and "3000 ones" in str(failure.value)
+
+
 def test_register_user_kernel_rejects_bad_entries():
     gen = {"generic": S.cases(S.tensors(shape=(4,)))}
     with pytest.raises(ValueError, match="built-in"):
