@@ -45,6 +45,9 @@ def build_parser() -> Parser:
                              f"STAGE one of {', '.join(STAGES)})")
     g.add_argument("--keep-dtype", metavar="[STAGE:]ENTRY,...",
                    help="nodes (name or OpType::Type) that compute in fp32, e.g. vae_decoder:OpType::InstanceNormalization")
+    g.add_argument("--op-precision", metavar="[STAGE:]OpType=MODE,...",
+                   help="implmode per op type (ATC op_precision_mode), e.g. vae_decoder:InstanceNormalization="
+                        "high_precision")
     g.add_argument("--precision-mode", action="append", metavar="[STAGE:]MODE",
                    help="ATC precision mode (repeatable per stage)")
     g.add_argument("--overflow-mode", choices=["inf_nan", "saturation"])
@@ -86,6 +89,13 @@ def npu_options(args) -> tuple[dict, dict[str, dict]]:
         stage, value = _split_stage(entry, "--keep-dtype")
         target = per_stage.setdefault(stage, {}) if stage else common
         target.setdefault("keep_dtype", []).append(value)
+    for entry in [e.strip() for e in (args.op_precision or "").split(",") if e.strip()]:
+        stage, value = _split_stage(entry, "--op-precision")
+        op, eq, mode = value.partition("=")
+        if not eq or not op or mode not in ("high_precision", "high_performance"):
+            raise UsageError(f"--op-precision {entry!r}: expected [STAGE:]OpType=high_precision|high_performance")
+        target = per_stage.setdefault(stage, {}) if stage else common
+        target.setdefault("implmode_by_op_type", {})[op] = mode
     for entry in args.precision_mode or []:
         stage, value = _split_stage(entry, "--precision-mode")
         from ..npu.profile import PRECISION_MODES

@@ -10,13 +10,15 @@ internal overflow"), the first node whose output holds NaN or inf, and the first
 format's largest finite value (what overflow looks like in saturation mode). For the first non-finite node it
 also reports the largest |x| among the node's inputs, which is usually the number that explains it.
 
-The fix search (`find_fix`), when the NPU run produced a non-finite stage output or missed the image threshold
-with an overflow: the stage where the first overflow happened is re-run (with every earlier stage's NPU outputs
-reused, because on a real NPU each stage is a separate model compiled with its own ATC options) with
-``keep_dtype OpType::<op of the first overflowing node>`` added, repeated with the next overflowing op type up to
-`MAX_FIX_ROUNDS` times; the last resort is the whole stage in fp32 (precision_mode must_keep_origin_dtype, what
-diffusers' ``force_upcast`` does for the VAE). The fix is the first configuration whose run is finite and meets
-the PSNR threshold; it is reported with the rerun's metrics, so the claim "this fixes it" is always measured.
+The fix search (`find_fix`), when the NPU run failed and overflowed somewhere: the stage where the first overflow
+happened is re-run (the earlier stages' NPU outputs reused, because on a real NPU each stage is a separate model
+compiled with its own ATC options) with, cumulatively and cheapest first, for the op type T of the first
+overflowing node: the high_precision implementation of T (fp32 statistics / accumulation, fp16 storage: ATC
+``op_precision_mode`` [ByOpType] T=high_precision), then ``keep_dtype OpType::T`` (fp32 storage too); if the rerun
+overflows at another op type, that one is next. At most `MAX_FIX_ROUNDS` rounds, then the last resort: the whole
+stage in fp32 (precision_mode must_keep_origin_dtype, what diffusers' ``force_upcast`` does for the VAE). The fix
+is the first configuration whose run is finite and meets the PSNR threshold; it is reported with the rerun's
+metrics, so the claim "this fixes it" is always measured.
 """
 from __future__ import annotations
 
@@ -153,8 +155,11 @@ class Metrics:
 
 @dataclass
 class FixAttempt:
+    """One re-run of the failing stage with a candidate fix, and what it measured."""
+
     stage: str
     keep_dtype: list[str]
+    implmodes: dict[str, str]     # op type -> implmode (ATC op_precision_mode [ByOpType])
     precision_mode: str | None
     metrics: Metrics | None
     first_nonfinite: NodeEvent | None
@@ -162,20 +167,26 @@ class FixAttempt:
     seconds: float
 
     def describe(self) -> str:
-        what = f"precision_mode {self.precision_mode}" if self.precision_mode else \
-            "keep_dtype " + ", ".join(self.keep_dtype)
-        return f"{self.stage}: {what}"
+        if self.precision_mode:
+            return f"{self.stage}: precision_mode {self.precision_mode}"
+        parts = [f"op_precision_mode {t}={m}" for t, m in self.implmodes.items()]
+        if self.keep_dtype:
+            parts.append("keep_dtype " + ", ".join(self.keep_dtype))
+        return f"{self.stage}: " + " + ".join(parts)
 
     def cli_flags(self) -> str:
         """The `mschecker sd` flags that apply this fix (per-stage form)."""
         if self.precision_mode:
             return f"--precision-mode {self.stage}:{self.precision_mode}"
-        return "--keep-dtype " + ",".join(f"{self.stage}:{k}" for k in self.keep_dtype)
+        flags = [f"--op-precision {self.stage}:{t}={m}" for t, m in self.implmodes.items()]
+        if self.keep_dtype:
+            flags.append("--keep-dtype " + ",".join(f"{self.stage}:{k}" for k in self.keep_dtype))
+        return " ".join(flags)
 
     def to_dict(self) -> dict:
-        return {"stage": self.stage, "keep_dtype": self.keep_dtype, "precision_mode": self.precision_mode,
-                "passed": self.passed, "seconds": self.seconds,
-                "metrics": self.metrics.to_dict() if self.metrics else None,
+        return {"stage": self.stage, "keep_dtype": self.keep_dtype, "implmode_by_op_type": self.implmodes,
+                "precision_mode": self.precision_mode, "passed": self.passed, "seconds": self.seconds,
+                "cli_flags": self.cli_flags(), "metrics": self.metrics.to_dict() if self.metrics else None,
                 "first_nonfinite": self.first_nonfinite.to_dict() if self.first_nonfinite else None}
 
 
@@ -243,6 +254,8 @@ def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], track
     for stage in STAGES:
         device, profile, options = device_for[stage]
         hook = tracker.on_tensor if capture and tracker is not None and device != "ort" else None
+        if device == "npu" and options.get("implmode_by_op_type"):
+            profile, options = _with_op_implmodes(profile, options)
         factories[stage] = stage_runner_factory(device, profile, capture=hook, **options)
 
     def make(model, stage_name):
@@ -254,6 +267,17 @@ def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], track
             return run(feeds)
         return announced
     return make
+
+
+def _with_op_implmodes(profile, options: dict):
+    """(profile object, remaining options): ``implmode_by_op_type`` (ATC op_precision_mode [ByOpType]) is applied
+    to the resolved profile, the other options stay npu_profile keywords."""
+    from ..graph.runner import npu_profile
+
+    rest = {k: v for k, v in options.items() if k != "implmode_by_op_type"}
+    prof = npu_profile(profile, **rest)
+    prof = prof.replace(implmode_by_op_type={**prof.implmode_by_op_type, **options["implmode_by_op_type"]})
+    return prof, {}
 
 
 def run_check(*, prompt: str, preset: str = "small", steps: int = 10, scheduler: str = "ddim", seed: int = 0,
@@ -288,7 +312,7 @@ def run_check(*, prompt: str, preset: str = "small", steps: int = 10, scheduler:
     metrics = measure(reference, npu)
     settings = {"preset": p.name, "steps": steps, "scheduler": scheduler, "seed": seed,
                 "guidance_scale": guidance_scale, "prompt": prompt, "profile": profile,
-                "npu_options": {st: {k: (list(v) if isinstance(v, (list, tuple)) else str(v)) for k, v in o.items()}
+                "npu_options": {st: {k: (v if isinstance(v, (list, dict)) else str(v)) for k, v in o.items()}
                                 for st, o in options.items()},
                 "weights_seed": weights_seed, "image_size": p.image_size}
     check = SDCheck(settings, psnr_min, reference, npu, metrics, tracker, timings)
@@ -305,9 +329,21 @@ def stage_npu_options(npu_options: dict | None, stage_options: dict[str, dict] |
     for st in STAGES:
         o = dict(npu_options or {})
         for k, v in ((stage_options or {}).get(st) or {}).items():
-            o[k] = list(o.get(k) or []) + list(v) if k == "keep_dtype" else v
+            if k == "keep_dtype":
+                o[k] = list(o.get(k) or []) + list(v)
+            elif k == "implmode_by_op_type":
+                o[k] = {**o.get(k, {}), **v}
+            else:
+                o[k] = v
         out[st] = o
     return out
+
+
+def fix_candidates(op_type: str) -> list[tuple[str, str]]:
+    """What to try for an overflow first seen at a node of ``op_type``, cheapest first: the high_precision
+    implementation of that op type (fp32 statistics/accumulation, fp16 storage: ATC op_precision_mode), then
+    keep_dtype on the op type (fp32 storage too)."""
+    return [("implmode", op_type), ("keep_dtype", f"OpType::{op_type}")]
 
 
 def find_fix(check: SDCheck, models: SDModels, common: dict, profile: str, options: dict[str, dict],
@@ -316,30 +352,44 @@ def find_fix(check: SDCheck, models: SDModels, common: dict, profile: str, optio
     found)."""
     event = check.tracker.first_nonfinite or check.tracker.first_saturated
     stage = event.stage
+    implmodes: dict[str, str] = {}
     keep: list[str] = []
+    tried: set = set()
     attempts: list[FixAttempt] = []
-    for round_ in range(MAX_FIX_ROUNDS + 1):
-        last_resort = round_ == MAX_FIX_ROUNDS or event is None or f"OpType::{event.op_type}" in keep
+    for _ in range(MAX_FIX_ROUNDS + 1):
+        todo = [c for c in fix_candidates(event.op_type) if c not in tried] if event is not None else []
+        last_resort = not todo or len(attempts) == MAX_FIX_ROUNDS
         fixed = dict(options[stage])
         if last_resort:
-            fixed.pop("keep_dtype", None)
+            for k in ("keep_dtype", "implmode_by_op_type"):
+                fixed.pop(k, None)
             fixed["precision_mode"] = "must_keep_origin_dtype"
         else:
-            keep.append(f"OpType::{event.op_type}")
-            fixed["keep_dtype"] = list(fixed.get("keep_dtype") or []) + keep
+            kind, what = todo[0]
+            tried.add(todo[0])
+            if kind == "implmode":
+                implmodes[what] = "high_precision"
+            else:
+                keep.append(what)
+            if implmodes:
+                fixed["implmode_by_op_type"] = {**fixed.get("implmode_by_op_type", {}), **implmodes}
+            if keep:
+                fixed["keep_dtype"] = list(fixed.get("keep_dtype") or []) + keep
         tracker = Tracker(announce(f"fix {len(attempts) + 1}"))
         t0 = time.perf_counter()
         rerun = _rerun_from(stage, check.npu, models, common, profile, {**options, stage: fixed}, tracker)
         metrics = measure(check.reference, rerun)
         ok = not metrics.nonfinite_outputs and metrics.psnr_db >= check.psnr_min
         attempts.append(FixAttempt(stage, [] if last_resort else list(keep),
+                                   {} if last_resort else dict(implmodes),
                                    "must_keep_origin_dtype" if last_resort else None, metrics,
                                    tracker.first_nonfinite, ok, time.perf_counter() - t0))
         if ok or last_resort:
             break
-        event = tracker.first_nonfinite or tracker.first_saturated
-        if event is not None and event.stage != stage:
+        nxt = tracker.first_nonfinite or tracker.first_saturated
+        if nxt is not None and nxt.stage != stage:
             break  # the fix moved the overflow to a later stage: report it, do not chase across stages
+        event = nxt or event  # finite but below the threshold: escalate on the same op type
     return attempts
 
 
