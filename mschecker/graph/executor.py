@@ -112,12 +112,17 @@ class Executor:
         graph, opset = self.model.graph, self.model.opset
         available = set(self.initializers) | {i.name for i in self.input_infos}
         order = topological_order(graph, available, self.where)
+        data = {i.name for i in self.input_infos}  # tensors whose values depend on graph input values
         unsupported: dict[str, list[str]] = defaultdict(list)
         problems: list[str] = []
         steps: list[Step] = []
         for pos, i in enumerate(order):
             node = graph.node[i]
             label = node_label(node, i)
+            # Shape/Size read only the shape; any other node reading a data tensor produces data
+            foldable = node.op_type in ("Shape", "Size") or not any(n in data for n in node.input if n)
+            if not foldable:
+                data.update(o for o in node.output if o)
             spec = lookup(node.op_type) if node.domain in ("", "ai.onnx") else None
             if spec is None:
                 key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
@@ -131,7 +136,8 @@ class Executor:
                 unsupported[f"{node.op_type} ({reason})"].append(label)
                 continue
             try:
-                ctx = self.policy.bind(node, opset, list(spec.kernel_names(attrs, opset)), spec.cube)
+                ctx = self.policy.bind(node, opset, list(spec.kernel_names(attrs, opset)), spec.cube,
+                                       foldable=foldable)
             except KernelUnavailable as exc:
                 problems.append(f"node {label!r} ({node.op_type}): {exc}")
                 continue

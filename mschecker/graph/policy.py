@@ -65,8 +65,10 @@ class Policy:
         """Called once before planning with the model's initializers (name -> array); policies that treat
         constant operands specially (int8 weight-only quantization) look at them here."""
 
-    def bind(self, node: onnx.NodeProto, opset: int, kernel_names: list[str],
-             cube: bool) -> NodeContext:  # pragma: no cover - interface
+    def bind(self, node: onnx.NodeProto, opset: int, kernel_names: list[str], cube: bool, *,
+             foldable: bool = False) -> NodeContext:  # pragma: no cover - interface
+        """The node's context. `foldable`: the node's values do not depend on any graph input's values (only on
+        initializers and tensor shapes), so a compiler folds it to a constant before the device runs."""
         raise NotImplementedError
 
     def input_dtype(self, dtype: np.dtype) -> np.dtype:
@@ -125,7 +127,7 @@ class ReferencePolicy(Policy):
     def input_dtype(self, dtype: np.dtype) -> np.dtype:
         return np.dtype(np.float64) if is_float_dtype(dtype) else np.dtype(dtype)
 
-    def bind(self, node, opset, kernel_names, cube) -> NodeContext:
+    def bind(self, node, opset, kernel_names, cube, *, foldable=False) -> NodeContext:
         kernels = {}
         for k in kernel_names:
             try:

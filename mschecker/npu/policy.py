@@ -134,9 +134,12 @@ class NpuPolicy(Policy):
         return (a.get("kernel_shape") == [3, 3] and a.get("strides", [1, 1]) == [1, 1]
                 and a.get("dilations", [1, 1]) == [1, 1] and a.get("group", 1) == 1)
 
-    def bind(self, node, opset, kernel_names, cube) -> NodeContext:
+    def bind(self, node, opset, kernel_names, cube, *, foldable=False) -> NodeContext:
         p = self.profile
-        dtype = self.node_dtype(node, cube)
+        # Constant-foldable nodes (shape arithmetic, weight preprocessing) are evaluated by the compiler on the
+        # host, in the graph's own fp32, before the device runs: rounding them to fp16 would, e.g., turn a shape
+        # computed through floats (4097 -> 4096) into a wrong Reshape. They get fp32 and IEEE overflow.
+        dtype = np.dtype(np.float32) if foldable else self.node_dtype(node, cube)
         dname = dtype_name(dtype)
         implmode = self.implmode_of(node)
         kernels, chosen = {}, []
@@ -158,7 +161,7 @@ class NpuPolicy(Policy):
             kernels[k] = v.fn
             chosen.append(f"{k}:{v.name}")
         compress = None
-        if p.int4_intermediates and dtype != np.float32:
+        if p.int4_intermediates and dtype != np.float32 and not foldable:
             try:
                 v4 = select_variant(get_kernel("bitpack4"), dname, implmode, cube=False,
                                     cube_acc=p.cube_accumulation, override=p.variants.get("bitpack4"))
@@ -166,8 +169,8 @@ class NpuPolicy(Policy):
                 raise KernelUnavailable(str(exc).strip('"')) from None
             compress = v4.fn
             chosen.append(f"bitpack4:{v4.name}")
-        keep_casts = p.precision_mode == "must_keep_origin_dtype"
+        keep_casts = p.precision_mode == "must_keep_origin_dtype" or foldable
         return NodeContext(node=node, opset=opset, dtype=dtype, implmode=implmode, kernels=kernels,
                            cast_float=(lambda t: t) if keep_casts else (lambda t, d=dtype: d),
-                           saturate=p.overflow_mode == "saturation", compress=compress,
-                           description=f"{dname} {implmode} " + " ".join(chosen))
+                           saturate=p.overflow_mode == "saturation" and not foldable, compress=compress,
+                           description=("host-folded " if foldable else "") + f"{dname} {implmode} " + " ".join(chosen))

@@ -226,3 +226,21 @@ def test_winograd_profile_uses_the_winograd_variant_for_3x3_convs():
     assert "conv2d:winograd_f4x3_fp16" in wino.step("conv").ctx.description
     assert "conv2d:fp16_fp32acc" in direct.step("conv").ctx.description
     assert not np.array_equal(wino.run(x)["y"], direct.run(x)["y"])
+
+
+def test_constant_foldable_shape_arithmetic_stays_exact():
+    """Shape -> Cast(float) -> Mul -> Cast(int64) -> Reshape: a compiler folds this on the host. Were it run in
+    fp16, 4097 would round to 4096 and the Reshape would fail; the NPU policy runs foldable nodes in fp32."""
+    g = h.make_graph([h.make_node("Shape", ["x"], ["s"]), h.make_node("Cast", ["s"], ["sf"], to=T.FLOAT),
+                      h.make_node("Mul", ["sf", "one"], ["sm"], name="shape_mul"),
+                      h.make_node("Cast", ["sm"], ["si"], to=T.INT64),
+                      h.make_node("Reshape", ["x", "si"], ["r"]), h.make_node("Add", ["r", "r"], ["y"], name="add")],
+                     "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 4097])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     initializer=[numpy_helper.from_array(np.ones(2, np.float32), "one")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    ex = Executor(m, NpuPolicy("ascend910b"))
+    y = ex.run({"x": np.ones((1, 4097), np.float32)})["y"]
+    assert y.shape == (1, 4097) and y.dtype == np.float16
+    assert ex.step("shape_mul").ctx.description.startswith("host-folded float32")
+    assert ex.step("add").ctx.dtype == np.float16
