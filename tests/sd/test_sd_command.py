@@ -1,0 +1,173 @@
+"""`mschecker sd` end to end on the tiny preset, and the image pieces it is built from (PNG, PSNR, SSIM, plots).
+
+The command runs in-process through mschecker.cli.main (exit codes, files, JSON); the default ascend910b run
+is the documented failing case (VAE GroupNorm statistics overflow fp16), the run with the suggested fix passes.
+"""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from mschecker.cli import main
+from mschecker.errors import InputError
+from mschecker.sd import images
+from mschecker.sd.images import decode_png, encode_png, gaussian_window, image_psnr, image_ssim
+
+PSNR_MIN = 30.0
+TINY = ["--preset", "tiny", "--steps", "2"]
+
+
+# ------------------------------------------------------------------------------------------------ PNG
+def test_png_round_trip_rgb_and_grey():
+    rng = np.random.default_rng(0)
+    rgb = rng.integers(0, 256, (7, 5, 3), dtype=np.uint8)
+    grey = rng.integers(0, 256, (4, 9), dtype=np.uint8)
+    np.testing.assert_array_equal(decode_png(encode_png(rgb)), rgb)
+    np.testing.assert_array_equal(decode_png(encode_png(grey)), grey)
+    data = bytearray(encode_png(rgb))
+    data[20] ^= 1  # inside IHDR: the CRC must catch it
+    with pytest.raises(InputError, match="CRC"):
+        decode_png(bytes(data))
+
+
+@pytest.mark.parametrize("bad", [np.zeros((4, 4, 3), np.float32), np.zeros((4, 4, 4), np.uint8),
+                                 np.zeros((0, 4, 3), np.uint8)])
+def test_png_rejects_what_it_cannot_write(bad):
+    with pytest.raises(InputError):
+        encode_png(bad)
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+def test_psnr_hand_values():
+    a = np.full((8, 8, 3), 100, np.uint8)
+    assert image_psnr(a, a) == math.inf
+    assert image_psnr(a + 1, a) == pytest.approx(20 * math.log10(255))  # MSE 1
+    b = a.copy()
+    b[0, 0, 0] = 110  # MSE = 100 / 192
+    assert image_psnr(b, a) == pytest.approx(10 * math.log10(255 ** 2 * 192 / 100))
+
+
+def ssim_brute_force(x, y, size=11, sigma=1.5, k1=0.01, k2=0.03, peak=255.0):
+    """Direct transcription of Wang et al. (2004) eqs. 14-16 with a 2-D Gaussian window, loop over every valid
+    window position and channel: no separability, no vectorised filtering."""
+    g = np.exp(-((np.arange(size) - (size - 1) / 2) ** 2) / (2 * sigma ** 2))
+    w = np.outer(g, g)
+    w /= w.sum()
+    c1, c2 = (k1 * peak) ** 2, (k2 * peak) ** 2
+    vals = []
+    for ch in range(x.shape[2]):
+        for i in range(x.shape[0] - size + 1):
+            for j in range(x.shape[1] - size + 1):
+                a = x[i:i + size, j:j + size, ch].astype(float)
+                b = y[i:i + size, j:j + size, ch].astype(float)
+                mx, my = (w * a).sum(), (w * b).sum()
+                vx, vy = (w * (a - mx) ** 2).sum(), (w * (b - my) ** 2).sum()
+                cxy = (w * (a - mx) * (b - my)).sum()
+                vals.append(((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx ** 2 + my ** 2 + c1) * (vx + vy + c2)))
+    return float(np.mean(vals))
+
+
+def test_ssim_matches_the_paper_definition_computed_directly():
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (16, 14, 3), dtype=np.uint8)
+    y = np.clip(x.astype(int) + rng.integers(-40, 41, x.shape), 0, 255).astype(np.uint8)
+    assert image_ssim(y, x) == pytest.approx(ssim_brute_force(y, x), abs=1e-12)
+    assert image_ssim(x, x) == pytest.approx(1.0, abs=1e-12)
+    assert image_ssim(x, y) == pytest.approx(image_ssim(y, x), abs=1e-12)  # symmetric
+
+
+def test_ssim_constant_images_closed_form():
+    """Flat images: variances and covariance are 0, SSIM = (2 mx my + C1) / (mx^2 + my^2 + C1)."""
+    x, y = np.full((12, 12, 3), 100, np.uint8), np.full((12, 12, 3), 140, np.uint8)
+    c1 = (0.01 * 255) ** 2
+    assert image_ssim(x, y) == pytest.approx((2 * 100 * 140 + c1) / (100 ** 2 + 140 ** 2 + c1), abs=1e-12)
+
+
+def test_planted_bug_a_box_window_is_caught():
+    """A uniform 11x11 window (a common slip) gives a different score than the Gaussian one on textured images:
+    the direct-definition test above would fail for it."""
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 256, (20, 20, 3), dtype=np.uint8)
+    y = np.clip(x.astype(int) + rng.integers(-60, 61, x.shape), 0, 255).astype(np.uint8)
+    real = images.gaussian_window
+    try:
+        images.gaussian_window = lambda size=11, sigma=1.5: np.full(size, 1.0 / size)
+        boxed = image_ssim(y, x)
+    finally:
+        images.gaussian_window = real
+    assert abs(boxed - ssim_brute_force(y, x)) > 1e-3
+    assert gaussian_window().sum() == pytest.approx(1.0)
+
+
+def test_plot_and_panel_shapes():
+    plot = images.line_plot({"a": [1e-3, 2e-3, math.nan, 5e-2], "b": [1e-2] * 4}, title="T", xlabel="STEP",
+                            ylabel="ERR")
+    assert plot.shape == (400, 640, 3) and plot.dtype == np.uint8
+    colours = {tuple(c) for c in plot.reshape(-1, 3)}
+    assert (31, 119, 180) in colours and (214, 39, 40) in colours  # both series drawn
+    tile = np.zeros((16, 16, 3), np.uint8)
+    panel = images.side_by_side([tile, tile, tile], ["A", "B", "C"])
+    assert panel.shape[1] == 4 + 3 * (256 + 4) and panel.shape[0] > 256
+
+
+# ------------------------------------------------------------------------------------------------ command
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """The default profile (ascend910b) on tiny: the documented failure, its diagnosis and its fix."""
+    d = tmp_path_factory.mktemp("sd")
+    rc = main(["sd", *TINY, "--out", str(d / "out"), "--json", str(d / "r.json")])
+    return rc, d, json.loads((d / "r.json").read_text())
+
+
+def test_default_profile_fails_names_the_node_and_verifies_the_fix(default_run):
+    rc, d, report = default_run
+    assert rc == 1 and report["verdict"] == "FAIL" and not report["passed"]
+    first = report["first_nonfinite"]
+    assert first["stage"] == "vae_decoder" and first["op_type"] == "InstanceNormalization" and first["nan"] > 0
+    assert report["metrics"]["nonfinite_outputs"] == ["decoded"]
+    assert report["metrics"]["image_psnr_db"] < 10  # black image
+    assert len(report["metrics"]["latents"]) == 2
+    fix = report["fix"]
+    assert fix["passed"] and fix["metrics"]["image_psnr_db"] >= PSNR_MIN
+    assert fix["cli_flags"] == "--op-precision vae_decoder:InstanceNormalization=high_precision"
+    assert report["settings"]["profile"] == "ascend910b" and report["psnr_min_db"] == PSNR_MIN
+
+
+def test_default_run_writes_the_pngs(default_run):
+    _, d, report = default_run
+    panel = decode_png((d / "out" / "sd_side_by_side.png").read_bytes())
+    plot = decode_png((d / "out" / "sd_error_per_step.png").read_bytes())
+    assert panel.shape[1] == 4 + 4 * (256 + 4)  # reference | npu | diff | npu + fix, 16 px images x16
+    assert plot.shape == (400, 640, 3)
+    assert sorted(report["images"]) == sorted(str(d / "out" / n) for n in ("sd_side_by_side.png",
+                                                                            "sd_error_per_step.png"))
+
+
+def test_the_suggested_fix_passes_and_the_threshold_is_honoured(default_run, tmp_path, capsys):
+    flags = default_run[2]["fix"]["cli_flags"].split()
+    rc = main(["sd", *TINY, *flags, "--out", str(tmp_path / "o"), "--json", str(tmp_path / "r.json")])
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert rc == 0 and report["verdict"] == "PASS" and report["first_nonfinite"] is None
+    assert report["fix_attempts"] == []
+    psnr = report["metrics"]["image_psnr_db"]
+    assert psnr >= PSNR_MIN and "PASS" in capsys.readouterr().out
+    # the same run judged against a bar above its PSNR fails (finite image, but not close enough)
+    rc = main(["sd", *TINY, *flags, "--psnr-min", str(psnr + 1), "--out", str(tmp_path / "o2"), "--no-fix"])
+    assert rc == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "huge"], "invalid choice"),
+    (["--steps", "0"], "--steps must be >= 1"),
+    (["--keep-dtype", "unet2:OpType::Softmax"], "not a stage"),
+    (["--op-precision", "vae_decoder:Softmax"], "expected"),
+    (["--precision-mode", "fp8"], "not one of"),
+    (["--profile", "nope.toml"], "does not exist"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path, capsys):
+    out, js = tmp_path / "out", tmp_path / "r.json"
+    assert main(["sd", *argv, "--out", str(out), "--json", str(js)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists() and not js.exists()
