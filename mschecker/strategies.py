@@ -42,10 +42,12 @@ def _draw_shape(draw, shape, default):
 
 
 def shapes(min_dims: int = 1, max_dims: int = 3, min_side: int = 1, max_side: int = 16):
+    """Array shapes (hnp.array_shapes): small by default, because every example runs a float64 reference too."""
     return hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side)
 
 
 def seeds():
+    """A numpy Generator seed: big tensors are drawn from a seed, so hypothesis stores and shrinks one integer."""
     return st.integers(min_value=0, max_value=2**32 - 1)
 
 
