@@ -1,0 +1,104 @@
+"""golden/sd/tiny: the manifest verifies, and recomputing reproduces every stored tensor bit for bit.
+
+Bit for bit because both runs are deterministic numpy arithmetic with fixed seeds (float64 reference; fp16
+storage with fp32/fp16 accumulation on the emulator): any change of a kernel, an op, the policy, the scheduler
+or the pipeline shows up here, and the tolerance of zero needs no justification beyond that determinism.
+If the graph builders change, the test says so (graph sha256) instead of reporting numerical noise:
+rebuild with `python tools/build_sd_goldens.py --update` after checking the change is intended.
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mschecker import golden
+from mschecker.sd import SDModels
+from mschecker.sd.goldens import GOLDEN_DIR, SETTINGS, compute, graph_hashes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bit_differences(actual: dict, expected: dict) -> list[str]:
+    """Names (with a short why) of the tensors that differ in dtype, shape or any bit."""
+    problems = []
+    for name, e in expected.items():
+        a = actual.get(name)
+        if a is None:
+            problems.append(f"{name}: not produced")
+            continue
+        a, e = np.ascontiguousarray(a), np.ascontiguousarray(e)
+        if a.dtype != e.dtype or a.shape != e.shape:
+            problems.append(f"{name}: {a.dtype}{a.shape} vs stored {e.dtype}{e.shape}")
+        elif a.tobytes() != e.tobytes():
+            diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
+            problems.append(f"{name}: {int((a.view(np.uint8) != e.view(np.uint8)).sum())} bytes differ, "
+                            f"max |diff| {np.nanmax(diff) if np.isfinite(diff).any() else 'nan'}")
+    problems += [f"{n}: produced but not stored" for n in sorted(set(actual) - set(expected))]
+    return problems
+
+
+@pytest.fixture(scope="module")
+def stored():
+    return golden.load(GOLDEN_DIR)
+
+
+@pytest.fixture(scope="module")
+def recomputed():
+    return compute()
+
+
+def test_manifest_verifies_and_is_small():
+    assert golden.verify(GOLDEN_DIR) == []
+    manifest = golden.read_manifest(GOLDEN_DIR)
+    size = sum((GOLDEN_DIR / e["file"]).stat().st_size for e in manifest["tensors"].values())
+    assert size < 5 * 2 ** 20
+    assert manifest["extra"]["settings"] == SETTINGS
+
+
+def test_graphs_are_the_ones_the_goldens_were_built_from():
+    stored_hashes = golden.read_manifest(GOLDEN_DIR)["extra"]["graph_sha256"]
+    current = graph_hashes(SDModels.build(SETTINGS["preset"], SETTINGS["weights_seed"]))
+    assert current == stored_hashes, ("the SD graph builders changed since golden/sd/tiny was recorded: check the "
+                                      "change, then python tools/build_sd_goldens.py --update")
+
+
+@pytest.mark.parametrize("group", ["inputs", "reference", "npu", "npu_fp32stats"])
+def test_recomputed_tensors_equal_the_goldens_bit_for_bit(group, stored, recomputed):
+    tensors, _ = recomputed
+    expected = {n: v for n, v in stored.items() if n.startswith(group + ".")}
+    assert expected, f"no {group}.* goldens"
+    actual = {n: v for n, v in tensors.items() if n.startswith(group + ".")}
+    assert bit_differences(actual, expected) == []
+
+
+def test_goldens_pin_the_documented_behaviour(stored):
+    """What the numbers mean: the NPU as given returns a NaN (black) image, the fixed one a finite image close
+    to the reference, and the reference image is not flat."""
+    assert np.isnan(stored["npu.pipeline_decoded"].astype(np.float64)).any()
+    assert stored["npu.pipeline_image"].max() == 0
+    assert np.isfinite(stored["npu_fp32stats.pipeline_decoded"].astype(np.float64)).all()
+    ref_img = stored["reference.pipeline_image"].astype(float)
+    err = np.abs(stored["npu_fp32stats.pipeline_image"].astype(float) - ref_img)
+    # measured: max 2 levels, mean 0.29, PSNR 53.4 dB; 8 levels (~30 dB at worst if everywhere) is the
+    # `mschecker sd` image bar expressed per pixel
+    assert err.max() <= 8 and ref_img.std() > 10
+
+
+def test_a_one_ulp_change_is_caught(stored):
+    """Planted bug: one element of one tensor moved by one ULP fails the comparison."""
+    changed = dict(stored)
+    x = stored["reference.vae_decoded"].copy()
+    x.flat[5] = np.nextafter(x.flat[5], np.inf)
+    changed["reference.vae_decoded"] = x
+    problems = bit_differences(changed, stored)
+    assert len(problems) == 1 and problems[0].startswith("reference.vae_decoded")
+
+
+def test_builder_refuses_to_overwrite_without_update(tmp_path):
+    """Existing goldens: exit 2, nothing rewritten (the check happens before any computation)."""
+    before = {p.name: p.stat().st_mtime_ns for p in GOLDEN_DIR.iterdir()}
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "build_sd_goldens.py")], capture_output=True, text=True)
+    assert r.returncode == 2 and "--update" in r.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in GOLDEN_DIR.iterdir()} == before
