@@ -22,11 +22,8 @@ same manifest.
 """
 from __future__ import annotations
 
-import html
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -269,6 +266,8 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 def render_run_html(doc: dict) -> str:
     """A self-contained HTML page: verdict, test table, each check's plain-text report (escaped)."""
+    import html
+
     e = html.escape
     s = doc["summary"]
     verdict = "PASS" if doc["passed"] else "FAIL"
@@ -336,6 +335,8 @@ def pytest_configure(config):
     update = bool(config.getoption("mschecker_update_golden"))
     staging = None
     if update:
+        import tempfile
+
         staging = (config.workerinput.get("mschecker_staging") if _is_worker(config)
                    else tempfile.mkdtemp(prefix="mschecker-golden-staging-"))
     state = RunSession(_golden_dir(config), update_golden=update, staging_dir=Path(staging) if staging else None,
@@ -441,5 +442,7 @@ def pytest_unconfigure(config):
     if state in _ACTIVE:
         _ACTIVE.remove(state)
     if state.staging_dir is not None and not _is_worker(config):
+        import shutil
+
         shutil.rmtree(state.staging_dir, ignore_errors=True)
     delattr(config, _STATE_KEY)
