@@ -332,6 +332,7 @@ def _golden_dir(config) -> Path:
 def pytest_configure(config):
     # tryfirst: register the profiles before hypothesis' own plugin loads --hypothesis-profile=mschecker-...
     _configure_profiles(config)
+    _check_paths(config)
     update = bool(config.getoption("mschecker_update_golden"))
     staging = None
     if update:
@@ -344,6 +345,16 @@ def pytest_configure(config):
                        ini_golden_dir=_ini_golden_dir(config))
     setattr(config, _STATE_KEY, state)
     _ACTIVE.append(state)
+
+
+def _check_paths(config) -> None:
+    """Bad paths are usage errors at start-up (one line, exit 4), not a crash after the whole run."""
+    report = config.getoption("mschecker_report")
+    if report and Path(config.invocation_params.dir, report).is_dir():
+        raise pytest.UsageError(f"--mschecker-report {report}: is a directory (give a .json or .html file path)")
+    golden = _golden_dir(config)
+    if golden.exists() and not golden.is_dir():
+        raise pytest.UsageError(f"mschecker golden directory {golden}: exists and is not a directory")
 
 
 def _configure_profiles(config) -> None:

@@ -434,3 +434,15 @@ def test_worker_golden_conflict_is_refused(tmp_path):
     assert any("NOT updated" in c and "'same'" in c for c in controller.golden_changes)
     with pytest.raises(AssertionError, match="two different tensors"):
         controller.add_pending(target, "dup", np.zeros(1)) or controller.add_pending(target, "dup", np.ones(1))
+
+
+def test_bad_report_or_golden_path_is_a_usage_error(pytester):
+    pytester.makepyfile(test_p="def test_x():\n    pass\n")
+    (pytester.path / "adir").mkdir()
+    (pytester.path / "afile").write_text("x")
+    for args, message in ((["--mschecker-report=adir"], "*--mschecker-report adir: is a directory*"),
+                          (["--mschecker-golden-dir=afile"], "*golden directory *afile: exists and is not a directory*")):
+        result = pytester.runpytest_inprocess(*args)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([message])
+    assert (pytester.path / "afile").read_text() == "x"
