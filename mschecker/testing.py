@@ -174,7 +174,19 @@ def _finish(kind: str, name: str, report: CheckReport, header: str = "", nodeid:
 # assert_close_to_reference
 # ----------------------------------------------------------------------------------------------------------------
 
+def _tolerance_as_rule(rule, tolerance):
+    """`tolerance` may also be a ToleranceRule or its keyword dict ({"atol": ..., "ulp": ...})."""
+    if isinstance(tolerance, ToleranceRule):
+        return tolerance, None
+    if isinstance(tolerance, Mapping):
+        return ToleranceRule.from_args(**{k: v for k, v in tolerance.items()
+                                          if k in ("tolerance", "atol", "rtol", "ulp", "cosine", "ulp_format")}), None
+    return rule, tolerance
+
+
 def _rule_from(rule, tolerance, atol, rtol, ulp, cosine, actual) -> ToleranceRule | None:
+    if rule is None:
+        rule, tolerance = _tolerance_as_rule(rule, tolerance)
     if rule is None and all(v is None for v in (tolerance, atol, rtol, ulp, cosine)):
         return None
     if rule is None:
@@ -268,6 +280,8 @@ def _golden_rule(rule, tolerance, atol, rtol, ulp, cosine, manifest: dict | None
     Exact by default because a golden pins what the code produced: without a stated tolerance any change is a
     change to be looked at (and re-recorded with --mschecker-update-golden if intended).
     """
+    if rule is None:
+        rule, tolerance = _tolerance_as_rule(rule, tolerance)
     if rule is not None:
         return rule
     if any(v is not None for v in (tolerance, atol, rtol, ulp, cosine)):

@@ -253,6 +253,10 @@ def test_assert_matches_golden_outside_pytest(tmp_path, monkeypatch):
     assert_matches_golden("x", x, directory=tmp_path / "g")
     with pytest.raises(AssertionError, match="golden mismatch"):
         assert_matches_golden("x", x + 1e-3, directory=tmp_path / "g", atol=1e-4)
+    assert_matches_golden("x", x + 1e-3, directory=tmp_path / "g", tolerance=2e-3)  # atol = rtol = T
+    assert_matches_golden("x", x + 1e-3, directory=tmp_path / "g", tolerance={"atol": 2e-3})
+    with pytest.raises(AssertionError, match="golden mismatch"):
+        assert_matches_golden("x", x + 1e-3, directory=tmp_path / "g", tolerance={"ulp": 1})
 
 
 # ---------------------------------------------------------------------------------------------------------------
