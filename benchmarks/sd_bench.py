@@ -1,0 +1,164 @@
+"""SD benchmark: the `small` pipeline on the float64 reference and the emulated NPU (onnxruntime fp32 as the peer),
+and one `sd15` UNet evaluation on the emulated NPU vs onnxruntime fp32 on the same graph.
+
+Every measurement runs in its own subprocess (`--worker`), so peak RSS (ru_maxrss) is that runner's own and
+one runner's caches do not help another. Reported per run: wall seconds, CPU seconds (user + system of the
+worker: the number that does not depend on how busy the shared machine is), peak RSS, and the 1-minute load
+average at the start (context for the wall time). Ratios are emulator / onnxruntime in the same run.
+
+`small`: the whole pipeline (text encoder, --steps guided UNet steps at batch 2, VAE decoder), profile ascend910b
+as `mschecker sd` runs it. `sd15`: the real SD-1.5 UNet dimensions (860M parameters, 3.4 GB fp32) built on demand
+into a temporary folder with external data (deleted afterwards), one evaluation at batch 2 (classifier-free
+guidance), 64x64 latents, 77 context tokens. A worker that runs past --timeout or is killed (memory) is
+recorded as such, with what it had reached.
+
+    python benchmarks/sd_bench.py [--part small|sd15|all] [--steps 10] [--timeout 1200]
+Results: benchmarks/results/sd_bench.json (merged per part, so the parts can be run separately).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results" / "sd_bench.json"
+PROMPT = "a photo of an astronaut riding a horse on the moon"
+
+
+def _usage() -> dict:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return {"cpu_s": r.ru_utime + r.ru_stime, "peak_rss_mib": r.ru_maxrss / 1024}
+
+
+# ---------------------------------------------------------------------------------------------- workers
+def worker_small(device: str, steps: int) -> dict:
+    import numpy as np
+
+    from mschecker.sd import SDModels, run_pipeline, stage_runner_factory
+
+    models = SDModels.build("small")
+    factory = stage_runner_factory(device, "ascend910b" if device == "npu" else None)
+    before = _usage()["cpu_s"]
+    t0 = time.perf_counter()
+    r = run_pipeline(PROMPT, preset="small", steps=steps, models=models, make_stage_runner=factory)
+    wall = time.perf_counter() - t0
+    u = _usage()
+    return {"wall_s": wall, "cpu_s": u["cpu_s"] - before, "peak_rss_mib": u["peak_rss_mib"],
+            "image_mean": float(np.asarray(r.image).mean())}
+
+
+def worker_sd15(device: str, model_path: str) -> dict:
+    import numpy as np
+
+    from mschecker.sd import get_preset, ort_stage_runner, stage_runner_factory
+
+    p = get_preset("sd15")
+    c, h, w = p.latent_shape
+    rng = np.random.default_rng(0)
+    feeds = {"sample": rng.standard_normal((2, c, h, w)).astype(np.float32),
+             "timestep": np.full(2, 981.0, np.float32),
+             "encoder_hidden_states": (rng.standard_normal((2, p.clip.max_length, p.clip.width)) * 0.5
+                                       ).astype(np.float32)}
+    t0 = time.perf_counter()
+    run = ort_stage_runner(model_path, "unet") if device == "ort" else \
+        stage_runner_factory("npu", "ascend910b")(model_path, "unet")
+    load = time.perf_counter() - t0
+    before = _usage()["cpu_s"]
+    t0 = time.perf_counter()
+    out = next(iter(run(feeds).values()))
+    wall = time.perf_counter() - t0
+    u = _usage()
+    x = np.asarray(out, np.float64)
+    return {"load_s": load, "wall_s": wall, "cpu_s": u["cpu_s"] - before, "peak_rss_mib": u["peak_rss_mib"],
+            "output_std": float(np.nanstd(x)), "output_nonfinite": int((~np.isfinite(x)).sum())}
+
+
+# ---------------------------------------------------------------------------------------------- driver
+def spawn(args: list[str], timeout: float) -> dict:
+    load1 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run([sys.executable, __file__, "--worker", *args], capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": f"timed out after {timeout:.0f} s", "load1_at_start": load1}
+    elapsed = time.perf_counter() - t0
+    if r.returncode != 0:
+        why = "killed (signal %d, likely out of memory)" % -r.returncode if r.returncode < 0 else \
+            f"exit {r.returncode}"
+        return {"status": why, "stderr_tail": r.stderr[-800:], "elapsed_s": elapsed, "load1_at_start": load1}
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    result.update(status="ok", load1_at_start=load1, process_s=elapsed)
+    return result
+
+
+def bench_small(steps: int, timeout: float) -> dict:
+    runs = {d: spawn(["small", d, str(steps)], timeout) for d in ("ort", "reference", "npu")}
+    out = {"steps": steps, "profile": "ascend910b", "runs": runs}
+    ort = runs["ort"]
+    for d in ("reference", "npu"):
+        if runs[d].get("status") == "ok" and ort.get("status") == "ok":
+            out[f"{d}_vs_ort_cpu_ratio"] = runs[d]["cpu_s"] / ort["cpu_s"]
+            out[f"{d}_vs_ort_wall_ratio"] = runs[d]["wall_s"] / ort["wall_s"]
+    return out
+
+
+def bench_sd15(timeout: float) -> dict:
+    from mschecker.sd import build_unet, save_model
+
+    tmp = Path(tempfile.mkdtemp(prefix="mschecker-sd15-"))
+    try:
+        t0 = time.perf_counter()
+        model = build_unet("sd15")
+        path = save_model(model, tmp / "unet.onnx", external_data=True)
+        del model
+        build_s = time.perf_counter() - t0
+        size = sum(f.stat().st_size for f in tmp.iterdir())
+        runs = {d: spawn(["sd15", d, str(path)], timeout) for d in ("ort", "npu")}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = {"graph_bytes": size, "build_and_save_s": build_s, "batch": 2, "latent": [4, 64, 64], "runs": runs}
+    if all(r.get("status") == "ok" for r in runs.values()):
+        out["npu_vs_ort_cpu_ratio"] = runs["npu"]["cpu_s"] / runs["ort"]["cpu_s"]
+        out["npu_vs_ort_wall_ratio"] = runs["npu"]["wall_s"] / runs["ort"]["wall_s"]
+        out["npu_vs_ort_rss_ratio"] = runs["npu"]["peak_rss_mib"] / runs["ort"]["peak_rss_mib"]
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=["small", "sd15", "all"], default="all")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per worker")
+    ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        kind, device, rest = args.worker[0], args.worker[1], args.worker[2]
+        result = worker_small(device, int(rest)) if kind == "small" else worker_sd15(device, rest)
+        print(json.dumps(result))
+        return 0
+    data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    data["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                       "note": "shared machine: compare cpu_s; wall_s depends on the other jobs (load1_at_start)"}
+    parts = ["small", "sd15"] if args.part == "all" else [args.part]
+    for part in parts:
+        data[part] = bench_small(args.steps, args.timeout) if part == "small" else bench_sd15(args.timeout)
+        data[part]["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        print(json.dumps({part: data[part]}, indent=2))
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        tmp = RESULTS.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, RESULTS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
