@@ -17,7 +17,7 @@ dequant_gemm: w_hat = q * s rounded to fp16 (the cube unit takes fp16 operands),
 accumulation, rounded once to fp16.
 
 Planted bugs: int8_gemm_bug_per_tensor (one scale max|w|/127 for the whole tensor, sold as per-channel) and
-quantize_bug_truncate (rounding toward zero; caught by the quantizer's round-trip test).
+int8_gemm_bug_truncate (quantize_bug_truncate: rounding toward zero, error up to a whole step).
 """
 from __future__ import annotations
 
@@ -106,6 +106,12 @@ def int8_gemm_fp16_fp32acc_minmax(x, w):
 
 def int8_gemm_fp16_fp32acc_kl(x, w):
     return dequant_gemm(x, *quantize_weights(w, "kl"))
+
+
+def int8_gemm_bug_truncate(x, w):
+    """Planted bug: minmax scales but codes rounded toward zero."""
+    s = scales_from_thresholds(minmax_thresholds(w))
+    return dequant_gemm(x, quantize_bug_truncate(w, s), s)
 
 
 def int8_gemm_bug_per_tensor(x, w):

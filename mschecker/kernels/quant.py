@@ -53,7 +53,7 @@ def _contract(calibration: str) -> Contract:
 
 
 @st.composite
-def gemm_cases(draw, channel_spread=False, outlier=False):
+def gemm_cases(draw, channel_spread=False, outlier=False, same_sign=False):
     """x (M, K) fp16 activations, w (K, N) fp16 weights; channel_spread scales columns by 2^-6..2^6 (exact), the
     case where a per-tensor scale costs small channels up to 2^12 x their own step; outlier plants one large
     weight, the case KL calibration clips.
@@ -62,9 +62,15 @@ def gemm_cases(draw, channel_spread=False, outlier=False):
     which outputs overflow (a clipped kernel stays finite where the truth is inf), and the harness demands
     matching infinities. Overflow is not what this kernel's contract is about."""
     m, k, n = draw(st.integers(1, 8)), draw(st.integers(1, 64)), draw(st.integers(1, 16))
+    if same_sign:
+        # Positive activations (post-ReLU/SiLU-like) and weights, K >= 32: round-to-nearest errors cancel in the
+        # sum while truncation errors all point the same way, averaging the full (s/2) sum|x| of the bound.
+        k = draw(st.integers(32, 64))
     x = draw(S.tensors(shape=(m, k), dtype="float16"))
     w = draw(S.tensors(shape=(k, n), dtype="float16", scale=draw(st.sampled_from([1e-3, 0.05, 1.0]))))
     rng = np.random.default_rng(draw(S.seeds()))
+    if same_sign:
+        x, w = np.abs(x), np.abs(w)
     if channel_spread:
         w = w * 2.0 ** rng.integers(-6, 7, size=n)
     if outlier:
@@ -98,11 +104,15 @@ register_kernel(KernelInfo(
         "bug_per_tensor": Variant("bug_per_tensor", opt.int8_gemm_bug_per_tensor, "float16", None,
                                   planted_bug="per-tensor scale sold as per-channel", bug_of="fp16_fp32acc_minmax",
                                   catch_with="channel_spread"),
+        "bug_truncate": Variant("bug_truncate", opt.int8_gemm_bug_truncate, "float16", None,
+                                planted_bug="codes rounded toward zero instead of to nearest",
+                                bug_of="fp16_fp32acc_minmax", catch_with="same_sign"),
     },
     strategies={
         "generic": lambda: gemm_cases(),
         "channel_spread": lambda: gemm_cases(channel_spread=True),
         "outlier": lambda: gemm_cases(channel_spread=True, outlier=True),
+        "same_sign": lambda: gemm_cases(same_sign=True),
     },
     golden_cases=_golden_cases,
     doc="int8 weight-only GEMM: int8_weight_gemm(x (..., K), w (K, N)); truth is x @ w with float weights.",
