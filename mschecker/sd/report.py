@@ -63,6 +63,8 @@ def verdict_lines(check: SDCheck) -> list[str]:
         hint = explain(t.first_nonfinite.op_type)
         if hint:
             lines.append("  why: " + hint)
+        if t.first_nan is not None and t.first_nan is not t.first_nonfinite:
+            lines.append("first NaN: " + t.first_nan.describe())
     if t.first_saturated:
         lines.append("first output at the format's max (overflow in saturation mode): " + t.first_saturated.describe())
     for h in t.headroom.values():

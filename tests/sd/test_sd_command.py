@@ -171,3 +171,30 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert not out.exists() and not js.exists()
+
+
+# ------------------------------------------------------------------------------------------------ capture hook
+def test_tracker_blames_the_stage_of_the_first_nan_not_a_harmless_inf_mask():
+    """Real exports carry -3.4e38 attention masks, -inf in fp16 (tests/fixtures/real_sd text encoders): an -inf
+    in the text encoder must not be reported as the cause of a NaN in the VAE; within the VAE the overflow (inf)
+    that precedes the NaN is the culprit, and its largest input is reported."""
+    from onnx import helper
+
+    from mschecker.sd.check import Tracker
+
+    t = Tracker()
+    t.begin("text_encoder")
+    t.on_tensor("text_encoder", helper.make_node("Add", ["s", "m"], ["masked"], name="mask_add"), "masked",
+                np.array([1.0, -np.inf], np.float16))
+    t.begin("vae_decoder")
+    t.on_tensor("vae_decoder", helper.make_node("Conv", ["a"], ["x"], name="conv"), "x",
+                np.array([3.0, 60000.0], np.float16))
+    t.on_tensor("vae_decoder", helper.make_node("Mul", ["x", "x"], ["y"], name="square"), "y",
+                np.array([9.0, np.inf], np.float16))
+    t.on_tensor("vae_decoder", helper.make_node("Sub", ["y", "y"], ["z"], name="nan_maker"), "z",
+                np.array([0.0, np.nan], np.float16))
+    assert t.first_nan.node == "nan_maker"
+    culprit = t.first_nonfinite
+    assert (culprit.stage, culprit.node, culprit.inf, culprit.input_peak) == ("vae_decoder", "square", 1, 60000.0)
+    assert t.first_by_stage["text_encoder"].node == "mask_add"
+    assert t.headroom["vae_decoder"].peak == 60000.0 and t.headroom["vae_decoder"].node == "conv"
