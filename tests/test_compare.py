@@ -261,7 +261,12 @@ def test_cosine_of_a_tensor_with_itself_is_one(x, fmt):
         assert compare_arrays(x, x.copy()).cosine == 1.0
 
 
-@given(hnp.arrays(np.float64, st.integers(2, 200), elements=st.floats(-1e3, 1e3)), st.floats(1e-3, 1e3))
+# Elements are 0 or of magnitude >= 1e-100: the bound below assumes no underflow, and c*x or x^2 of a tiny x
+# rounds in the subnormal range (relative error up to 1), which is outside the analysis, not a metric bug.
+_NO_UNDERFLOW = st.floats(-1e3, 1e3).filter(lambda v: v == 0 or abs(v) >= 1e-100)
+
+
+@given(hnp.arrays(np.float64, st.integers(2, 200), elements=_NO_UNDERFLOW), st.floats(1e-3, 1e3))
 def test_cosine_scale_invariant(x, c):
     """cos(x, c*x) = 1 within the error bound of the formula used (see compare._cosine): the rounding of c*x
     changes the true cosine by O(u^2) only, and each of the n-term float64 sums has relative error <= gamma_n
