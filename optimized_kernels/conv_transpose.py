@@ -75,6 +75,3 @@ def conv_transpose2d_bug_noflip(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0),
     """Planted bug: the kernel is not flipped."""
     return _zero_insert(x, w, b, strides, pads, dilations, group, output_padding, flip=False)
 
-
-__all__ = ["conv_transpose2d_fp16_fp32acc_scatter", "conv_transpose2d_fp16_fp32acc_zero_insert",
-           "conv_transpose2d_bug_noflip", "conv_transpose_output_size"]

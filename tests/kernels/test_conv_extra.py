@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from hypothesis import given
