@@ -82,12 +82,18 @@ def worker_sd15(device: str, model_path: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- driver
+BLAS_THREADS = "1"  # what `mschecker sd` uses (see mschecker/commands/sd.py); --blas-threads changes it
+
+
 def spawn(args: list[str], timeout: float) -> dict:
     load1 = os.getloadavg()[0]
+    env = dict(os.environ)
+    if BLAS_THREADS != "default":
+        env.update(OPENBLAS_NUM_THREADS=BLAS_THREADS, OMP_NUM_THREADS=BLAS_THREADS, MKL_NUM_THREADS=BLAS_THREADS)
     t0 = time.perf_counter()
     try:
         r = subprocess.run([sys.executable, __file__, "--worker", *args], capture_output=True, text=True,
-                           timeout=timeout)
+                           timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"status": f"timed out after {timeout:.0f} s", "load1_at_start": load1}
     elapsed = time.perf_counter() - t0
@@ -138,8 +144,12 @@ def main(argv=None) -> int:
     ap.add_argument("--part", choices=["small", "sd15", "all"], default="all")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per worker")
+    ap.add_argument("--blas-threads", default="1", help="OpenBLAS/OpenMP threads of the workers (a number or "
+                    "'default'; 1 is what `mschecker sd` uses). onnxruntime keeps its own thread pool.")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    global BLAS_THREADS
+    BLAS_THREADS = args.blas_threads
     if args.worker:
         kind, device, rest = args.worker[0], args.worker[1], args.worker[2]
         result = worker_small(device, int(rest)) if kind == "small" else worker_sd15(device, rest)
@@ -150,7 +160,10 @@ def main(argv=None) -> int:
                        "note": "shared machine: compare cpu_s; wall_s depends on the other jobs (load1_at_start)"}
     parts = ["small", "sd15"] if args.part == "all" else [args.part]
     for part in parts:
-        data[part] = bench_small(args.steps, args.timeout) if part == "small" else bench_sd15(args.timeout)
+        key = part if args.blas_threads == "1" else f"{part}_blas_threads_{args.blas_threads}"
+        data[key] = bench_small(args.steps, args.timeout) if part == "small" else bench_sd15(args.timeout)
+        data[key]["blas_threads"] = args.blas_threads
+        part = key
         data[part]["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         print(json.dumps({part: data[part]}, indent=2))
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
