@@ -355,11 +355,19 @@ def stage_npu_options(npu_options: dict | None, stage_options: dict[str, dict] |
     return out
 
 
+# Vector ops whose implmode picks how they accumulate (fp16 vs fp32 statistics / sums): for these the
+# high_precision implementation is a real, cheaper fix than fp32 storage.
+ACCUMULATING_OPS = frozenset({"InstanceNormalization", "LayerNormalization", "GroupNormalization", "Softmax",
+                              "LogSoftmax", "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2"})
+
+
 def fix_candidates(op_type: str) -> list[tuple[str, str]]:
-    """What to try for an overflow first seen at a node of ``op_type``, cheapest first: the high_precision
-    implementation of that op type (fp32 statistics/accumulation, fp16 storage: ATC op_precision_mode), then
-    keep_dtype on the op type (fp32 storage too)."""
-    return [("implmode", op_type), ("keep_dtype", f"OpType::{op_type}")]
+    """What to try for an overflow first seen at a node of ``op_type``, cheapest first: for accumulating vector
+    ops the high_precision implementation (fp32 statistics, fp16 storage: ATC op_precision_mode), then
+    keep_dtype on the op type (fp32 storage too). Other ops (cube ops, elementwise, data movement) overflow in
+    what they store or read, which only fp32 storage holds."""
+    keep = [("keep_dtype", f"OpType::{op_type}")]
+    return [("implmode", op_type)] + keep if op_type in ACCUMULATING_OPS else keep
 
 
 def find_fix(check: SDCheck, models: SDModels, common: dict, profile: str, options: dict[str, dict],

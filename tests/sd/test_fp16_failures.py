@@ -237,3 +237,20 @@ def test_fix_search_finds_fp32_statistics_for_the_default_vae_failure():
     assert fix is not None and fix.implmodes == {"InstanceNormalization": "high_precision"} and not fix.keep_dtype
     assert fix.metrics.psnr_db >= PSNR_MIN and not fix.metrics.nonfinite_outputs
     assert math.isclose(fix.metrics.steps[-1].rel_euclidean, check.metrics.steps[-1].rel_euclidean)  # UNet reused
+
+
+def test_fix_search_escalates_to_the_fp32_vae_when_the_stream_itself_overflows():
+    """Euler's larger final latents (tiny, 3 steps) push the VAE's residual stream past 65504: fp32 GroupNorm
+    statistics are not enough (the upsampler conv's output is inf), fp32 convs alone are not either (the fp16
+    nodes after them read the >65504 values), and the search ends at the whole VAE in fp32 (diffusers'
+    force_upcast), which passes. Cube and data-movement ops get no implmode candidate (it would change nothing)."""
+    from mschecker.sd.check import run_check
+
+    check = run_check(prompt="a photo of an astronaut riding a horse", preset="tiny", steps=3, scheduler="euler")
+    attempts = check.fixes
+    assert [a.passed for a in attempts] == [False] * (len(attempts) - 1) + [True]
+    assert attempts[0].implmodes == {"InstanceNormalization": "high_precision"}
+    assert attempts[0].first_nonfinite.op_type == "Conv" and attempts[0].first_nonfinite.inf > 0
+    assert all(set(a.implmodes) <= {"InstanceNormalization"} for a in attempts)
+    assert attempts[-1].precision_mode == "must_keep_origin_dtype" and attempts[-1].stage == "vae_decoder"
+    assert attempts[-1].metrics.psnr_db >= PSNR_MIN
