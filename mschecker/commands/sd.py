@@ -21,6 +21,7 @@ fp32-statistics fix: small 38.2 dB (SSIM 0.998), tiny 47.8 dB; the black NaN ima
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -50,9 +51,9 @@ def build_parser() -> Parser:
     p.add_argument("--prompt", default=DEFAULT_PROMPT)
     p.add_argument("--scheduler", choices=["ddim", "euler"], default="ddim")
     p.add_argument("--seed", type=_positive_int("--seed", minimum=0), default=0, help="initial-noise seed")
-    p.add_argument("--guidance-scale", type=float, default=7.5)
+    p.add_argument("--guidance-scale", type=_finite_float("--guidance-scale"), default=7.5)
     p.add_argument("--profile", default="ascend910b", help="numerics profile: preset name or .toml/.json file")
-    p.add_argument("--psnr-min", type=float, default=30.0, help="image PSNR threshold in dB (default 30)")
+    p.add_argument("--psnr-min", type=_finite_float("--psnr-min"), default=30.0, help="image PSNR threshold in dB (default 30)")
     g = p.add_argument_group("NPU options (ATC style; ENTRY may start with STAGE: to apply to one stage only, "
                              f"STAGE one of {', '.join(STAGES)})")
     g.add_argument("--keep-dtype", metavar="[STAGE:]ENTRY,...",
@@ -78,6 +79,18 @@ def _positive_int(flag: str, minimum: int = 1):
             raise InputError(f"{flag} must be an integer, got {text!r}") from None
         if v < minimum:
             raise InputError(f"{flag} must be >= {minimum}, got {v}")
+        return v
+    return parse
+
+
+def _finite_float(flag: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise InputError(f"{flag} must be a number, got {text!r}") from None
+        if not math.isfinite(v):
+            raise InputError(f"{flag} must be finite, got {text!r}")
         return v
     return parse
 

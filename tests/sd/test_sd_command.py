@@ -164,6 +164,7 @@ def test_the_suggested_fix_passes_and_the_threshold_is_honoured(default_run, tmp
     (["--op-precision", "vae_decoder:Softmax"], "expected"),
     (["--precision-mode", "fp8"], "not one of"),
     (["--profile", "nope.toml"], "does not exist"),
+    (["--psnr-min", "nan"], "must be finite"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path, capsys):
     out, js = tmp_path / "out", tmp_path / "r.json"
