@@ -188,7 +188,7 @@ def line_plot(series: dict[str, Sequence[float]], *, title: str, xlabel: str, yl
     says how many points were dropped."""
     colours = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14)]
     img = np.full((height, width, 3), 255, np.uint8)
-    left, right, top, bottom = 70, 20, 44, 50
+    left, right, top, bottom = 70, 20, 48, 50
     pw, ph = width - left - right, height - top - bottom
     values = [np.asarray(v, np.float64) for v in series.values()]
     n = max((v.size for v in values), default=1)
@@ -236,7 +236,7 @@ def line_plot(series: dict[str, Sequence[float]], *, title: str, xlabel: str, yl
         draw_text(img, label, left + 26, top + 8 + 14 * k, scale=2)
     draw_text(img, title, left, 4, scale=2)
     draw_text(img, xlabel, left + pw // 2 - 6 * len(xlabel) // 2, height - 18, scale=2)
-    draw_text(img, ylabel, 4, top - 14, scale=2)
+    draw_text(img, ylabel, left + 6, top - 18, scale=2)
     return img
 
 

@@ -3,8 +3,10 @@
 Per-stage error is the relative Euclidean distance ||npu - ref|| / ||ref|| (scale-free, so the text embeddings,
 latents of std 1-30 and the decoded image read on one axis), with max |err|, cosine and SNR beside it; the image
 row adds PSNR and SSIM of the uint8 images (mschecker.sd.images). Files (all written atomically):
-  <out>/sd_side_by_side.png  reference | NPU | amplified |difference| (and | fixed NPU | when a fix was found)
-  <out>/sd_error_per_step.png  latent relative error after every step (log scale), NPU and fixed NPU
+  <out>/sd_side_by_side.png  reference | NPU | amplified |difference| (then fixed NPU | its difference when a
+                             fix was found)
+  <out>/sd_error_per_step.png  latent relative error after every step (log scale), NPU (and the fixed NPU
+                               when the fix is before the VAE)
   --json PATH                  SDCheck.to_dict() (schema_version 1; NaN/inf as strings like the check report)
 """
 from __future__ import annotations
@@ -120,13 +122,16 @@ def write_images(check: SDCheck, out_dir: str | Path) -> list[Path]:
     diff, gain = difference_image(npu, ref)
     tiles, labels = [ref, npu, diff], ["REFERENCE", f"NPU {check.settings['profile']}", f"|DIFF| X{gain:.3g}"]
     if check.fix:
-        tiles.append(check.fix.metrics.image)
-        labels.append("NPU + FIX")
+        fixed_diff, fixed_gain = difference_image(check.fix.metrics.image, ref)
+        tiles += [check.fix.metrics.image, fixed_diff]
+        labels += ["NPU + FIX", f"|DIFF FIX| X{fixed_gain:.3g}"]
     paths = [write_png(out / SIDE_BY_SIDE, side_by_side(tiles, labels))]
-    series = {"NPU": [c.rel_euclidean if c.rel_euclidean is not None else math.nan for c in check.metrics.steps]}
-    if check.fix:
-        series["NPU + FIX"] = [c.rel_euclidean if c.rel_euclidean is not None else math.nan
-                               for c in check.fix.metrics.steps]
+
+    def errors(m):
+        return [c.rel_euclidean if c.rel_euclidean is not None else math.nan for c in m.steps]
+    series = {"NPU": errors(check.metrics)}
+    if check.fix and check.fix.stage != "vae_decoder":  # a VAE-only fix leaves the latents as they were
+        series["NPU + FIX"] = errors(check.fix.metrics)
     plot = line_plot(series, title=f"LATENT ERROR PER STEP ({check.settings['preset']}, "
                                    f"{check.settings['scheduler']})", xlabel="STEP", ylabel="REL. ERROR")
     paths.append(write_png(out / ERROR_PLOT, plot))

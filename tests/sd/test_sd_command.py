@@ -138,7 +138,7 @@ def test_default_run_writes_the_pngs(default_run):
     _, d, report = default_run
     panel = decode_png((d / "out" / "sd_side_by_side.png").read_bytes())
     plot = decode_png((d / "out" / "sd_error_per_step.png").read_bytes())
-    assert panel.shape[1] == 4 + 4 * (256 + 4)  # reference | npu | diff | npu + fix, 16 px images x16
+    assert panel.shape[1] == 4 + 5 * (256 + 4)  # reference | npu | diff | npu + fix | its diff, 16 px x16
     assert plot.shape == (400, 640, 3)
     assert sorted(report["images"]) == sorted(str(d / "out" / n) for n in ("sd_side_by_side.png",
                                                                             "sd_error_per_step.png"))
