@@ -24,6 +24,7 @@ import numpy as np
 
 from .dtypes import FloatFormat, dtype_name, float_format, is_float, resolve_dtype, ulp_distance_exact
 from .errors import InputError
+from . import dtypes as _dtypes
 
 SCHEMA_VERSION = 1
 
@@ -35,9 +36,10 @@ DEFAULT_RTOL = 1e-5
 #: Thresholds of Ascend's "thousandth ratio" style metrics (NUMERICS.md section 4).
 REL_THRESHOLDS = (1e-3, 5e-3)
 
-#: Default streaming chunk, in elements: 256 Ki elements = 2 MiB per float64 temporary; about a dozen temporaries
-#: live at once (~25 MB, mostly in L3 cache) whatever the tensor size. 2^16, 2^18 and 2^20 were measured with
-#: benchmarks/compare_bench.py; 2^18 was fastest (per-call overhead vs cache misses).
+#: Default streaming chunk, in elements: 256 Ki elements = 2 MiB per float64 buffer; each worker reuses six
+#: chunk-sized buffers plus a few transient ones (~20 MB, mostly in L3 cache) whatever the tensor size. 2^15 to
+#: 2^20 were measured with benchmarks/compare_bench.py; 2^16-2^18 were within the noise of a shared machine, the
+#: ends slower (per-call overhead of ~40 numpy calls per chunk vs cache misses).
 DEFAULT_CHUNK_ELEMS = 1 << 18
 
 # ULP distances below this are counted in exact bins; larger ones in power-of-two buckets that a later pass
@@ -430,39 +432,34 @@ def _ulp_format(rule: ToleranceRule, a_dtype, e_dtype) -> FloatFormat | None:
     return min(fmts, key=lambda f: f.mantissa_bits) if fmts else None
 
 
+def _ulp_distances_same_format(a: np.ndarray, e: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """ulp_distance_exact for two arrays already in fmt's dtype, in fewer passes: for a same-sign pair the
+    sign-magnitude ordinals differ exactly by the raw bit patterns' difference (the sign bits cancel and the
+    magnitude difference is below 2^(bits-1), so the signed subtraction cannot wrap); opposite-sign pairs
+    (errors straddling zero, rare) go through the shared ordinals."""
+    it = np.dtype(f"int{fmt.bits}")
+    ia = np.ascontiguousarray(a).view(it)
+    ie = np.ascontiguousarray(e).view(it)
+    dist = np.subtract(ia, ie)
+    np.abs(dist, out=dist)
+    opp = np.flatnonzero((ia ^ ie) < 0)
+    if opp.size:
+        dist[opp] = _dtypes.ulp_distance_exact(a[opp], e[opp], fmt).view(it)
+    return dist.view(fmt.uint)
+
+
+_NATIVE_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _max_abs_value(x: np.ndarray) -> float:
+    """max |x| of a non-empty finite array without an |x| pass: max(max x, -min x) (negation is exact)."""
+    return max(float(x.max()), -float(x.min()))
+
+
 # |err| histogram: bucket 0 holds exact zeros, 1 holds (0, 1e-12), then one bucket per decade up to [1e1, 1e2),
-# and the last holds [1e2, inf]. Edges are the float64 values 1e-12 ... 1e2.
+# and the last holds [1e2, inf]. Edges are the float64 values 1e-12 ... 1e2 (counted by _Accumulator._histogram).
 _DECADE_EDGES = 10.0 ** np.arange(-12, 3)
 _DECADE_LABELS = ["0", "<1e-12"] + [f"[1e{k},1e{k + 1})" for k in range(-12, 2)] + ["≥1e2"]
-
-
-def _decade_tables():
-    """Per float64 biased exponent E: the bucket of 2^(E-1023) and the one decade edge inside [2^.., 2^(..+1))
-    (inf when none), so that bucket(x) = idx[E] + (x >= up[E]) equals 1 + searchsorted(edges, x, 'right')."""
-    idx = np.zeros(2048, dtype=np.uint8)
-    up = np.full(2048, np.inf)
-    up[0] = 5e-324  # E == 0: zero stays in bucket 0, a nonzero subnormal moves to bucket 1
-    for e in range(1, 2047):
-        lo = math.ldexp(1.0, e - 1023)
-        idx[e] = 1 + int(np.searchsorted(_DECADE_EDGES, lo, side="right"))
-        inside = _DECADE_EDGES[(_DECADE_EDGES > lo) & (_DECADE_EDGES < 2 * lo)]
-        if inside.size:
-            up[e] = inside[0]
-    idx[2047] = len(_DECADE_LABELS) - 1
-    up[2047] = np.nan  # inf/NaN exponent: last bucket, never +1
-    return idx, up
-
-
-_DECADE_IDX, _DECADE_UP = _decade_tables()
-
-
-def _decade_bucket(ad: np.ndarray) -> np.ndarray:
-    """Histogram bucket (uint8) of each |err| (float64, >= 0) from its exponent bits: no log, no binary search
-    (np.searchsorted measured ~27 ns per element, this ~10)."""
-    e = ad.view(np.int64) >> 52
-    b = np.take(_DECADE_IDX, e)
-    b += (ad >= np.take(_DECADE_UP, e)).view(np.uint8)
-    return b
 
 
 class _UlpHistogram:
@@ -498,7 +495,8 @@ class _UlpHistogram:
             d = d[~big]
             if d.size == 0:
                 return
-        counts = np.bincount(d if d.dtype.itemsize < 8 else d.astype(np.intp))  # length max(d)+1 <= 2^16
+        # Length max(d)+1 <= 2^16. An explicit intp copy measured faster than bincount's own conversion.
+        counts = np.bincount(d.astype(np.intp))
         self.low[: counts.size] += counts
 
     def rank(self, p: int) -> int:
@@ -560,14 +558,31 @@ class _Accumulator:
         self.top_a = np.empty(0)
         self.top_e = np.empty(0)
         self.hist = np.zeros(len(_DECADE_LABELS), dtype=np.int64)
+        self._bufs: dict[str, np.ndarray] = {}
 
     # -- per chunk ------------------------------------------------------------------------------------------
+    def _scratch(self, key: str, m: int, dtype=np.float64) -> np.ndarray:
+        """A reusable work buffer of m elements: chunk-sized temporaries are allocated once per accumulator, not
+        once per chunk (a fresh 2 MiB array is a fresh mmap whose page faults cost about as much as the pass)."""
+        buf = self._bufs.get(key)
+        if buf is None or buf.size < m or buf.dtype != dtype:
+            buf = self._bufs[key] = np.empty(m, dtype=dtype)
+        return buf[:m]
+
+    def _f64(self, key: str, x: np.ndarray) -> np.ndarray:
+        """x as float64 (exact for fp16/bf16/fp32), in a reused buffer; float64 input is used as is."""
+        if x.dtype == np.float64:
+            return x
+        out = self._scratch(key, x.size)
+        np.copyto(out, x, casting="unsafe")
+        return out
+
     def update(self, a: np.ndarray, e: np.ndarray, offset: int) -> None:
         n = a.size
         self.n += n
-        a64 = _to_f64(a)
-        e64 = _to_f64(e)
-        d = a64 - e64
+        a64 = self._f64("a64", a)
+        e64 = self._f64("e64", e)
+        d = np.subtract(a64, e64, out=self._scratch("d", n))
         dd = _dot(d, d)
         if math.isfinite(dd):
             # Fast path: no NaN/inf in either chunk (a NaN/inf anywhere makes d, hence dd, non-finite).
@@ -589,7 +604,10 @@ class _Accumulator:
         self._nonfinite_pairs(a64, e64, ~both, offset)
 
     def _finite_pairs(self, a, e, a64, e64, d, dd, sel, offset) -> None:
-        """Accumulate metrics over pairs that are both finite. sel: their positions within the chunk (None=all)."""
+        """Accumulate metrics over pairs that are both finite. sel: their positions within the chunk (None=all).
+
+        Every quantity is the exact float64 one of the definition; the shortcuts below only skip work whose
+        result is known without it (each says why), so they change no result, only the number of passes."""
         m = d.size
         if m == 0:
             return
@@ -602,49 +620,106 @@ class _Accumulator:
         self.sum_abs += float(ad.sum())
         pos = lambda i: offset + (int(i) if sel is None else int(sel[i]))  # noqa: E731
         i = int(np.argmax(ad))
-        if ad[i] > self.max_abs:
-            self.max_abs, self.max_abs_flat = float(ad[i]), pos(i)
-        abs_e = np.abs(e64)
-        self.peak = max(self.peak, float(abs_e.max()))
-        # Element rule bound atol + rtol*|e| (computed before abs_e is reused as the relative-error denominator).
-        bound = abs_e * self.rule.rtol
-        bound += self.rule.atol
-        over = ad > bound
-        den = np.maximum(abs_e, self.tiny, out=abs_e)
-        rel = np.divide(ad, den, out=den)
-        j = int(np.argmax(rel))
-        if rel[j] > self.max_rel:
-            self.max_rel, self.max_rel_flat = float(rel[j]), pos(j)
+        chunk_max_abs = float(ad[i])
+        if chunk_max_abs > self.max_abs:
+            self.max_abs, self.max_abs_flat = chunk_max_abs, pos(i)
+        self.peak = max(self.peak, _max_abs_value(e if e.dtype in _NATIVE_FLOATS else e64))
+        rel, j = self._max_rel(ad, e64)
+        if rel > self.max_rel:
+            self.max_rel, self.max_rel_flat = rel, pos(j)
+        rel_arr = None
         for t, thr in enumerate(REL_THRESHOLDS):
-            self.rel_counts[t] += int(np.count_nonzero(rel < thr))
+            if rel < thr:  # every element's relative error is <= the chunk maximum, hence below thr
+                self.rel_counts[t] += m
+                continue
+            if rel_arr is None:
+                rel_arr = self._rel_errors(ad, e64)
+            self.rel_counts[t] += int(np.count_nonzero(rel_arr < thr))
+        ulp_d = None
         if self.ulp is not None:
-            ulp_d, fin_fmt = self._ulps(a, e)
-            self.ulp.add(ulp_d)
-            if self.rule.ulp is not None and over.any():
-                ok = ulp_d <= self.rule.ulp
-                if fin_fmt is not None:
-                    ok &= fin_fmt
-                over &= ~ok
-        self.mismatches += int(np.count_nonzero(over))
-        self._histogram(ad)
+            ulp_d = self._ulps(a, e)
+            self.ulp.add(ulp_d[0])
+        # Element rule |d| <= atol + rtol*|e|: the bound is >= atol for every element (rtol*|e| >= 0 and float64
+        # rounding is monotone), so a chunk whose largest |d| is <= atol has no mismatch and needs no bound.
+        if chunk_max_abs > self.rule.atol:
+            self.mismatches += self._count_mismatches(ad, e64, ulp_d)
+        self._histogram(ad, chunk_max_abs)
         if self.kl_ok:
             self._kl(a64, e64)
         self._top(ad, a64, e64, sel, offset)
+
+    def _max_rel(self, ad, e64) -> tuple[float, int]:
+        """Largest relative error |d| / max(|e|, floor) of the chunk and its first index.
+
+        Pass-saving form: q = |d| / e, whose largest magnitude sits at argmax(q) or argmin(q) (first occurrence
+        each; the lower index wins a tie of magnitudes). It equals the definition wherever |e| >= floor (division
+        is sign-symmetric); where |e| < floor, |q| can only be larger than the definition (inf or NaN for e = 0),
+        so when the winner has |e| >= floor no such element can exceed it, and otherwise the exact form is used."""
+        with np.errstate(divide="ignore", invalid="ignore"):  # e = 0: inf or NaN, handled below
+            q = np.divide(ad, e64, out=self._scratch("q", ad.size))
+        j1, j2 = int(np.argmax(q)), int(np.argmin(q))
+        r1, r2 = abs(float(q[j1])), abs(float(q[j2]))
+        j, r = (j1, r1) if (r1 > r2 or (r1 == r2 and j1 < j2)) else (j2, r2)
+        if abs(float(e64[j])) >= self.tiny and not math.isnan(r):
+            return r, j
+        rel = self._rel_errors(ad, e64)
+        j = int(np.argmax(rel))
+        return float(rel[j]), j
+
+    def _rel_errors(self, ad, e64) -> np.ndarray:
+        """|d| / max(|e|, floor) elementwise (the definition), in the q buffer."""
+        den = np.abs(e64, out=self._scratch("q", ad.size))
+        np.maximum(den, self.tiny, out=den)
+        return np.divide(ad, den, out=den)
+
+    def _count_mismatches(self, ad, e64, ulp_d) -> int:
+        """Elements outside the element rule: |d| > atol + rtol*|e| and, when the rule has a ULP clause, not
+        within `ulp` ULPs with both sides finite in the ULP format."""
+        bound = np.abs(e64, out=self._scratch("bound", ad.size))
+        bound *= self.rule.rtol
+        bound += self.rule.atol
+        over = ad > bound
+        if ulp_d is not None and self.rule.ulp is not None and over.any():
+            dist, fin_fmt = ulp_d
+            ok = dist <= self.rule.ulp
+            if fin_fmt is not None:
+                ok &= fin_fmt
+            over &= ~ok
+        return int(np.count_nonzero(over))
 
     def _ulps(self, a, e):
         """ULP distances of finite pairs after rounding to the ULP format; plus a mask 'both still finite there'
         when rounding could overflow (None when it cannot)."""
         fdt = self.fmt.dtype
+        if a.dtype == fdt and e.dtype == fdt:
+            return _ulp_distances_same_format(a, e, self.fmt), None
         with np.errstate(over="ignore", invalid="ignore"):
             ar = a if a.dtype == fdt else a.astype(fdt)
             er = e if e.dtype == fdt else e.astype(fdt)
-        fin = None
-        if a.dtype != fdt or e.dtype != fdt:
-            fin = np.isfinite(ar.astype(np.float64)) & np.isfinite(er.astype(np.float64))
+        fin = np.isfinite(ar.astype(np.float64)) & np.isfinite(er.astype(np.float64))
         return _ulp_distances(ar, er, self.fmt), fin
 
-    def _histogram(self, ad) -> None:
-        self.hist += np.bincount(_decade_bucket(ad), minlength=self.hist.size)
+    def _histogram(self, ad, chunk_max: float) -> None:
+        """Decade histogram of |d| from counts c_k = #(|d| >= edge_k): one comparison pass per edge that can
+        split the chunk, i.e. from the largest edge <= max |d| downwards until every nonzero |d| is >= the
+        edge (lower edges then have the same count). A table lookup per element (np.take) measured 5-10x the
+        cost of the 5-10 comparison passes real error distributions need."""
+        m = ad.size
+        mask = self._scratch("mask", m, np.bool_)
+        nonzero = int(np.count_nonzero(np.greater(ad, 0.0, out=mask)))  # count_nonzero(float) is not SIMD
+        counts = np.zeros(_DECADE_EDGES.size, dtype=np.int64)  # counts[k] = #(|d| >= _DECADE_EDGES[k])
+        top = int(np.searchsorted(_DECADE_EDGES, chunk_max, side="right"))  # edges [0, top) are <= max |d|
+        for k in range(top - 1, -1, -1):
+            c = int(np.count_nonzero(np.greater_equal(ad, _DECADE_EDGES[k], out=mask)))
+            counts[k] = c
+            if c == nonzero:
+                counts[:k] = nonzero
+                break
+        h = self.hist
+        h[0] += m - nonzero
+        h[1] += nonzero - counts[0]
+        h[2:-1] += counts[:-1] - counts[1:]
+        h[-1] += counts[-1]
 
     def _kl(self, a64, e64) -> None:
         if (a64.size and float(a64.min()) < 0) or (e64.size and float(e64.min()) < 0):
