@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mschecker import golden
 from mschecker.errors import InputError
-from mschecker.sd.goldens import GOLDEN_DIR, compute
+from mschecker.sd.goldens import GOLDEN_DIR, compute_pinned
 
 
 def main(argv=None) -> int:
@@ -24,7 +24,7 @@ def main(argv=None) -> int:
         print(f"build_sd_goldens: error: {args.dir} already holds goldens (pass --update to replace them)",
               file=sys.stderr)
         return 2
-    tensors, extra = compute()
+    tensors, extra = compute_pinned()
     try:
         args.dir.mkdir(parents=True, exist_ok=True)
         manifest = golden.record(args.dir, tensors, producer="mschecker.sd.goldens (reference + npu emulator)",

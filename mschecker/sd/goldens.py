@@ -8,13 +8,21 @@ One golden directory (mschecker.golden layout: manifest + .npy, sha256-pinned) w
   npu.*             the emulated NPU's outputs (``PROFILE``, as given: its VAE output is NaN, the documented
                     GroupNorm failure, pinned bit for bit as the regression state);
   npu_fp32stats.*   the NPU with the fix (InstanceNormalization high_precision in the VAE): a finite image.
-Both runs are deterministic (float64 / fp16 numpy arithmetic, fixed seeds), so tests compare bit for bit.
+Both runs are deterministic (float64 / fp16 numpy arithmetic, fixed seeds) for a given BLAS thread count, so
+tests compare bit for bit; `compute_pinned` fixes the thread count at one, because OpenBLAS's dgemm/sgemm results
+change in the last bits with it (measured: 537 bytes of the reference UNet eps differ between 1 thread and the
+default 2, max 2.2e-15, which then flips fp16 roundings on the NPU side).
 ``extra`` records the settings and each graph's sha256 so that a change of the builders is reported as such
 ("rebuild the goldens") rather than as a numerical mismatch.
 """
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -87,3 +95,25 @@ def compute() -> tuple[dict[str, np.ndarray], dict]:
         tensors.update(run_group(group, models, tensors))
     extra = {"settings": SETTINGS, "profile": PROFILE, "fix": FIX, "graph_sha256": graph_hashes(models)}
     return tensors, extra
+
+
+PINNED_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def compute_pinned() -> tuple[dict[str, np.ndarray], dict]:
+    """compute() in a fresh interpreter with one BLAS thread (the env var is only read when BLAS starts, so a
+    process that already loaded numpy cannot change it); what the builder records and the tests recompute."""
+    with tempfile.TemporaryDirectory(prefix="mschecker-sd-goldens-") as tmp:
+        r = subprocess.run([sys.executable, "-m", "mschecker.sd.goldens", tmp], capture_output=True, text=True,
+                           env={**os.environ, **PINNED_ENV})
+        if r.returncode != 0:
+            raise RuntimeError(f"computing the SD goldens failed:\n{r.stderr[-2000:]}")
+        with np.load(Path(tmp) / "tensors.npz", allow_pickle=False) as z:
+            tensors = {k: z[k] for k in z.files}
+        return tensors, json.loads((Path(tmp) / "extra.json").read_text())
+
+
+if __name__ == "__main__":  # the worker of compute_pinned: python -m mschecker.sd.goldens OUT_DIR
+    _tensors, _extra = compute()
+    np.savez(Path(sys.argv[1]) / "tensors.npz", **_tensors)
+    (Path(sys.argv[1]) / "extra.json").write_text(json.dumps(_extra))
