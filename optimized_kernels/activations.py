@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .halfcast import lut_unary
+
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
 SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
@@ -275,3 +277,14 @@ def bug_tanh_exp_form_fp16(x):
     with np.errstate(all="ignore"):
         e = np.exp((F16.type(2) * x).astype(F16))
         return ((e - F16.type(1)) / (e + F16.type(1))).astype(F16)
+
+
+# ------------------------------------------------------------------------------------ fp16 table lookup
+# Every kernel above is elementwise and deterministic, so on float16 input it is answered from a table of its
+# values on all 65,536 fp16 bit patterns (halfcast.lut_unary: the same bits, ~20x faster than re-evaluating the
+# formula in numpy's float16 arithmetic). The planted bugs stay plain functions.
+for _name in ("gelu_accurate", "gelu_tanh_accurate", "sigmoid_accurate", "silu_accurate", "exp_accurate",
+              "erf_accurate", "tanh_accurate", "gelu_tanh_form", "gelu_quick", "gelu_poly", "exp_fast_fp16",
+              "sigmoid_fast_fp16", "silu_fast_fp16", "gelu_tanh_fast_fp16"):
+    globals()[_name] = lut_unary(globals()[_name])
+del _name

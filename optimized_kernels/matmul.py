@@ -25,6 +25,7 @@ import numpy as np
 
 from ..dtypes import bfloat16
 from ..reference.linalg import gemm_operands
+from .halfcast import to_f16, to_f32
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -35,7 +36,7 @@ DEFAULT_KB = 64
 
 
 def _acc_fp32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.matmul(a.astype(F32), b.astype(F32))
+    return np.matmul(to_f32(a), to_f32(b))  # to_f32: astype(float32), fast for fp16 (halfcast.py)
 
 
 def _acc_fp32_kblocked(a: np.ndarray, b: np.ndarray, kb: int = DEFAULT_KB) -> np.ndarray:
@@ -88,6 +89,8 @@ def matmul_fp32(a, b):
 
 
 def _round(x, storage):
+    if storage == F16:
+        return to_f16(x)  # x.astype(float16), bit for bit, fast (halfcast.py)
     with np.errstate(over="ignore"):  # IEEE overflow to inf is the emulated behaviour, not an error here
         return x.astype(storage)
 

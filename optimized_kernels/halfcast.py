@@ -1,0 +1,195 @@
+"""Fast fp16 emulation primitives, bit-identical to numpy's own float16 arithmetic (performance only).
+
+Why: numpy converts float16 one element at a time in C without F16C (measured 7-13 ns per element for
+fp32 -> fp16 and ~5 ns for fp16 -> fp32 on the 2-core box), and numpy's float16 ufuncs pay that conversion for
+every operand of every operation (~14 ns per element for an fp16 add, 60x an fp32 add). The emulated NPU spends
+most of its time there. Every helper here computes exactly the same bits by another route:
+
+- `to_f16` / `to_f32`: large arrays go through onnxruntime's Cast (MLAS, F16C vcvtps2ph / vcvtph2ps: IEEE 754
+  round to nearest even, subnormals kept, overflow to inf, under 1 ns per element), small ones through numpy
+  (a session call costs ~20 us). NaN payloads are the one place the two may differ (F16C quiets a signalling NaN,
+  numpy truncates the payload), so NaN positions are re-converted by numpy. Exhaustive equality with
+  `ndarray.astype` is tested in tests/kernels/test_halfcast.py.
+- `round_f16(x)`: a float32 array rounded to the nearest float16 value while staying float32 (x + C - C with
+  C = 1.5 * 2^(e + 13), e = the binade of x clamped to the fp16 range [-14, 15]: the float32 ulp of C is the
+  fp16 ulp of x, and C's significand is even, so float32's ties-to-even is fp16's), then +-inf beyond 65504.
+  fp16 a (+-*/) b == round_f16(float32(a) (+-*/) float32(b)) because the float32 result of two fp16 operands is
+  rounded once more without a double-rounding error (24 >= 2*11 + 2 bits, Figueroa 1995), which is also how
+  numpy itself computes float16 ufuncs (upcast, float32 op, round).
+- `fp16_running_sum`: the fp16 sequential (recursive) sum np.add.accumulate(x, dtype=float16)[-1], as a tight
+  loop over the reduced axis vectorized over all rows (fp32 add + `round_f16` per step).
+- `lut_unary`: an elementwise kernel of a 2-byte float dtype has only 65,536 inputs; it is evaluated once on all
+  of them and applied as a table lookup (identical by construction).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import numpy as np
+
+F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
+#: Below this many elements numpy's own conversion is faster than an onnxruntime session call (~20 us).
+ORT_MIN_ELEMS = 1 << 14
+_sessions: dict[tuple[str, str], object] = {}
+_lock = threading.Lock()
+
+
+def _cast_session(src: np.dtype, dst: np.dtype):
+    key = (src.name, dst.name)
+    sess = _sessions.get(key)
+    if sess is None:
+        with _lock:
+            sess = _sessions.get(key)
+            if sess is None:
+                import onnxruntime as ort
+                from onnx import TensorProto, helper
+
+                code = {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT}
+                g = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=code[dst.name])], "cast",
+                                      [helper.make_tensor_value_info("x", code[src.name], None)],
+                                      [helper.make_tensor_value_info("y", code[dst.name], None)])
+                m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+                m.ir_version = 8
+                so = ort.SessionOptions()
+                so.intra_op_num_threads = 1  # same single-thread budget as the rest of the emulation
+                so.inter_op_num_threads = 1
+                sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+                _sessions[key] = sess
+    return sess
+
+
+def _ort_cast(x: np.ndarray, dst: np.dtype) -> np.ndarray:
+    return _cast_session(x.dtype, dst).run(None, {"x": np.ascontiguousarray(x)})[0].reshape(x.shape)
+
+
+def to_f16(x: np.ndarray) -> np.ndarray:
+    """x.astype(float16), bit for bit (float32 input takes the fast route, anything else numpy's)."""
+    x = np.asarray(x)
+    if x.dtype != F32 or x.size < ORT_MIN_ELEMS:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return x.astype(F16)
+    y = _ort_cast(x, F16)
+    nan = np.isnan(x)
+    if nan.any():
+        y[nan] = x[nan].astype(F16)
+    return y
+
+
+def to_f32(x: np.ndarray) -> np.ndarray:
+    """x.astype(float32), bit for bit (float16 input takes the fast route, anything else numpy's)."""
+    x = np.asarray(x)
+    if x.dtype != F16 or x.size < ORT_MIN_ELEMS:
+        return x.astype(F32)
+    y = _ort_cast(x, F32)
+    nan = np.isnan(y)
+    if nan.any():
+        y[nan] = x[nan].astype(F32)
+    return y
+
+
+_EXP_MASK = np.uint32(0x7F800000)
+_E_LO = np.uint32((127 - 14) << 23)  # fp16 subnormals share the quantum of the lowest normal binade, 2^-24
+_E_HI = np.uint32((127 + 15) << 23)  # beyond 2^15 every value rounds to 65504 or overflows
+_C_OFFSET = np.uint32((13 << 23) | (1 << 22))  # exponent + 13 and significand 1.5
+_F16_MAX = np.float32(65504.0)
+
+
+def round_f16(x: np.ndarray, out: np.ndarray | None = None, *, scratch: np.ndarray | None = None) -> np.ndarray:
+    """float32 x rounded to the nearest float16 value (ties to even, overflow to +-inf), kept in float32.
+
+    Equals x.astype(float16).astype(float32) bit for bit (NaN stays NaN); `out` may be x (in place); `scratch`
+    is an optional uint32 array of x's shape reused between calls (for tight loops)."""
+    x = np.asarray(x, dtype=F32)
+    out = np.empty_like(x) if out is None else out
+    c = np.bitwise_and(x.view(np.uint32), _EXP_MASK, out=scratch)
+    np.maximum(c, _E_LO, out=c)  # (np.clip costs ~10 us of Python per call)
+    np.minimum(c, _E_HI, out=c)
+    c += _C_OFFSET
+    cf = c.view(F32)
+    np.add(x, cf, out=out)
+    out -= cf
+    big = np.abs(out) > _F16_MAX
+    if big.any():
+        out[big] = np.copysign(np.float32(np.inf), out[big])
+    return out
+
+
+def fp16_running_sum(x: np.ndarray, axis: int = -1, keepdims: bool = True) -> np.ndarray:
+    """np.add.accumulate(x, axis, dtype=float16) taken at its last position (x is float16): the sum in order
+    along `axis`, rounded to fp16 after every add. Returns float16 (keepdims: the axis kept with length 1)."""
+    x = np.asarray(x, dtype=F16)
+    axis %= x.ndim
+    n = x.shape[axis]
+    rows = x.size // max(n, 1)
+    # numpy's accumulate costs ~26 ns per element; the loop costs ~10 us per step plus ~1-2 ns per element, so it
+    # only wins when each step has many rows.
+    if n == 0 or rows < 1024:
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = np.take(np.add.accumulate(x, axis=axis, dtype=F16), [-1] if n else [], axis=axis)
+        if n == 0:
+            s = np.zeros(x.shape[:axis] + (1,) + x.shape[axis + 1:], F16)
+        return s if keepdims else np.squeeze(s, axis)
+    t = to_f32(np.moveaxis(x, axis, 0).reshape(n, rows))
+    s = t[0].copy()
+    scratch = np.empty(rows, np.uint32)
+    general = not bool((t >= 0).all())  # a sum of non-negative terms never comes back from inf
+    # partial sums of n terms of magnitude <= m stay below n*m: below 2^16 the upper exponent clamp is a no-op
+    bounded = general or float(t.max(initial=0)) * n >= 65536
+    with np.errstate(over="ignore", invalid="ignore"):
+        for j in range(1, n):
+            s += t[j]
+            c = np.bitwise_and(s.view(np.uint32), _EXP_MASK, out=scratch)
+            np.maximum(c, _E_LO, out=c)
+            if bounded:
+                np.minimum(c, _E_HI, out=c)
+            c += _C_OFFSET
+            cf = c.view(F32)
+            s += cf
+            s -= cf
+            if general:
+                big = np.abs(s) > _F16_MAX
+                if big.any():
+                    s[big] = np.copysign(np.float32(np.inf), s[big])
+        if not general:
+            s[s > _F16_MAX] = np.inf
+    shape = x.shape[:axis] + x.shape[axis + 1:]
+    s = to_f16(s).reshape(shape)
+    return np.expand_dims(s, axis) if keepdims else s
+
+
+def f16_binary(ufunc: np.ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ufunc(a, b) for float16 a and b in {add, subtract, multiply, divide}: the float32 result rounded once."""
+    with np.errstate(all="ignore"):
+        y32 = ufunc(to_f32(a), to_f32(b))
+        nan = np.isnan(y32)
+        if not nan.any():
+            return to_f16(y32)
+        # which operand's NaN payload survives differs between routes: NaN positions are numpy's own
+        y = to_f16(y32)
+        a_b, b_b = np.broadcast_arrays(a, b)
+        y[nan] = ufunc(a_b[nan], b_b[nan])
+        return y
+
+
+def lut_unary(kernel: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    """kernel, answered from a 65,536-entry table when its input is float16 (the kernel must be elementwise and
+    deterministic). Other dtypes call the kernel."""
+    tables: dict[str, np.ndarray] = {}
+
+    def fn(x, *args, **kwargs):
+        x = np.asarray(x) if not isinstance(x, np.ndarray) else x
+        if args or kwargs or x.dtype != F16 or x.size < 4096:
+            return kernel(x, *args, **kwargs)
+        table = tables.get(x.dtype.str)
+        if table is None:
+            with np.errstate(all="ignore"):
+                table = np.asarray(kernel(np.arange(65536, dtype=np.uint16).view(x.dtype)))
+            tables[x.dtype.str] = table
+        return table[x.view(np.uint16)]
+
+    fn.__name__ = getattr(kernel, "__name__", "lut_kernel")
+    fn.__qualname__ = getattr(kernel, "__qualname__", fn.__name__)
+    fn.__doc__ = kernel.__doc__
+    fn.__wrapped__ = kernel
+    return fn
