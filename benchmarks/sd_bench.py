@@ -78,7 +78,8 @@ def worker_sd15(device: str, model_path: str) -> dict:
     u = _usage()
     x = np.asarray(out, np.float64)
     return {"load_s": load, "wall_s": wall, "cpu_s": u["cpu_s"] - before, "peak_rss_mib": u["peak_rss_mib"],
-            "output_std": float(np.nanstd(x)), "output_nonfinite": int((~np.isfinite(x)).sum())}
+            "output_std": float(np.std(x[np.isfinite(x)])) if np.isfinite(x).any() else None,
+            "output_nonfinite": int((~np.isfinite(x)).sum())}
 
 
 # ---------------------------------------------------------------------------------------------- driver
