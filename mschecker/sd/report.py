@@ -67,6 +67,12 @@ def verdict_lines(check: SDCheck) -> list[str]:
             lines.append("  why: " + hint)
         if t.first_nan is not None and t.first_nan is not t.first_nonfinite:
             lines.append("first NaN: " + t.first_nan.describe())
+    if check.hidden_overflow:
+        h = check.hidden_overflow
+        lines.append("saturation mode hid an overflow; the same stage in inf_nan mode: first NaN/inf: " + h.describe())
+        hint = explain(h.op_type)
+        if hint:
+            lines.append("  why: " + hint)
     if t.first_saturated:
         lines.append("first output at the format's max (overflow in saturation mode): " + t.first_saturated.describe())
     for h in t.headroom.values():

@@ -254,3 +254,19 @@ def test_fix_search_escalates_to_the_fp32_vae_when_the_stream_itself_overflows()
     assert all(set(a.implmodes) <= {"InstanceNormalization"} for a in attempts)
     assert attempts[-1].precision_mode == "must_keep_origin_dtype" and attempts[-1].stage == "vae_decoder"
     assert attempts[-1].metrics.psnr_db >= PSNR_MIN
+
+
+def test_saturation_mode_hides_the_groupnorm_overflow_and_the_probe_finds_it():
+    """ascend310p (saturation): the VAE's fp16 GroupNorm statistics still overflow, but NaN -> 0 after the node
+    leaves a finite, wrong image and no NaN/inf/max anywhere in the captured tensors. The check's inf_nan probe
+    of the suspect stage finds the node, and the fix (fp32 statistics) is verified under saturation mode."""
+    from mschecker.sd.check import run_check
+
+    check = run_check(prompt="a photo of an astronaut riding a horse", preset="tiny", steps=2, profile="ascend310p")
+    assert not check.passed and not check.metrics.nonfinite_outputs  # finite but wrong
+    assert check.metrics.psnr_db < 20
+    assert check.tracker.first_nonfinite is None and check.tracker.first_saturated is None
+    hidden = check.hidden_overflow
+    assert (hidden.stage, hidden.op_type) == ("vae_decoder", "InstanceNormalization") and hidden.nan > 0
+    assert check.fix is not None and check.fix.implmodes == {"InstanceNormalization": "high_precision"}
+    assert check.fix.metrics.psnr_db >= PSNR_MIN
