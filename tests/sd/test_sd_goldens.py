@@ -72,7 +72,9 @@ def test_recomputed_tensors_equal_the_goldens_bit_for_bit(group, stored, recompu
     expected = {n: v for n, v in stored.items() if n.startswith(group + ".")}
     assert expected, f"no {group}.* goldens"
     actual = {n: v for n, v in tensors.items() if n.startswith(group + ".")}
-    assert bit_differences(actual, expected) == []
+    problems = bit_differences(actual, expected)
+    assert problems == [], ("recomputed SD goldens differ (a kernel, op, policy or pipeline change?); if the change "
+                            "is intended: python tools/build_sd_goldens.py --update\n" + "\n".join(problems))
 
 
 def test_goldens_pin_the_documented_behaviour(stored):
