@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,11 +57,11 @@ def make_files(directory: Path, n: int, rel_noise: float, seed: int = 0) -> tupl
 
 def stream_child(pa: str, pe: str, n: int, repeats: int, chunk: int | None, workers: int | None) -> dict:
     """Runs in the child process: memmap both files and compare them `repeats` times."""
-    from mschecker.compare import ToleranceRule, compare_arrays
+    from mschecker.compare import compare_arrays
 
     a = np.memmap(pa, dtype=np.float32, mode="r", shape=(n,))
     e = np.memmap(pe, dtype=np.float32, mode="r", shape=(n,))
-    rule = ToleranceRule.from_args(atol=1e-3, rtol=1e-3, ulp=4096, cosine=0.999)
+    rule = bench_rule()
     times = []
     result = None
     for _ in range(repeats):
@@ -70,7 +71,56 @@ def stream_child(pa: str, pe: str, n: int, repeats: int, chunk: int | None, work
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
     m = result.to_dict()["metrics"]
     return {"seconds": times, "ru_maxrss_kb": rss_kb, "vm_hwm_kb": _vm_hwm_kb(), "passed": result.passed,
-            "mismatches": result.mismatches, "metrics": m}
+            "mismatches": result.mismatches, "metrics": m, "pass_costs": pass_costs(pa, pe, n, chunk)}
+
+
+def pass_costs(pa: str, pe: str, n: int, chunk: int | None) -> dict:
+    """ns per element of each step of one streaming chunk (mschecker.compare._Accumulator), best of 7, on the
+    first chunk of the benchmark files, single-threaded: where the per-chunk time goes. The steps run in
+    isolation, so their working sets are smaller than in the full update; the sum is below 'full update'."""
+    from mschecker import compare as C
+
+    m = min(n, chunk or C.DEFAULT_CHUNK_ELEMS)
+    a = np.fromfile(pa, dtype=np.float32, count=m)
+    e = np.fromfile(pe, dtype=np.float32, count=m)
+    rule = bench_rule()
+    acc = C._Accumulator("bench", (m,), a.dtype, e.dtype, rule, 10)
+    with np.errstate(all="ignore"):
+        a64, e64 = acc._f64("a64", a), acc._f64("e64", e)
+        d = np.subtract(a64, e64, out=acc._scratch("d", m))
+        ad = np.abs(d)
+        ulp = acc._ulps(a, e)[0]
+        tmp = np.empty(m)
+        steps = {
+            "to_float64 (a and e)": lambda: (acc._f64("a64", a), acc._f64("e64", e)),
+            "difference a-e": lambda: np.subtract(a64, e64, out=tmp),
+            "4 float64 dot products": lambda: [C._dot(x, y) for x, y in ((d, d), (a64, a64), (e64, e64), (a64, e64))],
+            "abs, sum, argmax of |d|": lambda: (np.abs(d, out=tmp), tmp.sum(), np.argmax(tmp)),
+            "peak max|e| (float32 max/min)": lambda: C._max_abs_value(e),
+            "max relative error": lambda: acc._max_rel(ad, e64),
+            "relative-error array (only when a threshold is reached)": lambda: acc._rel_errors(ad, e64),
+            "mismatch count (only when max|d| > atol)": lambda: acc._count_mismatches(ad, e64, (ulp, None)),
+            "ULP distances": lambda: acc._ulps(a, e),
+            "ULP histogram": lambda: C._UlpHistogram().add(ulp),
+            "decade histogram of |d|": lambda: acc._histogram(ad, float(ad.max())),
+            "top-k": lambda: acc._top(ad, a64, e64, None, 0),
+            "full update (all of the above that apply)": lambda: acc.update(a, e, 0),
+        }
+        best = {k: float("inf") for k in steps}
+        for _ in range(7):
+            for k, f in steps.items():
+                t0 = time.perf_counter()
+                for _ in range(5):
+                    f()
+                best[k] = min(best[k], (time.perf_counter() - t0) / 5)
+    return {k: round(v / m * 1e9, 3) for k, v in best.items()}
+
+
+def bench_rule():
+    """The benchmark's rule: atol = rtol = 1e-3, 4096 ULP, cosine >= 0.999 (every clause active)."""
+    from mschecker.compare import ToleranceRule
+
+    return ToleranceRule.from_args(atol=1e-3, rtol=1e-3, ulp=4096, cosine=0.999)
 
 
 def _vm_hwm_kb() -> int | None:
@@ -129,6 +179,7 @@ def main(argv=None) -> int:
         bare_times, bare_value = bare_baseline(pa, pe, args.repeats)
     bare_s, stream_s = min(bare_times), min(child["seconds"])
     ratio = bare_s / stream_s
+    ratio_median = statistics.median(bare_times) / statistics.median(child["seconds"])
     rss_mb = max(child["ru_maxrss_kb"], child["vm_hwm_kb"] or 0) * 1024 / 1e6
     if abs(child["metrics"]["max_abs_err"] - bare_value) > 0:
         print(f"warning: max |err| differs: streaming {child['metrics']['max_abs_err']} vs bare {bare_value}")
@@ -146,6 +197,7 @@ def main(argv=None) -> int:
         "stream_seconds": child["seconds"],
         "stream_gb_per_s": nbytes / stream_s / 1e9,
         "throughput_ratio": ratio,
+        "throughput_ratio_of_medians": ratio_median,
         "target_ratio": TARGET_RATIO,
         "stream_peak_rss_mb": rss_mb,
         "stream_ru_maxrss_kb": child["ru_maxrss_kb"],
@@ -156,11 +208,16 @@ def main(argv=None) -> int:
         "chunk_elems": args.chunk,
         "workers": args.workers,
         "metrics_of_streaming_run": child["metrics"],
+        "pass_costs_ns_per_element": child["pass_costs"],
         "meets_targets": bool(ratio >= TARGET_RATIO and rss_mb < TARGET_RSS_MB),
     }
     print(f"elements {n:,} per file ({args.size_gib:g} GiB), both files {nbytes / 1e9:.2f} GB")
     print(f"bare np.max(np.abs(a-b)) in memory: best {bare_s:.3f} s  = {results['bare_gb_per_s']:.2f} GB/s")
     print(f"streaming compare_arrays (memmap):  best {stream_s:.3f} s  = {results['stream_gb_per_s']:.2f} GB/s")
+    for step, ns in child["pass_costs"].items():
+        print(f"  {ns:7.3f} ns/element  {step}")
+    print(f"load average before {load[0]:.2f}, after {results['load_average_after'][0]:.2f}; "
+          f"ratio of medians {ratio_median:.2f}x")
     print(f"throughput ratio {ratio:.2f}x (target >= {TARGET_RATIO}x); peak RSS {rss_mb:.0f} MB "
           f"(target < {TARGET_RSS_MB:.0f} MB): {'MET' if results['meets_targets'] else 'NOT MET'}")
     out = args.out or (RESULTS if args.size_gib == 1.0 else None)
