@@ -1,13 +1,23 @@
 """Executor benchmark: emulated NPU and float64 reference vs onnxruntime fp32 and onnx.reference, one run.
 
-Graphs: (1) the bundled SD UNet (mschecker.sd, preset `small` by default: many small nodes, so per-node
-overhead shows), one denoising step at batch 2; (2) a compute-bound SD-UNet-like block stack built here: per block
-Conv3x3 -> GroupNorm(32) -> SiLU (Sigmoid*Mul) -> Conv3x3 -> residual Add, then a self-attention (MatMul QK^T,
-Softmax, MatMul PV) over the flattened spatial positions. Each runner runs in its own subprocess so that its
-peak RSS (ru_maxrss) is its own; wall time is the best of --repeat runs after a warm-up.
+Graphs (--graphs, comma list):
+- `small`: the bundled SD UNet (mschecker.sd preset `small`, 1,031 nodes, 6.6 MB): many small nodes, so it
+  measures per-node overhead more than arithmetic;
+- `sd15_narrow`: the SD 1.5 UNet layout (mschecker.sd preset `sd15`: 4 levels, cross-attention in the first three,
+  2 layers per block, 8 heads, GroupNorm(32), 768-wide text states) with channels (64, 128, 256, 256) instead of
+  (320, 640, 1280, 1280) and a 32x32 latent (a 256x256 image): 1,605 nodes, 150 MB, attention over 1,024
+  positions, so arithmetic dominates (the full sd15 UNet is 3.4 GB and does not fit this machine's budget);
+- `synthetic`: a compute-bound SD-UNet-like block stack built here (per block Conv3x3 -> GroupNorm(32) -> SiLU
+  (Sigmoid*Mul) -> Conv3x3 -> residual Add, then self-attention over the flattened spatial positions).
+Each SD UNet runs one denoising step at batch 2 (unconditional + prompt). Every runner runs in its own subprocess
+so that its peak RSS (ru_maxrss) is its own; wall time is the best of --repeat runs after a warm-up (onnx.reference:
+one run). Same graph, same inputs, same thread budget for every runner: ORT's intra-op pool and numpy's BLAS both
+get --threads (default 1; the executor itself honours whatever OPENBLAS/OMP/MKL_NUM_THREADS the user sets).
+--baseline REV also runs the NPU and reference policies of git revision REV (its mschecker, reference/ and
+optimized_kernels/ extracted to a temporary folder) on the same graphs in the same run: before/after numbers.
 Targets (issue 4): NPU <= 1.5x ORT, reference <= 2.5x ORT, both >= 4x faster than onnx.reference.
 
-    python benchmarks/executor_bench.py [--sd-preset small] [--channels 128] [--size 32] [--blocks 4] [--repeat 3]
+    python benchmarks/executor_bench.py [--graphs small,sd15_narrow] [--repeat 3] [--threads 1] [--baseline REV]
 """
 from __future__ import annotations
 
@@ -70,8 +80,11 @@ def build(path: Path, c: int, s: int, blocks: int) -> None:
 
 CHILD = r"""
 import json, resource, sys, time
-import numpy as np
 kind, model, inp, repeat, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+if len(sys.argv) > 6:  # a baseline tree: its mschecker instead of the installed (editable) one
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in str(getattr(f, "__module__", type(f).__module__))]
+    sys.path.insert(0, sys.argv[6])
+import numpy as np
 x = dict(np.load(inp))
 if kind == "ort":
     import onnxruntime as ort
@@ -97,14 +110,26 @@ print(json.dumps({"best_s": min(times), "peak_rss_mb": resource.getrusage(resour
 """
 
 
-def build_sd_unet(path: Path, preset: str) -> dict[str, np.ndarray]:
-    """The bundled SD UNet (mschecker.sd) at `preset` size, saved to `path`; returns one step's feeds (batch 2:
-    unconditional + prompt, as the pipeline runs it)."""
-    from mschecker.sd.modelfile import save_model
+def sd_preset(name: str):
+    """The SD preset a graph name stands for (see the module docstring)."""
+    import dataclasses
+
     from mschecker.sd.presets import get_preset
+
+    if name == "sd15_narrow":
+        base = get_preset("sd15")
+        return dataclasses.replace(base, name="sd15_narrow", unet=dataclasses.replace(
+            base.unet, channels=(64, 128, 256, 256), latent_size=32))
+    return get_preset(name)
+
+
+def build_sd_unet(path: Path, preset: str) -> dict[str, np.ndarray]:
+    """The bundled SD UNet (mschecker.sd) of `preset` (a preset name or sd15_narrow), saved to `path`; returns one
+    step's feeds (batch 2: unconditional + prompt, as the pipeline runs it)."""
+    from mschecker.sd.modelfile import save_model
     from mschecker.sd.unet import build_unet
 
-    p = get_preset(preset)
+    p = sd_preset(preset)
     save_model(build_unet(p), path)
     rng = np.random.default_rng(2)
     c, s, _ = p.latent_shape
@@ -113,58 +138,86 @@ def build_sd_unet(path: Path, preset: str) -> dict[str, np.ndarray]:
             "encoder_hidden_states": rng.standard_normal((2, p.clip.max_length, p.unet.cross_dim)).astype(np.float32)}
 
 
-def bench(model: Path, feeds_path: Path, repeat: int, threads: int) -> dict:
+def extract_tree(rev: str, dest: Path) -> Path:
+    """mschecker, reference/ and optimized_kernels/ of git revision `rev` under dest, importable as the package
+    (the two top-level folders linked in as mschecker.reference / mschecker.optimized_kernels)."""
+    root = Path(__file__).resolve().parent.parent
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(root), "archive", rev, "mschecker", "reference", "optimized_kernels"],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    for sub in ("reference", "optimized_kernels"):
+        (dest / "mschecker" / sub).symlink_to(dest / sub, target_is_directory=True)
+    return dest
+
+
+def bench(model: Path, feeds_path: Path, repeat: int, threads: int, baseline: Path | None = None) -> dict:
     """Every runner in its own process with the same thread budget: ORT's intra-op pool and numpy's BLAS both get
     `threads` (on a shared, oversubscribed machine a multi-threaded BLAS on small matrices spends its time
     synchronising: measured 16x slower batched matmuls at load 9 on 2 cores, so 1 thread is the fair default)."""
     res = {}
     env = {**os.environ, **{k: str(threads) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
-    for kind in ("ort", "npu:ascend910b", "reference", "onnx_reference"):
-        r = subprocess.run([sys.executable, "-c", CHILD, kind, str(model), str(feeds_path),
-                            str(1 if kind == "onnx_reference" else repeat), str(threads)], capture_output=True,
-                           text=True, env=env)
+    kinds = ["ort", "npu:ascend910b", "reference", "onnx_reference"]
+    if baseline is not None:
+        kinds += ["baseline npu:ascend910b", "baseline reference"]
+    for kind in kinds:
+        child = kind.split()[-1]
+        extra = [str(baseline)] if kind.startswith("baseline") else []
+        r = subprocess.run([sys.executable, "-c", CHILD, child, str(model), str(feeds_path),
+                            str(1 if kind == "onnx_reference" else repeat), str(threads)] + extra,
+                           capture_output=True, text=True, env=env)
         if r.returncode:
             raise SystemExit(f"{kind} failed:\n{r.stderr[-2000:]}")
         res[kind] = json.loads(r.stdout.strip().splitlines()[-1])
-        print(f"  {kind:16s} {res[kind]['best_s']:.3f} s  peak RSS {res[kind]['peak_rss_mb']:.0f} MB", flush=True)
+        print(f"  {kind:26s} {res[kind]['best_s']:.3f} s  peak RSS {res[kind]['peak_rss_mb']:.0f} MB", flush=True)
     ort_t, ev_t = res["ort"]["best_s"], res["onnx_reference"]["best_s"]
     ratios = {"npu_vs_ort": res["npu:ascend910b"]["best_s"] / ort_t,
               "reference_vs_ort": res["reference"]["best_s"] / ort_t,
               "onnx_reference_vs_npu": ev_t / res["npu:ascend910b"]["best_s"],
               "onnx_reference_vs_reference": ev_t / res["reference"]["best_s"]}
+    if baseline is not None:
+        ratios["speedup_npu_vs_baseline"] = res["baseline npu:ascend910b"]["best_s"] / res["npu:ascend910b"]["best_s"]
+        ratios["speedup_reference_vs_baseline"] = res["baseline reference"]["best_s"] / res["reference"]["best_s"]
     targets = {"npu_vs_ort <= 1.5": ratios["npu_vs_ort"] <= 1.5,
                "reference_vs_ort <= 2.5": ratios["reference_vs_ort"] <= 2.5,
                "onnx_reference_vs_npu >= 4": ratios["onnx_reference_vs_npu"] >= 4,
                "onnx_reference_vs_reference >= 4": ratios["onnx_reference_vs_reference"] >= 4}
     for k, v in ratios.items():
-        print(f"  {k:28s} {v:.2f}")
+        print(f"  {k:30s} {v:.2f}")
     return {"model_mb": round(model.stat().st_size / 1e6, 2), "runs": res, "ratios": ratios, "targets_met": targets}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sd-preset", default="small", help="bundled SD UNet preset (tiny, small; sd15 is huge)")
-    ap.add_argument("--channels", type=int, default=128)
-    ap.add_argument("--size", type=int, default=32)
-    ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--graphs", default="small,sd15_narrow",
+                    help="comma list of: small, tiny (bundled SD UNet presets), sd15_narrow, synthetic")
+    ap.add_argument("--channels", type=int, default=128, help="synthetic graph: channels")
+    ap.add_argument("--size", type=int, default=32, help="synthetic graph: spatial size")
+    ap.add_argument("--blocks", type=int, default=4, help="synthetic graph: blocks")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="threads for every runner (ORT intra-op and BLAS)")
+    ap.add_argument("--baseline", default=None, help="git revision whose NPU and reference runs are measured too")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "executor_bench.json"))
     args = ap.parse_args()
     graphs = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        print(f"bundled SD UNet ({args.sd_preset}), one denoising step, batch 2")
-        feeds = build_sd_unet(tmp / "unet.onnx", args.sd_preset)
-        np.savez(tmp / "unet_feeds.npz", **feeds)
-        graphs[f"sd_unet_{args.sd_preset}"] = bench(tmp / "unet.onnx", tmp / "unet_feeds.npz", args.repeat, args.threads)
-        name = f"synthetic_unet_like c={args.channels} s={args.size} blocks={args.blocks}"
-        print(name)
-        build(tmp / "m.onnx", args.channels, args.size, args.blocks)
-        np.savez(tmp / "x.npz", x=np.random.default_rng(1).standard_normal(
-            (1, args.channels, args.size, args.size)).astype(np.float32))
-        graphs[name] = bench(tmp / "m.onnx", tmp / "x.npz", args.repeat, args.threads)
-    out = {"graphs": graphs, "threads": args.threads, "machine": platform.platform(),
+        baseline = extract_tree(args.baseline, tmp / "baseline") if args.baseline else None
+        for g in args.graphs.split(","):
+            if g == "synthetic":
+                name = f"synthetic_unet_like c={args.channels} s={args.size} blocks={args.blocks}"
+                print(name)
+                build(tmp / "m.onnx", args.channels, args.size, args.blocks)
+                np.savez(tmp / "x.npz", x=np.random.default_rng(1).standard_normal(
+                    (1, args.channels, args.size, args.size)).astype(np.float32))
+                graphs[name] = bench(tmp / "m.onnx", tmp / "x.npz", args.repeat, args.threads, baseline)
+                continue
+            print(f"SD UNet ({g}), one denoising step, batch 2")
+            feeds = build_sd_unet(tmp / f"unet_{g}.onnx", g)
+            np.savez(tmp / f"unet_{g}_feeds.npz", **feeds)
+            graphs[f"sd_unet_{g}"] = bench(tmp / f"unet_{g}.onnx", tmp / f"unet_{g}_feeds.npz", args.repeat,
+                                           args.threads, baseline)
+    out = {"graphs": graphs, "threads": args.threads, "baseline": args.baseline, "machine": platform.platform(),
            "load_average": os.getloadavg(),
            "cpus_note": "2 CPU cores shared with other jobs: absolute times are noisy; ratios come from one run",
            "command": "python benchmarks/executor_bench.py " + " ".join(sys.argv[1:])}
