@@ -91,6 +91,7 @@ def pass_costs(pa: str, pe: str, n: int, chunk: int | None) -> dict:
         ad = np.abs(d)
         ulp = acc._ulps(a, e)[0]
         tmp = np.empty(m)
+        hist = C._UlpHistogram()
         steps = {
             "to_float64 (a and e)": lambda: (acc._f64("a64", a), acc._f64("e64", e)),
             "difference a-e": lambda: np.subtract(a64, e64, out=tmp),
@@ -101,7 +102,7 @@ def pass_costs(pa: str, pe: str, n: int, chunk: int | None) -> dict:
             "relative-error array (only when a threshold is reached)": lambda: acc._rel_errors(ad, e64),
             "mismatch count (only when max|d| > atol)": lambda: acc._count_mismatches(ad, e64, (ulp, None)),
             "ULP distances": lambda: acc._ulps(a, e),
-            "ULP histogram": lambda: C._UlpHistogram().add(ulp),
+            "ULP histogram": lambda: hist.add(ulp),
             "decade histogram of |d|": lambda: acc._histogram(ad, float(ad.max())),
             "top-k": lambda: acc._top(ad, a64, e64, None, 0),
             "full update (all of the above that apply)": lambda: acc.update(a, e, 0),

@@ -447,17 +447,20 @@ def _ulp_format(rule: ToleranceRule, a_dtype, e_dtype) -> FloatFormat | None:
     return min(fmts, key=lambda f: f.mantissa_bits) if fmts else None
 
 
-def _ulp_distances_same_format(a: np.ndarray, e: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+def _ulp_distances_same_format(a: np.ndarray, e: np.ndarray, fmt: FloatFormat, out: np.ndarray | None = None,
+                               sign_mask: np.ndarray | None = None) -> np.ndarray:
     """ulp_distance_exact for two arrays already in fmt's dtype, in fewer passes: for a same-sign pair the
     sign-magnitude ordinals differ exactly by the raw bit patterns' difference (the sign bits cancel and the
     magnitude difference is below 2^(bits-1), so the signed subtraction cannot wrap); opposite-sign pairs
-    (errors straddling zero, rare) go through the shared ordinals."""
+    (errors straddling zero, rare) go through the shared ordinals. out (fmt's signed integer type) and
+    sign_mask (bool): optional work buffers of a's size."""
     it = np.dtype(f"int{fmt.bits}")
     ia = np.ascontiguousarray(a).view(it)
     ie = np.ascontiguousarray(e).view(it)
-    dist = np.subtract(ia, ie)
+    dist = np.bitwise_xor(ia, ie, out=out)  # negative where the signs differ
+    opp = np.flatnonzero(np.less(dist, 0, out=sign_mask))
+    np.subtract(ia, ie, out=dist)
     np.abs(dist, out=dist)
-    opp = np.flatnonzero((ia ^ ie) < 0)
     if opp.size:
         dist[opp] = _dtypes.ulp_distance_exact(a[opp], e[opp], fmt).view(it)
     return dist.view(fmt.uint)
@@ -477,6 +480,17 @@ _DECADE_EDGES = 10.0 ** np.arange(-12, 3)
 _DECADE_LABELS = ["0", "<1e-12"] + [f"[1e{k},1e{k + 1})" for k in range(-12, 2)] + ["≥1e2"]
 
 
+def _floor_log2(v: np.ndarray) -> np.ndarray:
+    """floor(log2 v) of positive unsigned integers, from the float64 exponent (np.searchsorted over the 48
+    power-of-two edges measured ~30 ns per element, this ~1). A uint64 above 2^53 can round up to the next
+    power of two when converted, which the last step undoes."""
+    k = (v.astype(np.float64).view(np.int64) >> 52) - 1023
+    if v.dtype.itemsize == 8:
+        np.minimum(k, 63, out=k)
+        k -= np.left_shift(np.uint64(1), k.astype(np.uint64)) > v
+    return k
+
+
 class _UlpHistogram:
     """Exact distribution of ULP distances with bounded memory.
 
@@ -494,10 +508,9 @@ class _UlpHistogram:
         self.high = np.zeros(64, dtype=np.int64)  # high[k]: count of distances in [2^k, 2^(k+1)), k >= 16
         self.n = 0
         self.max = 0
-        self._bits = _EXACT_ULP_BINS.bit_length() - 1
-        self._edges = np.array([1 << k for k in range(self._bits, 64)], dtype=np.uint64)
 
-    def add(self, d: np.ndarray) -> None:
+    def add(self, d: np.ndarray, work: np.ndarray | None = None) -> None:
+        """Count distances d (unsigned integers); work: optional intp buffer of at least d's size."""
         if d.size == 0:
             return
         self.n += d.size
@@ -505,13 +518,17 @@ class _UlpHistogram:
         self.max = max(self.max, dmax)
         if dmax >= _EXACT_ULP_BINS:
             big = d >= _EXACT_ULP_BINS
-            k = self._bits - 1 + np.searchsorted(self._edges, d[big].astype(np.uint64), side="right")
-            self.high += np.bincount(k, minlength=64)
+            self.high += np.bincount(_floor_log2(d[big]), minlength=64)
             d = d[~big]
             if d.size == 0:
                 return
         # Length max(d)+1 <= 2^16. An explicit intp copy measured faster than bincount's own conversion.
-        counts = np.bincount(d.astype(np.intp))
+        if work is None:
+            idx = d.astype(np.intp)
+        else:
+            idx = work[: d.size]
+            np.copyto(idx, d, casting="unsafe")
+        counts = np.bincount(idx)
         self.low[: counts.size] += counts
 
     def rank(self, p: int) -> int:
@@ -649,11 +666,12 @@ class _Accumulator:
                 continue
             if rel_arr is None:
                 rel_arr = self._rel_errors(ad, e64)
-            self.rel_counts[t] += int(np.count_nonzero(rel_arr < thr))
+            below = np.less(rel_arr, thr, out=self._scratch("mask", m, np.bool_))
+            self.rel_counts[t] += int(np.count_nonzero(below))
         ulp_d = None
         if self.ulp is not None:
             ulp_d = self._ulps(a, e)
-            self.ulp.add(ulp_d[0])
+            self.ulp.add(ulp_d[0], self._scratch("ulp_idx", m, np.intp))
         # Element rule |d| <= atol + rtol*|e|: the bound is >= atol for every element (rtol*|e| >= 0 and float64
         # rounding is monotone), so a chunk whose largest |d| is <= atol has no mismatch and needs no bound.
         if chunk_max_abs > self.rule.atol:
@@ -693,7 +711,7 @@ class _Accumulator:
         bound = np.abs(e64, out=self._scratch("bound", ad.size))
         bound *= self.rule.rtol
         bound += self.rule.atol
-        over = ad > bound
+        over = np.greater(ad, bound, out=self._scratch("over", ad.size, np.bool_))
         if ulp_d is not None and self.rule.ulp is not None and over.any():
             dist, fin_fmt = ulp_d
             ok = dist <= self.rule.ulp
@@ -707,7 +725,8 @@ class _Accumulator:
         when rounding could overflow (None when it cannot)."""
         fdt = self.fmt.dtype
         if a.dtype == fdt and e.dtype == fdt:
-            return _ulp_distances_same_format(a, e, self.fmt), None
+            out = self._scratch("ulp", a.size, np.dtype(f"int{self.fmt.bits}"))
+            return _ulp_distances_same_format(a, e, self.fmt, out, self._scratch("mask", a.size, np.bool_)), None
         with np.errstate(over="ignore", invalid="ignore"):
             ar = a if a.dtype == fdt else a.astype(fdt)
             er = e if e.dtype == fdt else e.astype(fdt)
@@ -755,7 +774,7 @@ class _Accumulator:
         if k == 0:
             return
         if self.top_key.size >= k:
-            cand = np.flatnonzero(key > self.top_key[-1])
+            cand = np.flatnonzero(np.greater(key, self.top_key[-1], out=self._scratch("mask", key.size, np.bool_)))
         else:
             cand = np.arange(key.size)
         if cand.size > k:
