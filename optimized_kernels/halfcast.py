@@ -127,26 +127,15 @@ def round_f16(x: np.ndarray, out: np.ndarray | None = None, *, scratch: np.ndarr
     return out
 
 
-def fp16_running_sum(x: np.ndarray, axis: int = -1, keepdims: bool = True) -> np.ndarray:
-    """np.add.accumulate(x, axis, dtype=float16) taken at its last position (x is float16): the sum in order
-    along `axis`, rounded to fp16 after every add. Returns float16 (keepdims: the axis kept with length 1)."""
-    x = np.asarray(x, dtype=F16)
-    axis %= x.ndim
-    n = x.shape[axis]
-    rows = x.size // max(n, 1)
-    # numpy's accumulate costs ~26 ns per element; the loop costs ~6-10 us per step plus ~2 ns per element, so
-    # it only wins when each step has a few hundred rows or more.
-    if n == 0 or rows < 256:
-        with np.errstate(over="ignore", invalid="ignore"):
-            s = np.take(np.add.accumulate(x, axis=axis, dtype=F16), [-1] if n else [], axis=axis)
-        if n == 0:
-            s = np.zeros(x.shape[:axis] + (1,) + x.shape[axis + 1:], F16)
-        return s if keepdims else np.squeeze(s, axis)
-    t = to_f32(np.moveaxis(x, axis, 0).reshape(n, rows))
+def running_sum_f32(t: np.ndarray) -> np.ndarray:
+    """The fp16 sequential sum down the columns of t (n, rows): float32 values that are fp16 numbers, summed in
+    row order with a rounding to fp16 after every add (fp32 add + the x + C - C rounding of round_f16). Returns
+    the (rows,) sums as float32 (fp16 values)."""
+    n, rows = t.shape
     s = t[0].copy()
     exact = np.empty_like(s)
     scratch = np.empty(rows, np.uint32)
-    general = not bool((t >= 0).all())  # a sum of non-negative terms never comes back from inf
+    general = not bool(t.min(initial=0.0) >= 0)  # a sum of non-negative terms never comes back from inf (NaN: general)
     # partial sums of n terms of magnitude <= m stay below n*m: below 2^16 the upper exponent clamp is a no-op
     bounded = general or float(t.max(initial=0)) * n >= 65536
     with np.errstate(over="ignore", invalid="ignore"):
@@ -172,6 +161,25 @@ def fp16_running_sum(x: np.ndarray, axis: int = -1, keepdims: bool = True) -> np
             zero = s == 0
             if zero.any():
                 s[zero] = np.where(np.signbit(t[:, zero]).all(axis=0), np.float32(-0.0), np.float32(0.0))
+    return s
+
+
+def fp16_running_sum(x: np.ndarray, axis: int = -1, keepdims: bool = True) -> np.ndarray:
+    """np.add.accumulate(x, axis, dtype=float16) taken at its last position (x is float16): the sum in order
+    along `axis`, rounded to fp16 after every add. Returns float16 (keepdims: the axis kept with length 1)."""
+    x = np.asarray(x, dtype=F16)
+    axis %= x.ndim
+    n = x.shape[axis]
+    rows = x.size // max(n, 1)
+    # numpy's accumulate costs ~26 ns per element; the loop costs ~6-10 us per step plus ~2 ns per element, so
+    # it only wins when each step has a few hundred rows or more.
+    if n == 0 or rows < 256:
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = np.take(np.add.accumulate(x, axis=axis, dtype=F16), [-1] if n else [], axis=axis)
+        if n == 0:
+            s = np.zeros(x.shape[:axis] + (1,) + x.shape[axis + 1:], F16)
+        return s if keepdims else np.squeeze(s, axis)
+    s = running_sum_f32(to_f32(np.moveaxis(x, axis, 0).reshape(n, rows)))
     shape = x.shape[:axis] + x.shape[axis + 1:]
     s = to_f16(s).reshape(shape)
     return np.expand_dims(s, axis) if keepdims else s
