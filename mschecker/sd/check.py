@@ -25,6 +25,7 @@ metrics, so the claim "this fixes it" is always measured.
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -33,12 +34,14 @@ import numpy as np
 
 from ..compare import TensorComparison, ToleranceRule, compare_arrays
 from ..dtypes import float_format
+from ..errors import InputError
 from ..graph.policy import is_float_dtype
 from .images import image_psnr, image_ssim
 from .pipeline import STAGES, PipelineResult, SDModels, run_pipeline, stage_runner_factory, to_uint8_image
 from .presets import get_preset
 
 MAX_FIX_ROUNDS = 3
+_TEMP_GRAPH = re.compile(r"\S*mschecker-sd-\w+-\w+/(\w+)\.onnx")  # pipeline.stage_runner_factory's temp files
 # The stage tensors are not judged element-wise: the verdict is the image rule (SDCheck.passed), and the metrics
 # compare_arrays reports (relative error, max |err|, cosine, SNR, NaN/inf counts) do not depend on the rule. The
 # rule only sets the comparisons' own mismatch counts in the JSON; atol = rtol = 1e-2 is the fp16 assert_close
@@ -280,7 +283,10 @@ def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], track
         factories[stage] = stage_runner_factory(device, profile, capture=hook, **options)
 
     def make(model, stage_name):
-        run = factories[stage_name](model, stage_name)
+        try:
+            run = factories[stage_name](model, stage_name)
+        except InputError as exc:  # name the bundled stage instead of the temporary file it was loaded from
+            raise InputError(_TEMP_GRAPH.sub(r"SD \1 graph", str(exc))) from None
 
         def announced(feeds):
             if tracker is not None:

@@ -94,10 +94,12 @@ def verdict_lines(check: SDCheck) -> list[str]:
 
 
 _EXPLANATIONS = {
-    "InstanceNormalization": "GroupNorm statistics (mean, variance) computed in fp16: the sum of squares of "
-                             "activations this large passes 65504; fp32 statistics fix it (NUMERICS.md section 6)",
-    "LayerNormalization": "LayerNorm variance in fp16 overflows for |x| >= 256 over wide rows; fp32 statistics "
-                          "fix it",
+    "InstanceNormalization": "GroupNorm statistics (mean, variance) computed in fp16: the sum of squares over "
+                             "a group passes 65504 (one |x| >= 256 does it alone; SD-1.5's groups of up to "
+                             "122880 elements do it at a mean square of 0.53); fp32 statistics fix it "
+                             "(NUMERICS.md section 6)",
+    "LayerNormalization": "LayerNorm variance in fp16: the sum of squares over the row passes 65504 (one "
+                          "|x| >= 256 does it alone); fp32 statistics fix it",
     "GroupNormalization": "GroupNorm statistics in fp16 overflow; fp32 statistics fix it",
     "Softmax": "softmax of fp16 scores that overflowed (or exp without max-subtraction); upcast the attention "
                "scores / softmax to fp32",
