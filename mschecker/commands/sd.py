@@ -153,7 +153,8 @@ def main(argv: list[str]) -> int:
     from ..sd.check import run_check
     from ..sd.report import render_console, write_images, write_json
 
-    console = Console(stderr=False)
+    # a log (not a terminal) gets 120 columns rather than Rich's 80, so the per-step table is not truncated
+    console = Console() if sys.stdout.isatty() else Console(width=120)
     with _progress(args.steps) as progress:
         check = run_check(prompt=args.prompt, preset=args.preset, steps=args.steps, scheduler=args.scheduler,
                           seed=args.seed, guidance_scale=args.guidance_scale, profile=args.profile,

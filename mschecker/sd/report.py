@@ -26,7 +26,8 @@ SIDE_BY_SIDE, ERROR_PLOT = "sd_side_by_side.png", "sd_error_per_step.png"
 def _row(name: str, c: TensorComparison) -> list[str]:
     bad = c.actual_nan + c.actual_inf
     return [name, fmt_num(c.rel_euclidean), fmt_num(c.max_abs_err), fmt_num(c.cosine, ".6f"), fmt_num(c.snr_db, ".1f"),
-            f"[red]{c.actual_nan} NaN {c.actual_inf} inf[/red]" if bad else "0"]
+            "[red]" + " ".join(f"{n} {k}" for n, k in ((c.actual_nan, "NaN"), (c.actual_inf, "inf")) if n) + "[/red]"
+            if bad else "0"]
 
 
 def stage_table(check: SDCheck, title: str | None = None):
