@@ -12,6 +12,9 @@ also reports the largest |x| among the node's inputs, which is usually the numbe
 
 Saturation mode hides overflows inside kernels (NaN -> 0, inf -> max after every node): when such a run fails
 without a visible event, `probe_hidden_overflow` re-runs the suspect stage in inf_nan mode to find the node.
+A failure with no event at all (an overflow inside a kernel that leaves a finite, collapsed output) is located
+by `first_divergent_node`: the suspect stage on the NPU and on the reference from the same inputs, compared
+node by node; the first node with relative error > DIVERGENCE is the event the fix search starts from.
 
 The fix search (`find_fix`), when the NPU run failed and overflowed somewhere: the stage where the first overflow
 happened is re-run (the earlier stages' NPU outputs reused, because on a real NPU each stage is a separate model
@@ -39,6 +42,7 @@ from ..graph.policy import is_float_dtype
 from .images import image_psnr, image_ssim
 from .pipeline import STAGES, PipelineResult, SDModels, run_pipeline, stage_runner_factory, to_uint8_image
 from .presets import get_preset
+from .scheduler import make_scheduler
 
 MAX_FIX_ROUNDS = 3
 _TEMP_GRAPH = re.compile(r"\S*mschecker-sd-\w+-\w+/(\w+)\.onnx")  # pipeline.stage_runner_factory's temp files
@@ -64,15 +68,18 @@ class NodeEvent:
     saturated: int = 0          # elements at +-max of the dtype
     peak: float = 0.0           # max |finite x| of this output
     input_peak: float | None = None   # max |finite x| over the node's captured inputs
+    rel_error: float | None = None    # ||npu - ref|| / ||ref|| (divergence events only)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("stage", "step", "node", "op_type", "output", "dtype", "nan", "inf",
-                                              "saturated", "peak", "input_peak")}
+                                              "saturated", "peak", "input_peak", "rel_error")}
 
     def describe(self) -> str:
         where = f"{self.stage}" + (f" step {self.step + 1}" if self.step is not None else "")
         what = ", ".join(f"{n} {k}" for k, n in (("NaN", self.nan), ("inf", self.inf), ("at max", self.saturated))
                          if n)
+        if self.rel_error is not None:
+            what = f"relative error {self.rel_error:.3g} against the reference on the same inputs, all finite"
         inp = f"; largest input |x| {self.input_peak:.6g}" if self.input_peak is not None else ""
         return f"{where}: {self.node} ({self.op_type}, {self.dtype}) -> {what}{inp}"
 
@@ -224,6 +231,7 @@ class SDCheck:
     timings: dict
     fixes: list[FixAttempt] = field(default_factory=list)
     hidden_overflow: NodeEvent | None = None   # found by the inf_nan probe of a saturation-mode run
+    divergence: NodeEvent | None = None        # first node far from the reference (failures without overflow)
 
     @property
     def passed(self) -> bool:
@@ -252,6 +260,7 @@ class SDCheck:
             "first_saturated": t.first_saturated.to_dict() if t.first_saturated else None,
             "headroom": [h.to_dict() for h in t.headroom.values()],
             "hidden_overflow": self.hidden_overflow.to_dict() if self.hidden_overflow else None,
+            "divergence": self.divergence.to_dict() if self.divergence else None,
             "fix_attempts": [f.to_dict() for f in self.fixes],
             "fix": self.fix.to_dict() if self.fix else None, "timings_s": self.timings,
         }
@@ -348,6 +357,11 @@ def run_check(*, prompt: str, preset: str = "small", steps: int = 10, scheduler:
         t0 = time.perf_counter()
         check.hidden_overflow = event = probe_hidden_overflow(check, models, common, profile, options, announce)
         timings["overflow_probe"] = time.perf_counter() - t0
+    if search_fix and not check.passed and event is None:
+        t0 = time.perf_counter()
+        check.divergence = event = first_divergent_node(suspect_stage(metrics), check, models, profile, options,
+                                                        announce)
+        timings["divergence_probe"] = time.perf_counter() - t0
     if search_fix and not check.passed and event is not None:
         t0 = time.perf_counter()
         check.fixes = find_fix(check, event, models, common, profile, options, announce)
@@ -414,6 +428,61 @@ def probe_hidden_overflow(check: SDCheck, models: SDModels, common: dict, profil
     _rerun_from(stage, check.npu, models, common, profile,
                 {**options, stage: {**options[stage], "overflow_mode": "inf_nan"}}, probe)
     return probe.first_nonfinite or probe.first_saturated
+
+
+DIVERGENCE = 0.1  # relative error of a node output that counts as "wrong", not fp16 drift (1e-3..5e-2 here)
+
+
+def stage_feeds(stage: str, result: PipelineResult, preset, scheduler: str, steps: int) -> dict[str, np.ndarray]:
+    """The inputs ``stage`` received in ``result``'s run (the UNet: its first step), as float32/int64 feeds."""
+    if stage == "text_encoder":
+        return {"input_ids": result.token_ids}
+    if stage == "unet":
+        sched = make_scheduler(scheduler, steps)
+        return {"sample": np.repeat(sched.scale_model_input(result.latents[0], 0), 2, axis=0).astype(np.float32),
+                "timestep": np.full(2, sched.timesteps[0], np.float32),
+                "encoder_hidden_states": np.asarray(result.text_embeddings).astype(np.float32)}
+    return {"latent_sample": (result.latents[-1] / preset.scaling_factor).astype(np.float32)}
+
+
+def first_divergent_node(stage: str, check: SDCheck, models: SDModels, profile: str, options: dict[str, dict],
+                         announce) -> NodeEvent | None:
+    """A failure with no NaN/inf/max anywhere (e.g. fp16 statistics whose variance overflowed inside the kernel:
+    rstd = 0, the output collapses to beta) is located by comparison: ``stage`` runs on the NPU and on the
+    reference from the same inputs (the NPU run's own, so upstream drift is not counted), and the first node
+    whose output's relative error ||npu - ref|| / ||ref|| exceeds DIVERGENCE is returned. NPU outputs are kept
+    (in their fp16 storage) until the reference pass compares them: meant for the tiny/small presets."""
+    s = check.settings
+    feeds = stage_feeds(stage, check.npu, get_preset(s["preset"]), s["scheduler"], s["steps"])
+    kept: dict[str, tuple] = {}
+
+    class Keep(Tracker):
+        def on_tensor(self, st, node, name, value):
+            if isinstance(value, np.ndarray) and is_float_dtype(value.dtype):
+                kept[name] = value
+
+    per_stage_factory({st: ("npu", profile, options[st]) for st in STAGES}, Keep(announce("divergence probe")))(
+        getattr(models, stage), stage)(feeds)
+    found: list[NodeEvent] = []
+
+    def compare(st, node, name, ref):
+        if found or name not in kept or not is_float_dtype(ref.dtype):
+            return
+        stored = kept[name]
+        actual = stored.astype(np.float64)
+        ref = np.asarray(ref, np.float64)
+        norm = float(np.linalg.norm(ref))
+        if norm == 0 or not np.isfinite(actual).all():
+            return
+        err = float(np.linalg.norm(actual - ref)) / norm
+        if err > DIVERGENCE:
+            ins = [float(np.abs(kept[i].astype(np.float32)).max()) for i in node.input if i in kept and kept[i].size]
+            found.append(NodeEvent(stage, 0 if stage == "unet" else None, node.name, node.op_type, name,
+                                   str(stored.dtype), peak=float(np.abs(actual).max()),
+                                   input_peak=max(ins) if ins else None, rel_error=err))
+
+    stage_runner_factory("reference", capture=compare)(getattr(models, stage), stage)(feeds)
+    return found[0] if found else None
 
 
 def find_fix(check: SDCheck, event: NodeEvent, models: SDModels, common: dict, profile: str,

@@ -27,10 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .check import STAGES, per_stage_factory
+from .check import STAGES, per_stage_factory, stage_feeds
 from .pipeline import SDModels, run_pipeline
 from .presets import get_preset
-from .scheduler import make_scheduler
 
 GOLDEN_DIR = Path(__file__).resolve().parents[2] / "golden" / "sd" / "tiny"
 SETTINGS = {"preset": "tiny", "steps": 3, "scheduler": "ddim", "seed": 0, "guidance_scale": 7.5,
@@ -50,13 +49,12 @@ def _first(outputs) -> np.ndarray:
 
 def stage_inputs(models: SDModels, reference) -> dict[str, np.ndarray]:
     """The stage inputs of the per-stage goldens, from the reference pipeline run (float32 as the graphs take)."""
-    p = get_preset(SETTINGS["preset"])
-    sched = make_scheduler(SETTINGS["scheduler"], SETTINGS["steps"])
-    sample = np.repeat(sched.scale_model_input(reference.latents[0], 0), 2, axis=0).astype(np.float32)
+    args = (reference, get_preset(SETTINGS["preset"]), SETTINGS["scheduler"], SETTINGS["steps"])
+    unet = stage_feeds("unet", *args)
     return {"inputs.token_ids": reference.token_ids, "inputs.initial_latents": reference.latents[0],
-            "inputs.unet_sample": sample, "inputs.unet_timestep": np.full(2, sched.timesteps[0], np.float32),
-            "inputs.unet_context": np.asarray(reference.text_embeddings).astype(np.float32),
-            "inputs.vae_latent": (reference.latents[-1] / p.scaling_factor).astype(np.float32)}
+            "inputs.unet_sample": unet["sample"], "inputs.unet_timestep": unet["timestep"],
+            "inputs.unet_context": unet["encoder_hidden_states"],
+            "inputs.vae_latent": stage_feeds("vae_decoder", *args)["latent_sample"]}
 
 
 def run_group(group: str, models: SDModels, inputs: dict[str, np.ndarray], *, pipeline: bool = True

@@ -74,6 +74,13 @@ def verdict_lines(check: SDCheck) -> list[str]:
         hint = explain(h.op_type)
         if hint:
             lines.append("  why: " + hint)
+    if check.divergence:
+        d = check.divergence
+        lines.append("no NaN/inf/max anywhere; first node far from the reference: " + d.describe())
+        hint = explain(d.op_type)
+        if hint:
+            lines.append("  why (likely): " + hint + "; an overflow inside the kernel can leave a finite, collapsed "
+                         "output")
     if t.first_saturated:
         lines.append("first output at the format's max (overflow in saturation mode): " + t.first_saturated.describe())
     for h in t.headroom.values():
