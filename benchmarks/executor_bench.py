@@ -10,7 +10,7 @@ Graphs (--graphs, comma list):
 - `synthetic`: a compute-bound SD-UNet-like block stack built here (per block Conv3x3 -> GroupNorm(32) -> SiLU
   (Sigmoid*Mul) -> Conv3x3 -> residual Add, then self-attention over the flattened spatial positions).
 Each SD UNet runs one denoising step at batch 2 (unconditional + prompt). Every runner runs in its own subprocess
-so that its peak RSS (ru_maxrss) is its own; wall time is the best of --repeat runs after a warm-up (onnx.reference:
+so that its peak RSS (VmHWM) is its own; wall time is the best of --repeat runs after a warm-up (onnx.reference:
 one run). Same graph, same inputs, same thread budget for every runner: ORT's intra-op pool and numpy's BLAS both
 get --threads (default 1; the executor itself honours whatever OPENBLAS/OMP/MKL_NUM_THREADS the user sets).
 --baseline REV also runs the NPU and reference policies of git revision REV (its mschecker, reference/ and
@@ -106,7 +106,11 @@ run()
 times = []
 for _ in range(repeat):
     t = time.perf_counter(); run(); times.append(time.perf_counter() - t)
-print(json.dumps({"best_s": min(times), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across execve, so a child would report the parent's peak (the
+# parent holds the freshly built model); VmHWM belongs to this process's own address space
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
+peak = int(hwm[0].split()[1]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"best_s": min(times), "peak_rss_mb": peak}))
 """
 
 

@@ -188,7 +188,12 @@ def fp16_running_sum(x: np.ndarray, axis: int = -1, keepdims: bool = True) -> np
 def f16_binary(ufunc: np.ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """ufunc(a, b) for float16 a and b in {add, subtract, multiply, divide}: the float32 result rounded once."""
     with np.errstate(all="ignore"):
-        y32 = ufunc(to_f32(a), to_f32(b))
+        a32, b32 = to_f32(a), to_f32(b)
+        if a32 is not a and a32.shape == np.broadcast_shapes(a32.shape, b32.shape):
+            y32 = ufunc(a32, b32, out=a32)  # a fresh copy of a: reuse it (one float32 temporary, not two)
+        else:
+            y32 = ufunc(a32, b32)
+        del a32, b32
         if y32.size == 0 or not _has_nan(y32):
             return to_f16(y32)
         # which operand's NaN payload survives differs between routes: NaN positions are numpy's own

@@ -67,16 +67,20 @@ def softmax_fp16_fp16acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
     n = x16.shape[axis]
     table = _exp_table()
     with np.errstate(all="ignore"):
-        z = to_f16(x32 - np.max(x32, axis=axis, keepdims=True)).view(np.uint16)  # the max is exact: one rounding
+        # x32 is our own copy (to_f32 of fp16 input makes one): shifted in place; the max is exact, so x - max
+        # is rounded once, by to_f16, as numpy's fp16 subtract rounds it
+        z = to_f16(np.subtract(x32, np.max(x32, axis=axis, keepdims=True), out=x32)).view(np.uint16)
         del x32
         rows = z.size // n
         if rows < 256:
-            s = fp16_running_sum(table[z].astype(np.float16), axis)
+            s = to_f32(fp16_running_sum(table[z].astype(np.float16), axis))
         else:
             # the table read through the transposed index view lands contiguous in (n, rows) order
             s = running_sum_f32(table[np.moveaxis(z, axis, 0)].reshape(n, rows))
             s = np.expand_dims(s.reshape(x16.shape[:axis] + x16.shape[axis + 1:]), axis)
-        return to_f16(table[z] / to_f32(s))  # quotients of positive finite values: no NaN
+        e = table[z]
+        del z
+        return to_f16(np.divide(e, s, out=e))  # quotients of positive finite values: no NaN
 
 
 def softmax_fp16_nomax(x: np.ndarray, axis: int = -1) -> np.ndarray:
