@@ -54,7 +54,7 @@ def read_manifest(directory) -> dict:
 
 
 def _stored(arr: np.ndarray) -> np.ndarray:
-    arr = np.ascontiguousarray(arr)
+    arr = np.require(np.asarray(arr), requirements="C")  # ascontiguousarray would turn 0-d into (1,)
     return arr.view(np.uint16) if arr.dtype == bfloat16 else arr
 
 

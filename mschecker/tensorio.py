@@ -349,7 +349,7 @@ def write_tensor(path, array) -> None:
     bf16 goes to .npy the way numpy writes it ('<V2', read back as bf16); raw files get a `<file>.json` sidecar.
     """
     path = Path(path)
-    arr = np.ascontiguousarray(array)
+    arr = np.require(np.asarray(array), requirements="C")  # ascontiguousarray would turn 0-d into (1,)
     suffix = path.suffix.lower()
     if suffix == ".npy":
         atomic_write(path, lambda f: np.save(f, arr, allow_pickle=False))
