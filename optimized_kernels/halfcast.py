@@ -43,26 +43,33 @@ def _cast_session(src: np.dtype, dst: np.dtype) -> Callable:
         with _lock:
             sess = _sessions.get(key)
             if sess is None:
-                import onnxruntime as ort
-                from onnx import TensorProto, helper
-
-                code = {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT}
-                g = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=code[dst.name])], "cast",
-                                      [helper.make_tensor_value_info("x", code[src.name], None)],
-                                      [helper.make_tensor_value_info("y", code[dst.name], None)])
-                m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-                m.ir_version = 8
-                so = ort.SessionOptions()
-                so.intra_op_num_threads = 1  # same single-thread budget as the rest of the emulation
-                so.inter_op_num_threads = 1
-                session = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-                inner = getattr(session, "_sess", None)
-                if inner is not None and hasattr(inner, "run"):
-                    sess = lambda feeds, run=inner.run: run(["y"], feeds, None)  # noqa: E731
-                else:  # pragma: no cover - other onnxruntime builds
-                    sess = lambda feeds, run=session.run: run(None, feeds)  # noqa: E731
+                try:
+                    sess = _make_cast_session(src, dst)
+                except Exception:  # noqa: BLE001 - an onnxruntime without this Cast: numpy's (slower) conversion
+                    sess = lambda feeds, dst=dst: [feeds["x"].astype(dst)]  # noqa: E731
                 _sessions[key] = sess
     return sess
+
+
+def _make_cast_session(src: np.dtype, dst: np.dtype) -> Callable:
+    """A one-node Cast model src -> dst on onnxruntime's CPU provider, single-threaded."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    code = {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT}
+    g = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=code[dst.name])], "cast",
+                          [helper.make_tensor_value_info("x", code[src.name], None)],
+                          [helper.make_tensor_value_info("y", code[dst.name], None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1  # same single-thread budget as the rest of the emulation
+    so.inter_op_num_threads = 1
+    session = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    inner = getattr(session, "_sess", None)
+    if inner is not None and hasattr(inner, "run"):
+        return lambda feeds, run=inner.run: run(["y"], feeds, None)
+    return lambda feeds, run=session.run: run(None, feeds)  # pragma: no cover - other builds
 
 
 def _ort_cast(x: np.ndarray, dst: np.dtype) -> np.ndarray:

@@ -159,3 +159,15 @@ def test_planted_missing_overflow_is_caught(f32_samples):
 
     with np.errstate(over="ignore", invalid="ignore"):
         assert not same_or_both_nan(no_inf(f32_samples), f32_samples.astype(F16).astype(F32))
+
+
+def test_without_an_onnxruntime_cast_numpy_converts(monkeypatch, f32_samples):
+    def broken(src, dst):
+        raise RuntimeError("no Cast kernel in this build")
+
+    monkeypatch.setattr(H, "_sessions", {})
+    monkeypatch.setattr(H, "_make_cast_session", broken)
+    x = f32_samples[:50_000]
+    with np.errstate(over="ignore"):
+        assert same_bits(H.to_f16(x), x.astype(F16))
+    assert same_bits(H.to_f32(np.tile(ALL_F16, 2)), np.tile(ALL_F16, 2).astype(F32))
