@@ -60,8 +60,13 @@ def softmax_fp16_fp16acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
     divide)."""
     x = np.asarray(x)
     x16 = to_f16(x) if x.dtype == np.float32 else x.astype(np.float16)
+    if x16.size == 0:
+        return softmax_fp16_fp16acc_numpy(x16, axis)
     x32 = to_f32(x16)
-    if x32.size == 0 or not np.isfinite(x32).all():
+    m = np.max(x32, axis=axis, keepdims=True)
+    if not np.isfinite(m).all():
+        # a NaN or +inf in a row (or a row of -inf): x - max makes NaNs, whose payloads only numpy's own fp16
+        # route reproduces; -inf elements under a finite max are fine (exp(-inf) = 0 on both routes)
         return softmax_fp16_fp16acc_numpy(x16, axis)
     axis %= x16.ndim
     n = x16.shape[axis]
@@ -69,7 +74,7 @@ def softmax_fp16_fp16acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
     with np.errstate(all="ignore"):
         # x32 is our own copy (to_f32 of fp16 input makes one): shifted in place; the max is exact, so x - max
         # is rounded once, by to_f16, as numpy's fp16 subtract rounds it
-        z = to_f16(np.subtract(x32, np.max(x32, axis=axis, keepdims=True), out=x32)).view(np.uint16)
+        z = to_f16(np.subtract(x32, m, out=x32)).view(np.uint16)
         del x32
         rows = z.size // n
         if rows < 256:

@@ -129,7 +129,9 @@ def test_fast_softmax_fp16acc_is_its_numpy_definition(shape, axis, scale):
     for xin in (x, x.astype(F16)):
         assert same_bits(S.softmax_fp16_fp16acc(xin, axis), S.softmax_fp16_fp16acc_numpy(xin, axis))
     x16 = x.astype(F16)
-    x16.reshape(-1)[[5, 77]] = [np.inf, np.nan]
+    x16.reshape(-1)[[3, 900]] = -np.inf  # fast path: -inf under a finite row max
+    assert same_bits(S.softmax_fp16_fp16acc(x16, axis), S.softmax_fp16_fp16acc_numpy(x16, axis))
+    x16.reshape(-1)[[5, 77]] = [np.inf, np.nan]  # fallback path: NaN / +inf in a row
     with np.errstate(invalid="ignore"):
             assert same_or_both_nan(S.softmax_fp16_fp16acc(x16, axis), S.softmax_fp16_fp16acc_numpy(x16, axis))
 
