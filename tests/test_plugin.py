@@ -450,3 +450,20 @@ def test_bad_report_or_golden_path_is_a_usage_error(pytester):
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         result.stderr.fnmatch_lines([message])
     assert (pytester.path / "afile").read_text() == "x"
+
+
+def test_mschecker_kernels_imports_user_modules(tmp_path):
+    """`mschecker kernels --module fusedkern.checks` lists and checks the example's user kernel like ours."""
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "examples" / "fused_kernel_project" / "src"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "FUSEDKERN_BUG"}
+    env.update(PYTHONPATH=str(src), NO_COLOR="1")
+    ok = subprocess.run([sys.executable, "-m", "mschecker.cli", "kernels", "--module", "fusedkern.checks",
+                         "--kernel", "fused_rmsnorm", "--examples", "3"], capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "fused_rmsnorm" in ok.stdout and "bug caught" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "mschecker.cli", "kernels", "--module", "no_such_kernels_mod"],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "no_such_kernels_mod" in bad.stderr and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1

@@ -31,7 +31,26 @@ def build_parser() -> Parser:
     p.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES, metavar="N",
                    help=f"cases drawn per strategy (default {DEFAULT_EXAMPLES})")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON (atomic)")
+    p.add_argument("--module", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (repeatable): a module that registers your own kernels, e.g. with "
+                        "mschecker.testing.register_user_kernel (the current directory is importable)")
     return p
+
+
+def import_user_modules(names: list[str]) -> None:
+    """Import the modules that register user kernels; a module that is not found is bad input (exit 2)."""
+    import importlib
+    import sys
+
+    if names and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+                raise InputError(f"--module {name}: no module named {exc.name!r} on the Python path") from None
+            raise
 
 
 def _fmt(x: float) -> str:
@@ -73,6 +92,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.examples < 1:
         raise InputError(f"--examples must be a positive integer, got {args.examples}")
+    import_user_modules(args.module)
     try:
         infos = resolve_kernels(args.kernel)
     except KeyError as exc:
