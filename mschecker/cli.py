@@ -18,7 +18,6 @@ SUBCOMMANDS = {
     "kernels": "mschecker.commands.kernels",
     "run": "mschecker.commands.run",
     "sd": "mschecker.commands.sd",
-    "bisect": "mschecker.commands.bisect",
     "demo": "mschecker.commands.demo",
 }
 
