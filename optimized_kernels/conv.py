@@ -2,6 +2,7 @@
 
 - conv2d_fp16_fp32acc: fp16 inputs, the patch matrix and GEMM in fp32 (products of fp16 numbers are exact in
   fp32), bias added in fp32, output rounded once to fp16.
+- conv2d_bf16_fp32acc: the same with bf16 storage (bf16 products are exact in fp32 too).
 - conv2d_fp32: fp32 storage and arithmetic.
 - conv2d_bug_fp16acc (planted bug): the same GEMM but every partial sum rounded to fp16 (a sequential fp16
   accumulator over the K = C_in/group*kH*kW terms), sold as fp32 accumulation.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..dtypes import bfloat16
 from ..reference.conv import check_conv_args, conv_output_size
 from .halfcast import to_f16, to_f32
 
@@ -53,6 +55,10 @@ def _direct(x, w, b, strides, pads, dilations, group, compute, out, accumulate=N
 
 def conv2d_fp16_fp32acc(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1):
     return _direct(x, w, b, strides, pads, dilations, group, np.float32, np.float16)
+
+
+def conv2d_bf16_fp32acc(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1):
+    return _direct(x, w, b, strides, pads, dilations, group, np.float32, bfloat16)
 
 
 def conv2d_fp32(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1):

@@ -3,6 +3,8 @@
 - conv_transpose2d_fp16_fp32acc_scatter: GEMM then col2im. cols = W^T x (a GEMM over C_in/group in fp32), and
   every column is scatter-added into the output at (p*sh + i*dh, q*sw + j*dw) in fp32; crop by pads, add bias,
   round once to fp16.
+  conv_transpose2d_bf16_fp32acc_scatter and conv_transpose2d_fp32_scatter: the same with bf16 / fp32 storage
+  (the emulated NPU's bf16 profile and its fp32 islands).
 - conv_transpose2d_fp16_fp32acc_zero_insert: insert (s-1) zeros between input pixels, pad by d*(k-1) - pad
   (plus output_padding at the end), and run the direct stride-1 Conv2D (optimized_kernels/conv.py) with the
   kernel flipped in both spatial axes and its in/out channels swapped per group.
@@ -13,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import bfloat16
 from ..reference.conv import check_conv_args, conv_transpose_output_size
 from .conv import conv2d_fp16_fp32acc
 
 
-def conv_transpose2d_fp16_fp32acc_scatter(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1),
-                                          group=1, output_padding=(0, 0)):
+def _scatter(x, w, b, strides, pads, dilations, group, output_padding, out):
     check_conv_args(x, w, group, transpose=True)
     n, c_in, h, wd = x.shape
     _, cog, kh, kw = w.shape
@@ -37,7 +39,22 @@ def conv_transpose2d_fp16_fp32acc_scatter(x, w, b=None, strides=(1, 1), pads=(0,
     y = full.reshape(n, group * cog, full_h, full_w)[:, :, pt: full_h - pb, pl: full_w - pr]
     if b is not None:
         y = y + np.asarray(b).astype(np.float32).reshape(1, -1, 1, 1)
-    return y.astype(np.float16)
+    return y.astype(out)
+
+
+def conv_transpose2d_fp16_fp32acc_scatter(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1),
+                                          group=1, output_padding=(0, 0)):
+    return _scatter(x, w, b, strides, pads, dilations, group, output_padding, np.float16)
+
+
+def conv_transpose2d_bf16_fp32acc_scatter(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1),
+                                          group=1, output_padding=(0, 0)):
+    return _scatter(x, w, b, strides, pads, dilations, group, output_padding, bfloat16)
+
+
+def conv_transpose2d_fp32_scatter(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1,
+                                  output_padding=(0, 0)):
+    return _scatter(x, w, b, strides, pads, dilations, group, output_padding, np.float32)
 
 
 def _zero_insert(x, w, b, strides, pads, dilations, group, output_padding, flip: bool):

@@ -3,6 +3,7 @@
 - softmax_fp32: fp32 storage and arithmetic, max-shifted.
 - softmax_fp16_fp32acc: fp16 storage; upcast to fp32 for shift, exp, sum and divide; output rounded to fp16
   (what a vector unit does with high_precision implmode).
+- softmax_bf16_fp32acc: the same with bf16 storage.
 - softmax_fp16_fp16acc: fp16 storage and fp16 arithmetic, including a sequential fp16 running sum
   (high_performance).
 - softmax_fp16_nomax (planted bug): fp32 arithmetic like the accurate kernel but computes exp(x) in fp16 without
@@ -11,6 +12,8 @@
 from __future__ import annotations
 
 import numpy as np
+
+from ..dtypes import bfloat16
 
 from .halfcast import fp16_running_sum, running_sum_f32, to_f16, to_f32
 
@@ -50,6 +53,11 @@ def _exp_table() -> np.ndarray:
         with np.errstate(all="ignore"):
             _EXP_FP16_AS_F32.append(np.exp(np.arange(65536, dtype=np.uint16).view(np.float16)).astype(np.float32))
     return _EXP_FP16_AS_F32[0]
+
+
+def softmax_bf16_fp32acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """bf16 storage, fp32 shift/exp/sum/divide, output rounded once to bf16."""
+    return _shifted_softmax(x, axis, np.dtype(np.float32), bfloat16)
 
 
 def softmax_fp16_fp16acc(x: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -195,6 +195,8 @@ register_kernel(KernelInfo(
                               doc="scores and P materialized in fp16 (overflows past 65504)"),
         "fp32_upcast": Variant("fp32_upcast", opt.attention_fp32_upcast, "float16", UPCAST_CONTRACT,
                                doc="fp16 storage, logits and softmax in fp32 (diffusers upcast_attention)"),
+        "bf16_fp32_upcast": Variant("bf16_fp32_upcast", opt.attention_fp32_upcast, "bfloat16", UPCAST_CONTRACT,
+                                    doc="bf16 storage, logits and softmax in fp32"),
         "flash_fp16_fp32acc": Variant("flash_fp16_fp32acc", opt.attention_flash_fp16_fp32acc, "float16",
                                       FLASH_CONTRACT, doc="blocked online softmax, 64x64 tiles, O(L d) memory"),
         "bug_fp16_nomax": Variant("bug_fp16_nomax", opt.attention_bug_fp16_nomax, "float16", None,

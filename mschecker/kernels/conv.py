@@ -185,6 +185,8 @@ register_kernel(KernelInfo(
     variants={
         "fp16_fp32acc": Variant("fp16_fp32acc", direct.conv2d_fp16_fp32acc, "float16", CONV_CONTRACT,
                                 doc="im2col + GEMM, fp32 accumulation (cube unit)"),
+        "bf16_fp32acc": Variant("bf16_fp32acc", direct.conv2d_bf16_fp32acc, "bfloat16", CONV_CONTRACT,
+                                doc="im2col + GEMM, bf16 storage, fp32 accumulation"),
         "fp32": Variant("fp32", direct.conv2d_fp32, "float32", CONV_CONTRACT, doc="im2col + GEMM in fp32"),
         "bug_fp16acc": Variant("bug_fp16acc", direct.conv2d_bug_fp16acc, "float16", None, accumulate="float16",
                                planted_bug="fp16 running accumulation sold as fp32 accumulation",
@@ -237,6 +239,10 @@ register_kernel(KernelInfo(
     variants={
         "fp16_fp32acc_scatter": Variant("fp16_fp32acc_scatter", ct.conv_transpose2d_fp16_fp32acc_scatter,
                                         "float16", CONV_TRANSPOSE_CONTRACT, doc="GEMM + col2im scatter"),
+        "bf16_fp32acc_scatter": Variant("bf16_fp32acc_scatter", ct.conv_transpose2d_bf16_fp32acc_scatter,
+                                        "bfloat16", CONV_TRANSPOSE_CONTRACT, doc="GEMM + col2im scatter, bf16"),
+        "fp32_scatter": Variant("fp32_scatter", ct.conv_transpose2d_fp32_scatter, "float32",
+                                CONV_TRANSPOSE_CONTRACT, doc="GEMM + col2im scatter, fp32"),
         "fp16_fp32acc_zero_insert": Variant("fp16_fp32acc_zero_insert", ct.conv_transpose2d_fp16_fp32acc_zero_insert,
                                             "float16", CONV_TRANSPOSE_CONTRACT,
                                             doc="zero insertion + direct conv with the flipped kernel"),

@@ -58,6 +58,8 @@ register_kernel(KernelInfo(
         "fp32": Variant("fp32", opt.softmax_fp32, "float32", SOFTMAX_CONTRACT, accumulate="float32"),
         "fp16_fp32acc": Variant("fp16_fp32acc", opt.softmax_fp16_fp32acc, "float16", SOFTMAX_CONTRACT,
                                 accumulate="float32"),
+        "bf16_fp32acc": Variant("bf16_fp32acc", opt.softmax_bf16_fp32acc, "bfloat16", SOFTMAX_CONTRACT,
+                                accumulate="float32"),
         "fp16_fp16acc": Variant("fp16_fp16acc", opt.softmax_fp16_fp16acc, "float16", SOFTMAX_CONTRACT,
                                 accumulate="float16", implmode="high_performance"),
         "fp16_nomax": Variant("fp16_nomax", opt.softmax_fp16_nomax, "float16", None, planted_bug=
