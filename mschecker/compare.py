@@ -26,6 +26,19 @@ from .dtypes import FloatFormat, dtype_name, float_format, is_float, resolve_dty
 from .errors import InputError
 from . import dtypes as _dtypes
 
+try:  # optional one-pass C kernel (setup.py); without it the numpy path below does the same work
+    from . import _fastcompare
+except ImportError:  # pragma: no cover - depends on whether a C compiler was available at install time
+    _fastcompare = None
+
+
+def _fast_kernel():
+    """The C kernel module, or None when it is not built or MSCHECKER_NO_FASTCOMPARE=1 forces the numpy path
+    (read per comparison, so tests can compare both paths)."""
+    if os.environ.get("MSCHECKER_NO_FASTCOMPARE", "") not in ("", "0"):
+        return None
+    return _fastcompare
+
 SCHEMA_VERSION = 1
 
 #: Defaults when no elementwise option is given: Polygraphy's defaults (atol = rtol = 1e-5), also torch's fp32
@@ -592,6 +605,10 @@ class _Accumulator:
         self.top_e = np.empty(0)
         self.hist = np.zeros(len(_DECADE_LABELS), dtype=np.int64)
         self._bufs: dict[str, np.ndarray] = {}
+        # The C kernel covers the hot case: float32 on both sides, ULPs counted in fp32 (see _update_fast).
+        f32 = np.dtype(np.float32)
+        self._kernel = _fast_kernel() if (np.dtype(a_dtype) == f32 and np.dtype(e_dtype) == f32
+                                          and self.fmt is not None and self.fmt.dtype == f32) else None
 
     # -- per chunk ------------------------------------------------------------------------------------------
     def _scratch(self, key: str, m: int, dtype=np.float64) -> np.ndarray:
@@ -613,6 +630,8 @@ class _Accumulator:
     def update(self, a: np.ndarray, e: np.ndarray, offset: int) -> None:
         n = a.size
         self.n += n
+        if self._kernel is not None and n and self._update_fast(a, e, offset):
+            return
         a64 = self._f64("a64", a)
         e64 = self._f64("e64", e)
         d = np.subtract(a64, e64, out=self._scratch("d", n))
@@ -681,6 +700,54 @@ class _Accumulator:
         if self.kl_ok:
             self._kl(a64, e64)
         self._top(ad, a64, e64, sel, offset)
+
+    def _update_fast(self, a: np.ndarray, e: np.ndarray, offset: int) -> bool:
+        """_finite_pairs of a whole float32 chunk in one C pass (mschecker/_fastcompare.c); False, with nothing
+        changed, when a pair is not finite (the numpy path then takes the chunk).
+
+        Every per-element value is the same IEEE float64 operation as in the numpy path, so maxima, indices,
+        counts, histograms and the top-k are identical; the five float64 sums add in another order (within the
+        gamma_n bound the sum-based metrics state, like the chunk/thread merge). KL of nonnegative tensors is
+        left to numpy (_kl; one log per element); the kernel returns the minima that rule it out."""
+        a = np.ascontiguousarray(a)
+        e = np.ascontiguousarray(e)
+        m = a.size
+        k = self.topk
+        thr = float(self.top_key[-1]) if k and self.top_key.size >= k else (-1.0 if k else math.inf)
+        cand = self._scratch("cand", m, np.int64)
+        out = self._kernel.finite_f32(a, e, float(self.rule.atol), float(self.rule.rtol), float(self.tiny),
+                                      -1 if self.rule.ulp is None else int(self.rule.ulp), _DECADE_EDGES,
+                                      self.ulp.low, self.ulp.high, self.hist, thr, cand)
+        if out is None:
+            return False
+        (sdd, saa, see, sae, sabs, max_abs, max_abs_i, peak, max_rel, max_rel_i, rel0, rel1, mism, ulp_max,
+         ncand, min_a, min_e) = out
+        self.finite += m
+        self.sum_dd += sdd
+        self.sum_aa += saa
+        self.sum_ee += see
+        self.sum_ae += sae
+        self.sum_abs += sabs
+        if max_abs > self.max_abs:
+            self.max_abs, self.max_abs_flat = max_abs, offset + max_abs_i
+        self.peak = max(self.peak, peak)
+        if max_rel > self.max_rel:
+            self.max_rel, self.max_rel_flat = max_rel, offset + max_rel_i
+        self.rel_counts[0] += rel0
+        self.rel_counts[1] += rel1
+        self.mismatches += mism
+        self.ulp.n += m
+        self.ulp.max = max(self.ulp.max, ulp_max)
+        if self.kl_ok:
+            if min_a < 0 or min_e < 0:
+                self.kl_ok, self.kl_note = False, "N/A: tensor has negative values"
+            else:
+                self._kl(self._f64("a64", a), self._f64("e64", e))
+        if ncand:
+            c = cand[:ncand]
+            key = np.abs(a[c].astype(np.float64) - e[c].astype(np.float64))
+            self._select_top(key, c, a[c].astype(np.float64), e[c].astype(np.float64), None, offset)
+        return True
 
     def _max_rel(self, ad, e64) -> tuple[float, int]:
         """Largest relative error |d| / max(|e|, floor) of the chunk and its first index.
@@ -795,15 +862,21 @@ class _Accumulator:
             cand = np.flatnonzero(np.greater(key, self.top_key[-1], out=self._scratch("mask", key.size, np.bool_)))
         else:
             cand = np.arange(key.size)
+        self._select_top(key[cand], cand, a64[cand], e64[cand], sel, offset)
+
+    def _select_top(self, key, cand, a64, e64, sel, offset) -> None:
+        """Merge candidates (key, chunk index cand ascending, values) into the top-k: only the k largest keys,
+        the lowest indices among equal k-th keys, can make it."""
+        k = self.topk
         if cand.size > k:
-            kth = np.partition(key[cand], cand.size - k)[cand.size - k]  # k-th largest candidate key
-            kc = key[cand]
-            gt = cand[kc > kth]
-            cand = np.concatenate([gt, cand[kc == kth][: k - gt.size]])
+            kth = np.partition(key, cand.size - k)[cand.size - k]  # k-th largest candidate key
+            keep = np.flatnonzero(key > kth)
+            keep = np.concatenate([keep, np.flatnonzero(key == kth)[: k - keep.size]])
+            key, cand, a64, e64 = key[keep], cand[keep], a64[keep], e64[keep]
         if cand.size == 0:
             return
         flat = offset + (cand if sel is None else sel[cand])
-        self._merge_top(key[cand], flat.astype(np.int64), a64[cand], e64[cand])
+        self._merge_top(key, flat.astype(np.int64), a64, e64)
 
     def _merge_top(self, key, flat, a, e) -> None:
         keys = np.concatenate([self.top_key, key])
