@@ -28,11 +28,151 @@ static int floor_log2_u32(uint32_t v) {
     return k;
 }
 
-/* Sign-magnitude ordinal of a float32 bit pattern (dtypes.ordinal): +0 and -0 both map to 0. Branch-free as
- * in dtypes.ordinal (a branch on the sign of signed data mispredicts half the time: measured 3x the whole pass). */
-static inline int64_t ordinal32(int32_t bits) {
-    int64_t s = bits, sign = s >> 31; /* 0 or -1 */
-    return (s ^ (sign & 0x7fffffff)) - sign;
+/* Lanes: the loop runs over blocks of LANES elements with one accumulator per lane, so that the compiler can
+ * vectorize the per-element arithmetic (each lane's sums, maxima and counters are independent; the lanes are
+ * combined at the end: maxima keep the lowest index on ties, sums only change order). The counter increments
+ * (ULP bins, decade buckets) and the top-k candidates go through a second, scalar loop over the block. */
+#define LANES 8
+#define SMALL_BINS 256
+
+typedef struct {
+    double sdd, saa, see, sae, sabs, max_abs, peak, max_rel, min_a, min_e;
+    int64_t max_abs_i, max_rel_i, ncand, rel0, rel1, mism;
+    uint32_t ulp_max;
+} Totals;
+
+typedef struct {
+    double atol, rtol, tiny, top_thr;
+    uint32_t ulp_tol; /* clamped to 2^32 - 1 (no finite fp32 pair is further apart) */
+    int use_ulp;
+    const int *bcount;
+    const double *bnext;
+} Params;
+
+/* Runtime dispatch to an AVX2 clone where the CPU has it (GCC on x86-64 Linux: ifunc); the default clone is
+ * plain x86-64 (SSE2). No -march=native: the built module runs on any x86-64. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define KERNEL_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define KERNEL_CLONES
+#endif
+
+KERNEL_CLONES
+static void fused(const float *a, const float *e, Py_ssize_t n, const Params *p, int64_t *low, int64_t *high,
+                  int64_t lh[4][NEDGES + 2], int64_t *cand, Totals *t) {
+    double sdd[LANES], saa[LANES], see[LANES], sae[LANES], sabs[LANES], mx[LANES], pk[LANES], mr[LANES];
+    double mna[LANES], mne[LANES], adv[LANES];
+    int64_t mxi[LANES], mri[LANES], r0[LANES], r1[LANES], mm[LANES];
+    uint32_t um[LANES], dist[LANES];
+    for (int j = 0; j < LANES; j++) {
+        sdd[j] = saa[j] = see[j] = sae[j] = sabs[j] = 0.0;
+        mx[j] = mr[j] = -1.0;
+        pk[j] = 0.0;
+        mna[j] = mne[j] = INFINITY;
+        mxi[j] = mri[j] = -1;
+        r0[j] = r1[j] = mm[j] = 0;
+        um[j] = 0;
+    }
+    const double atol = p->atol, rtol = p->rtol, tiny = p->tiny, top_thr = p->top_thr;
+    const uint32_t ut = p->ulp_tol;
+    const int use_ulp = p->use_ulp;
+    const int *bcount = p->bcount;
+    const double *bnext = p->bnext;
+    int64_t ncand = 0;
+    /* Small ULP distances (the common case) count in four interleaved local copies first, for the same
+     * store-forwarding reason as the decade counters; added to the exact bins at the end. */
+    int64_t small[4][SMALL_BINS];
+    memset(small, 0, sizeof small);
+    for (Py_ssize_t i0 = 0; i0 < n; i0 += LANES) {
+        int w = n - i0 < LANES ? (int)(n - i0) : LANES;
+        if (w == LANES) {
+            for (int j = 0; j < LANES; j++) {
+#define LANE_BODY                                                                                               \
+                double av = (double)a[i0 + j], ev = (double)e[i0 + j];                                      \
+                double d = av - ev;                                                                         \
+                double ad = fabs(d), ae = fabs(ev);                                                         \
+                int64_t idx = (int64_t)(i0 + j);                                                            \
+                sdd[j] += d * d;                                                                            \
+                saa[j] += av * av;                                                                          \
+                see[j] += ev * ev;                                                                          \
+                sae[j] += av * ev;                                                                          \
+                sabs[j] += ad;                                                                              \
+                int gt = ad > mx[j];                                                                        \
+                mxi[j] = gt ? idx : mxi[j];                                                                 \
+                mx[j] = gt ? ad : mx[j];                                                                    \
+                pk[j] = ae > pk[j] ? ae : pk[j];                                                            \
+                mna[j] = av < mna[j] ? av : mna[j];                                                         \
+                mne[j] = ev < mne[j] ? ev : mne[j];                                                         \
+                double rel = ad / (ae > tiny ? ae : tiny);                                                  \
+                int rgt = rel > mr[j];                                                                      \
+                mri[j] = rgt ? idx : mri[j];                                                                \
+                mr[j] = rgt ? rel : mr[j];                                                                  \
+                r0[j] += rel < 1e-3;                                                                        \
+                r1[j] += rel < 5e-3;                                                                        \
+                /* ULP distance |ordinal(a) - ordinal(e)| (dtypes.ordinal): |ma - me| for equal signs,   */ \
+                /* ma + me (< 2^32) for opposite ones; +0 and -0 are 0 apart.                              */ \
+                uint32_t ua, ue;                                                                            \
+                memcpy(&ua, &a[i0 + j], 4);                                                                 \
+                memcpy(&ue, &e[i0 + j], 4);                                                                 \
+                uint32_t ma = ua & 0x7fffffffu, me = ue & 0x7fffffffu;                                      \
+                uint32_t dsame = ma > me ? ma - me : me - ma;                                               \
+                uint32_t du = ((ua ^ ue) >> 31) ? ma + me : dsame;                                          \
+                dist[j] = du;                                                                               \
+                um[j] = du > um[j] ? du : um[j];                                                            \
+                double bound = ae * rtol;                                                                   \
+                bound += atol;                                                                              \
+                mm[j] += (ad > bound) & ((!use_ulp) | (du > ut));                                           \
+                adv[j] = ad;
+                LANE_BODY
+            }
+        } else {
+            for (int j = 0; j < w; j++) {
+                LANE_BODY
+            }
+        }
+        for (int j = 0; j < w; j++) {
+            uint32_t du = dist[j];
+            if (du < SMALL_BINS) small[j & 3][du]++;
+            else if (du < EXACT_BINS) low[du]++;
+            else high[floor_log2_u32(du)]++;
+            /* decade bucket: 0 for |d| = 0, else 1 + #(edges <= |d|) from the binade table */
+            double ad = adv[j];
+            uint64_t adbits;
+            memcpy(&adbits, &ad, 8);
+            int be = (int)(adbits >> 52) - 1023;
+            be = be < BINADE_LO ? BINADE_LO : (be > BINADE_HI ? BINADE_HI : be);
+            int b = 1 + bcount[be - BINADE_LO] + (bnext[be - BINADE_LO] <= ad);
+            lh[j & 3][ad > 0.0 ? b : 0]++;
+            if (adv[j] > top_thr) cand[ncand++] = (int64_t)(i0 + j);
+        }
+    }
+#undef LANE_BODY
+    for (int c = 0; c < 4; c++)
+        for (int k = 0; k < SMALL_BINS; k++) low[k] += small[c][k];
+    /* Combine the lanes: maxima keep the lowest index among equal values (numpy argmax's first occurrence). */
+    *t = (Totals){0.0, 0.0, 0.0, 0.0, 0.0, -1.0, 0.0, -1.0, INFINITY, INFINITY, -1, -1, ncand, 0, 0, 0, 0};
+    for (int j = 0; j < LANES; j++) {
+        t->sdd += sdd[j];
+        t->saa += saa[j];
+        t->see += see[j];
+        t->sae += sae[j];
+        t->sabs += sabs[j];
+        if (mxi[j] >= 0 && (mx[j] > t->max_abs || (mx[j] == t->max_abs && mxi[j] < t->max_abs_i))) {
+            t->max_abs = mx[j];
+            t->max_abs_i = mxi[j];
+        }
+        if (mri[j] >= 0 && (mr[j] > t->max_rel || (mr[j] == t->max_rel && mri[j] < t->max_rel_i))) {
+            t->max_rel = mr[j];
+            t->max_rel_i = mri[j];
+        }
+        t->peak = pk[j] > t->peak ? pk[j] : t->peak;
+        t->min_a = mna[j] < t->min_a ? mna[j] : t->min_a;
+        t->min_e = mne[j] < t->min_e ? mne[j] : t->min_e;
+        t->rel0 += r0[j];
+        t->rel1 += r1[j];
+        t->mism += mm[j];
+        t->ulp_max = um[j] > t->ulp_max ? um[j] : t->ulp_max;
+    }
 }
 
 static int need(Py_buffer *b, Py_ssize_t bytes, const char *what) {
@@ -81,11 +221,9 @@ static PyObject *finite_f32(PyObject *self, PyObject *args) {
         const double *edges = (const double *)bedges.buf;
         int64_t *low = (int64_t *)blow.buf, *high = (int64_t *)bhigh.buf, *hist = (int64_t *)bhist.buf;
         int64_t *cand = (int64_t *)bcand.buf;
-        double sdd = 0, saa = 0, see = 0, sae = 0, sabs = 0;
-        double max_abs = -1.0, peak = 0.0, max_rel = -1.0, min_a = INFINITY, min_e = INFINITY;
-        Py_ssize_t max_abs_i = -1, max_rel_i = -1, ncand = 0;
-        int64_t rel0 = 0, rel1 = 0, mism = 0;
-        uint32_t ulp_max = 0;
+        Totals tot;
+        Params prm = {atol, rtol, tiny, top_thr, ulp_tol < 0 ? 0u : (ulp_tol > 0xffffffffLL ? 0xffffffffu : (uint32_t)ulp_tol),
+                      ulp_tol >= 0, NULL, NULL};
         int finite = 1;
         /* Decade bucket by binade: for |d| in [2^E, 2^(E+1)), #(edges <= |d|) = #(edges <= 2^E) + (|d| >= the
          * one edge inside the binade, if any): decades are wider than binades, so a binade holds at most one
@@ -108,6 +246,8 @@ static PyObject *finite_f32(PyObject *self, PyObject *args) {
          * same bucket, element after element) serialises on store-to-load forwarding; measured ~3x slower. */
         int64_t lh[4][NEDGES + 2];
         memset(lh, 0, sizeof lh);
+        prm.bcount = bcount;
+        prm.bnext = bnext;
         Py_BEGIN_ALLOW_THREADS
         /* Pre-pass: any NaN/inf leaves everything untouched (the numpy path then handles the chunk). */
         {
@@ -117,51 +257,16 @@ static PyObject *finite_f32(PyObject *self, PyObject *args) {
                 bad |= ((ua[i] & 0x7f800000u) == 0x7f800000u) | ((ue[i] & 0x7f800000u) == 0x7f800000u);
             finite = !bad;
         }
-        if (finite) {
-            const int32_t *ia = (const int32_t *)a, *ie = (const int32_t *)e;
-            for (Py_ssize_t i = 0; i < n; i++) {
-                double av = (double)a[i], ev = (double)e[i];
-                double d = av - ev;
-                double ad = fabs(d), ae = fabs(ev);
-                sdd += d * d;
-                saa += av * av;
-                see += ev * ev;
-                sae += av * ev;
-                sabs += ad;
-                if (ad > max_abs) { max_abs = ad; max_abs_i = i; }
-                if (ae > peak) peak = ae;
-                if (av < min_a) min_a = av;
-                if (ev < min_e) min_e = ev;
-                double rel = ad / (ae > tiny ? ae : tiny);
-                if (rel > max_rel) { max_rel = rel; max_rel_i = i; }
-                rel0 += rel < 1e-3;
-                rel1 += rel < 5e-3;
-                int64_t od = ordinal32(ia[i]) - ordinal32(ie[i]);
-                int64_t odsign = od >> 63;
-                uint32_t dist = (uint32_t)((od ^ odsign) - odsign); /* |od| < 2^32, branch-free */
-                if (dist > ulp_max) ulp_max = dist;
-                if (dist < EXACT_BINS) low[dist]++;
-                else high[floor_log2_u32(dist)]++;
-                double bound = ae * rtol;
-                bound += atol;
-                mism += (ad > bound) & (ulp_tol < 0 || (long long)dist > ulp_tol);
-                /* bucket: 0 for |d| = 0, else 1 + #(edges <= |d|), from the binade table (see above). */
-                uint64_t adbits;
-                memcpy(&adbits, &ad, 8);
-                int be = (int)(adbits >> 52) - 1023;
-                be = be < BINADE_LO ? BINADE_LO : (be > BINADE_HI ? BINADE_HI : be);
-                int b = 1 + bcount[be - BINADE_LO] + (bnext[be - BINADE_LO] <= ad);
-                lh[i & 3][ad > 0.0 ? b : 0]++;
-                if (ad > top_thr) cand[ncand++] = i;
-            }
-        }
+        if (finite)
+            fused(a, e, n, &prm, low, high, lh, cand, &tot);
         for (int c = 0; c < 4; c++)
             for (int k = 0; k < NEDGES + 2; k++) hist[k] += lh[c][k];
         Py_END_ALLOW_THREADS
         if (finite)
-            result = Py_BuildValue("ddddddnddnLLLkndd", sdd, saa, see, sae, sabs, max_abs, max_abs_i, peak,
-                                   max_rel, max_rel_i, (long long)rel0, (long long)rel1, (long long)mism,
-                                   (unsigned long)ulp_max, ncand, min_a, min_e);
+            result = Py_BuildValue("ddddddLddLLLLkLdd", tot.sdd, tot.saa, tot.see, tot.sae, tot.sabs, tot.max_abs,
+                                   (long long)tot.max_abs_i, tot.peak, tot.max_rel, (long long)tot.max_rel_i,
+                                   (long long)tot.rel0, (long long)tot.rel1, (long long)tot.mism,
+                                   (unsigned long)tot.ulp_max, (long long)tot.ncand, tot.min_a, tot.min_e);
         else
             result = Py_NewRef(Py_None);
     }
