@@ -82,7 +82,8 @@ def stream_child(pa: str, pe: str, n: int, repeats: int, chunk: int | None, work
 def pass_costs(pa: str, pe: str, n: int, chunk: int | None) -> dict:
     """ns per element of each step of one streaming chunk (mschecker.compare._Accumulator), best of 7, on the
     first chunk of the benchmark files, single-threaded: where the per-chunk time goes. The steps run in
-    isolation, so their working sets are smaller than in the full update; the sum is below 'full update'."""
+    isolation, so their working sets are smaller than in the full update; the sum is below 'full update'. With
+    the C extension built (and not disabled), its one-pass kernel and the update through it are timed too."""
     from mschecker import compare as C
 
     m = min(n, chunk or C.DEFAULT_CHUNK_ELEMS)
@@ -90,6 +91,8 @@ def pass_costs(pa: str, pe: str, n: int, chunk: int | None) -> dict:
     e = np.fromfile(pe, dtype=np.float32, count=m)
     rule = bench_rule()
     acc = C._Accumulator("bench", (m,), a.dtype, e.dtype, rule, 10)
+    acc_numpy = C._Accumulator("bench", (m,), a.dtype, e.dtype, rule, 10)
+    acc_numpy._kernel = None  # the numpy path, as without the extension
     with np.errstate(all="ignore"):
         a64, e64 = acc._f64("a64", a), acc._f64("e64", e)
         d = np.subtract(a64, e64, out=acc._scratch("d", m))
@@ -110,8 +113,13 @@ def pass_costs(pa: str, pe: str, n: int, chunk: int | None) -> dict:
             "ULP histogram": lambda: hist.add(ulp),
             "decade histogram of |d|": lambda: acc._histogram(ad, float(ad.max())),
             "top-k": lambda: acc._top(ad, a64, e64, None, 0),
-            "full update (all of the above that apply)": lambda: acc.update(a, e, 0),
+            "full update, numpy path (all of the above that apply)": lambda: acc_numpy.update(a, e, 0),
         }
+        if acc._kernel is not None:
+            low, high, hist17, cand = (np.zeros(k, np.int64) for k in (1 << 16, 64, 17, m))
+            steps["C kernel finite_f32 alone (mschecker._fastcompare)"] = lambda: acc._kernel.finite_f32(
+                a, e, rule.atol, rule.rtol, acc.tiny, rule.ulp, C._DECADE_EDGES, low, high, hist17, 0.0, cand)
+            steps["full update, C kernel path"] = lambda: acc.update(a, e, 0)
         best = {k: float("inf") for k in steps}
         for _ in range(7):
             for k, f in steps.items():
@@ -157,6 +165,15 @@ def bare_baseline(pa: Path, pe: Path, repeats: int) -> tuple[list[float], float]
         times.append(time.perf_counter() - t0)
     del a, e
     return times, value
+
+
+def fast_kernel_state() -> str:
+    """Whether the streaming run used the optional C kernel (mschecker/_fastcompare.c)."""
+    from mschecker import compare as C
+
+    if C._fastcompare is None:
+        return "not built (numpy path)"
+    return "built and used" if C._fast_kernel() is not None else "disabled by MSCHECKER_NO_FASTCOMPARE (numpy path)"
 
 
 def main(argv=None) -> int:
@@ -240,6 +257,7 @@ def main(argv=None) -> int:
         "target_ratio": TARGET_RATIO,
         "stream_peak_rss_mb": rss_mb,
         "target_rss_mb": TARGET_RSS_MB,
+        "fast_kernel": fast_kernel_state(),
         "chunk_elems": args.chunk,
         "workers": args.workers,
         "metrics_of_streaming_run": runs[-1]["metrics"],
@@ -247,7 +265,7 @@ def main(argv=None) -> int:
         "meets_targets": bool(ratio >= TARGET_RATIO and rss_mb < TARGET_RSS_MB),
     }
     print(f"elements {n:,} per file ({args.size_gib:g} GiB), both files {nbytes / 1e9:.2f} GB, {args.runs} runs "
-          f"x {args.repeats} repeats")
+          f"x {args.repeats} repeats; C kernel: {results['fast_kernel']}")
     print(f"bare np.max(np.abs(a-b)) in memory: best {bare_s:.3f} s  = {results['bare_gb_per_s']:.2f} GB/s")
     print(f"streaming compare_arrays (memmap):  best {stream_s:.3f} s  = {results['stream_gb_per_s']:.2f} GB/s")
     for step, ns in passes.items():

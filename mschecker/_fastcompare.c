@@ -215,7 +215,7 @@ static PyObject *finite_f32(PyObject *self, PyObject *args) {
         const float *a = (const float *)ba.buf, *e = (const float *)be.buf;
         int64_t *low = (int64_t *)blow.buf, *high = (int64_t *)bhigh.buf, *hist = (int64_t *)bhist.buf;
         int64_t *cand = (int64_t *)bcand.buf;
-        Totals tot;
+        Totals tot = {0};
         Params prm = {atol, rtol, tiny, top_thr, ulp_tol < 0 ? 0u : (ulp_tol > 0xffffffffLL ? 0xffffffffu : (uint32_t)ulp_tol),
                       ulp_tol >= 0, (const double *)bedges.buf};
         int finite = 1;
