@@ -118,7 +118,7 @@ def pass_costs(pa: str, pe: str, n: int, chunk: int | None) -> dict:
         if acc._kernel is not None:
             low, high, hist17, cand = (np.zeros(k, np.int64) for k in (1 << 16, 64, 17, m))
             steps["C kernel finite_f32 alone (mschecker._fastcompare)"] = lambda: acc._kernel.finite_f32(
-                a, e, rule.atol, rule.rtol, acc.tiny, rule.ulp, C._DECADE_EDGES, low, high, hist17, 0.0, cand)
+                a, e, rule.atol, rule.rtol, acc.tiny, *C.REL_THRESHOLDS, rule.ulp, C._DECADE_EDGES, low, high, hist17, 0.0, cand)
             steps["full update, C kernel path"] = lambda: acc.update(a, e, 0)
         best = {k: float("inf") for k in steps}
         for _ in range(7):

@@ -40,7 +40,7 @@ typedef struct {
 } Totals;
 
 typedef struct {
-    double atol, rtol, tiny, top_thr;
+    double atol, rtol, tiny, top_thr, thr0, thr1; /* thr0, thr1: compare.REL_THRESHOLDS */
     uint32_t ulp_tol; /* clamped to 2^32 - 1 (no finite fp32 pair is further apart) */
     int use_ulp;
     const double *edges;
@@ -72,6 +72,7 @@ static void fused(const float *a, const float *e, Py_ssize_t n, const Params *p,
         um[j] = 0;
     }
     const double atol = p->atol, rtol = p->rtol, tiny = p->tiny, top_thr = p->top_thr;
+    const double thr0 = p->thr0, thr1 = p->thr1;
     const uint32_t ut = p->ulp_tol;
     const int use_ulp = p->use_ulp;
     double edges[NEDGES];
@@ -105,8 +106,8 @@ static void fused(const float *a, const float *e, Py_ssize_t n, const Params *p,
                 int rgt = rel > mr[j];                                                                      \
                 mri[j] = rgt ? idx : mri[j];                                                                \
                 mr[j] = rgt ? rel : mr[j];                                                                  \
-                r0[j] += rel < 1e-3;                                                                        \
-                r1[j] += rel < 5e-3;                                                                        \
+                r0[j] += rel < thr0;                                                                        \
+                r1[j] += rel < thr1;                                                                        \
                 /* ULP distance |ordinal(a) - ordinal(e)| (dtypes.ordinal): |ma - me| for equal signs,   */ \
                 /* ma + me (< 2^32) for opposite ones; +0 and -0 are 0 apart.                              */ \
                 uint32_t ua, ue;                                                                            \
@@ -180,20 +181,20 @@ static int need(Py_buffer *b, Py_ssize_t bytes, const char *what) {
 }
 
 PyDoc_STRVAR(finite_f32_doc,
-"finite_f32(a, e, atol, rtol, tiny, ulp_tol, edges, ulp_low, ulp_high, hist, top_thr, cand)\n"
+"finite_f32(a, e, atol, rtol, tiny, thr0, thr1, ulp_tol, edges, ulp_low, ulp_high, hist, top_thr, cand)\n"
 "a, e: contiguous float32 buffers of equal length. ulp_tol < 0: the rule has no ULP clause. edges: the 15\n"
 "float64 decade edges. ulp_low (65536 int64), ulp_high (64 int64), hist (17 int64): counters, incremented in\n"
 "place. top_thr: |d| > top_thr makes an element a top-k candidate; its chunk index goes to cand (int64, at\n"
 "least len(a) slots). Returns None (nothing touched) when a pair is not finite, else the tuple\n"
 "(sum_dd, sum_aa, sum_ee, sum_ae, sum_abs, max_abs, max_abs_i, peak, max_rel, max_rel_i, rel_lt_1e3,\n"
-" rel_lt_5e3, mismatches, ulp_max, ncand, min_a, min_e).");
+" rel_lt_5e3, mismatches, ulp_max, ncand, min_a, min_e); rel_lt_*: counts of relative error < thr0 / thr1.");
 
 static PyObject *finite_f32(PyObject *self, PyObject *args) {
     Py_buffer ba, be, bedges, blow, bhigh, bhist, bcand;
-    double atol, rtol, tiny, top_thr;
+    double atol, rtol, tiny, top_thr, thr0, thr1;
     long long ulp_tol;
     PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*dddLy*w*w*w*dw*", &ba, &be, &atol, &rtol, &tiny, &ulp_tol, &bedges, &blow,
+    if (!PyArg_ParseTuple(args, "y*y*dddddLy*w*w*w*dw*", &ba, &be, &atol, &rtol, &tiny, &thr0, &thr1, &ulp_tol, &bedges, &blow,
                           &bhigh, &bhist, &top_thr, &bcand))
         return NULL;
     Py_ssize_t n = ba.len / 4;
@@ -216,7 +217,7 @@ static PyObject *finite_f32(PyObject *self, PyObject *args) {
         int64_t *low = (int64_t *)blow.buf, *high = (int64_t *)bhigh.buf, *hist = (int64_t *)bhist.buf;
         int64_t *cand = (int64_t *)bcand.buf;
         Totals tot = {0};
-        Params prm = {atol, rtol, tiny, top_thr, ulp_tol < 0 ? 0u : (ulp_tol > 0xffffffffLL ? 0xffffffffu : (uint32_t)ulp_tol),
+        Params prm = {atol, rtol, tiny, top_thr, thr0, thr1, ulp_tol < 0 ? 0u : (ulp_tol > 0xffffffffLL ? 0xffffffffu : (uint32_t)ulp_tol),
                       ulp_tol >= 0, (const double *)bedges.buf};
         int finite = 1;
         /* Local decade counters, four interleaved copies: incrementing one memory counter per element (the

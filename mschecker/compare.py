@@ -716,6 +716,7 @@ class _Accumulator:
         thr = float(self.top_key[-1]) if k and self.top_key.size >= k else (-1.0 if k else math.inf)
         cand = self._scratch("cand", m, np.int64)
         out = self._kernel.finite_f32(a, e, float(self.rule.atol), float(self.rule.rtol), float(self.tiny),
+                                      *map(float, REL_THRESHOLDS),
                                       -1 if self.rule.ulp is None else int(self.rule.ulp), _DECADE_EDGES,
                                       self.ulp.low, self.ulp.high, self.hist, thr, cand)
         if out is None:

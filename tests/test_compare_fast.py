@@ -98,7 +98,7 @@ def test_kernel_skips_nonfinite_chunk_untouched(monkeypatch):
     a[5] = np.nan
     e = np.zeros(8, np.float32)
     low, high, hist, cand = (np.zeros(s, np.int64) for s in (1 << 16, 64, 17, 8))
-    assert C._fastcompare.finite_f32(a, e, 0.0, 0.0, 1e-38, -1, C._DECADE_EDGES, low, high, hist, -1.0,
+    assert C._fastcompare.finite_f32(a, e, 0.0, 0.0, 1e-38, 1e-3, 5e-3, -1, C._DECADE_EDGES, low, high, hist, -1.0,
                                      cand) is None
     assert not (low.any() or high.any() or hist.any())
 
