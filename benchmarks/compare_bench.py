@@ -14,7 +14,9 @@ comparison makes its extra refinement pass (see mschecker.compare._UlpHistogram)
   up to 8), --repeats timings; the child reports its peak RSS (/proc VmHWM);
 * baseline: both files loaded into memory (np.fromfile), --repeats timings of np.max(np.abs(a - b)).
 
-The first child also times each step of one chunk on its own (pass_costs: ns per element, single-threaded).
+The first child also times each step of one chunk on its own (pass_costs: ns per element, single-threaded),
+and, when the optional C kernel mschecker._fastcompare is built, the kernel and the update through it next to
+the numpy path's update. MSCHECKER_NO_FASTCOMPARE=1 benchmarks the numpy path; the JSON says which path ran.
 Throughput is bytes of both inputs / seconds; the ratio is best bare time / best streaming time, also given
 per run and as a ratio of medians, because the machine is shared. Targets (issue 2 item 9): streaming
 throughput >= 0.5x the bare expression's, peak RSS of the streaming process < 300 MB. Results go to
