@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from mschecker.dtypes import round_to
-from mschecker.kernelcheck import as_tuple, check_case, run_reference
+from mschecker.kernelcheck import as_tuple, check_case
 from mschecker.registry import Case, get_kernel, registry
 
 RESULTS = Path(__file__).resolve().parent / "results" / "kernels_bench.json"
