@@ -62,7 +62,7 @@ register_kernel(KernelInfo(
                                 accumulate="float32"),
         "fp16_fp16acc": Variant("fp16_fp16acc", opt.softmax_fp16_fp16acc, "float16", SOFTMAX_CONTRACT,
                                 accumulate="float16", implmode="high_performance"),
-        "fp16_nomax": Variant("fp16_nomax", opt.softmax_fp16_nomax, "float16", None, planted_bug=
+        "bug_fp16_nomax": Variant("bug_fp16_nomax", opt.softmax_fp16_nomax, "float16", None, planted_bug=
                               "no max subtraction: fp16 exp overflows for logits > 11.09", bug_of="fp16_fp32acc",
                               catch_with="wide_logits"),
     },
