@@ -155,22 +155,26 @@ def check_output(out: np.ndarray, ref: np.ndarray, bound, dtype: str) -> OutputC
     )
 
 
+def check_outputs(info: KernelInfo, variant: Variant, rounded: Case, outs: tuple, refs: tuple) -> CheckResult:
+    """Hold a variant's outputs on `rounded` to its contract around the reference outputs `refs` (computed here,
+    or stored in a golden)."""
+    if len(outs) != len(refs):
+        raise AssertionError(f"{info.name}/{variant.name}: {len(outs)} outputs, reference has {len(refs)}")
+    with np.errstate(all="ignore"):
+        bounds = info.contract_of(variant).bound(rounded, refs if len(refs) > 1 else refs[0], variant)
+    bounds = as_tuple(bounds) if len(refs) > 1 else (bounds,)
+    result = CheckResult(info.name, variant.name, variant.dtype, label=rounded.label)
+    for out, ref, bound in zip(outs, refs, bounds):
+        result.outputs.append(check_output(out, ref, bound, variant.dtype))
+    return result
+
+
 def check_case(info: KernelInfo, variant: Variant | str, case: Case) -> CheckResult:
     """Run `variant` and the reference on `case` and hold the variant to its contract."""
     if isinstance(variant, str):
         variant = info.variant(variant)
     rounded, outs = run_variant(variant, case)
-    refs = run_reference(info, rounded)
-    if len(outs) != len(refs):
-        raise AssertionError(f"{info.name}/{variant.name}: {len(outs)} outputs, reference has {len(refs)}")
-    contract = info.contract_of(variant)
-    with np.errstate(all="ignore"):
-        bounds = contract.bound(rounded, refs if len(refs) > 1 else refs[0], variant)
-    bounds = as_tuple(bounds) if len(refs) > 1 else (bounds,)
-    result = CheckResult(info.name, variant.name, variant.dtype, label=case.label)
-    for out, ref, bound in zip(outs, refs, bounds):
-        result.outputs.append(check_output(out, ref, bound, variant.dtype))
-    return result
+    return check_outputs(info, variant, rounded, outs, run_reference(info, rounded))
 
 
 def assert_meets_contract(info: KernelInfo, variant: Variant | str, case: Case) -> CheckResult:
