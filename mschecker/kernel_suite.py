@@ -56,6 +56,7 @@ class VariantOutcome:
     planted_bug: str | None
     cases: int = 0
     failures: int = 0
+    crashes: int = 0  # failures that were exceptions: a crashing planted bug is mis-wired, not caught
     no_claim: int = 0  # passing cases whose worst element lies outside the contract's domain (bound inf)
     max_abs_err: float = 0.0
     bound_at_worst: float = 0.0
@@ -67,7 +68,7 @@ class VariantOutcome:
     @property
     def verdict(self) -> str:
         if self.planted_bug is not None:
-            return VERDICT_CAUGHT if self.failures else VERDICT_MISSED
+            return VERDICT_CAUGHT if self.failures > self.crashes else VERDICT_MISSED
         return VERDICT_PASS if not self.failures else VERDICT_FAIL
 
     @property
@@ -95,6 +96,7 @@ class VariantOutcome:
     def add_crash(self, case: Case, exc: Exception) -> None:
         self.cases += 1
         self.failures += 1
+        self.crashes += 1
         self.worst_ratio = float("inf")
         if self.first_failure is None:
             self.first_failure = f"{self.kernel}/{self.variant} on {case.label or 'case'}: raised {exc!r}"
@@ -134,8 +136,8 @@ def _search_bug(info: KernelInfo, bug: Variant, examples: int, outcome: VariantO
     def breaks(case: Case) -> bool:
         try:
             return not check_case(info, bug, case).passed
-        except Exception:
-            return True
+        except Exception:  # a crash is not a catch: the bug must break its contract on an input it accepts
+            return False
 
     try:
         case = find(strategy, breaks, settings=_settings(BUG_SEARCH_FACTOR * examples))

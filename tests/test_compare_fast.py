@@ -16,19 +16,7 @@ from mschecker import compare as C
 from mschecker.compare import ToleranceRule, compare_arrays
 
 
-def _load_streaming_checks():
-    """assert_streaming_equal from the sibling test module (tests/ is not a package; loaded by path)."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("_streaming_checks", Path(__file__).with_name(
-        "test_compare_streaming.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.assert_streaming_equal
-
-
-assert_streaming_equal = _load_streaming_checks()
+from tests.test_compare_streaming import assert_streaming_equal
 
 pytestmark = pytest.mark.skipif(C._fastcompare is None,
                                 reason="mschecker._fastcompare not built (no C compiler at install time)")
@@ -89,6 +77,8 @@ def test_fast_equals_numpy(pair, chunk, topk, rule, workers):
     a, e = pair
     fast, slow, calls = both_paths(a, e, rule, chunk_elems=chunk, topk=topk, workers=workers)
     assert calls, "the kernel was not called"
+    if np.isfinite(a).all() and np.isfinite(e).all():
+        assert all(calls), "the kernel declined an all-finite float32 chunk"
     assert_streaming_equal(fast, slow)
 
 

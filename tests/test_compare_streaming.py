@@ -42,6 +42,8 @@ def assert_streaming_equal(chunked, whole):
         assert (a is None) == (b is None), f
         if a is not None and math.isfinite(b):
             assert a == pytest.approx(b, rel=1e-12, abs=1e-300), f
+        elif a is not None:
+            assert _same(a, b), f
     for f, tol in (("cosine", 1e-12), ("snr_db", 1e-9), ("psnr_db", 1e-9), ("kl_div", 1e-12)):
         a, b = getattr(chunked, f), getattr(whole, f)
         assert (a is None) == (b is None), f
@@ -50,6 +52,8 @@ def assert_streaming_equal(chunked, whole):
             # dB values: 10/ln(10) * relative error of a ratio of two sums (< 1e-12): 1e-9 absolute is loose.
             # KL: sum(e log(e/a))/sum(e) + log(sum a/sum e); each part is O(1) with error ~gamma_n: 1e-12.
             assert abs(a - b) <= tol * max(1.0, abs(b)), f
+        elif a is not None:
+            assert _same(a, b), f
         elif a is not None:
             assert a == b, f
 

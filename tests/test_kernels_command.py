@@ -38,8 +38,8 @@ def test_cases_are_reproducible():
 
 
 def test_suite_reports_a_broken_variant_and_a_missed_bug(monkeypatch):
-    """A 'correct' variant that is wrong must FAIL, and a 'planted bug' that is actually correct must be
-    reported as BUG MISSED: the suite (and the exit code) can fail in both directions."""
+    """A 'correct' variant that is wrong must FAIL, and a 'planted bug' that is actually correct, or only
+    crashes, must be reported as BUG MISSED: the suite (and the exit code) can fail in both directions."""
     real = get_kernel("exp")
     accurate = real.variant("fp16_fp32acc")
     info = KernelInfo(
@@ -51,13 +51,16 @@ def test_suite_reports_a_broken_variant_and_a_missed_bug(monkeypatch):
                                                "float16", accurate.contract),
             "bug_not_really": Variant("bug_not_really", accurate.fn, "float16", None, planted_bug="none at all",
                                       bug_of="fp16_fp32acc"),
+            "bug_miswired": Variant("bug_miswired", lambda x, extra: x, "float16", None,
+                                    planted_bug="wrong signature: it crashes, which is not a catch",
+                                    bug_of="fp16_fp32acc"),
         },
         strategies={"generic": real.strategies["generic"]}, golden_cases=real.golden_cases)
     monkeypatch.setitem(reg._REGISTRY, info.name, info)
     report = run_suite(["exp_selftest"], examples=3)
     verdicts = {o.variant: o.verdict for o in report.outcomes}
     assert verdicts == {"fp16_fp32acc": VERDICT_PASS, "fp16_off_by_one_percent": VERDICT_FAIL,
-                        "bug_not_really": VERDICT_MISSED}
+                        "bug_not_really": VERDICT_MISSED, "bug_miswired": VERDICT_MISSED}
     assert not report.passed
     failing = next(o for o in report.outcomes if o.variant == "fp16_off_by_one_percent")
     assert failing.first_failure and "FAIL" in failing.first_failure

@@ -90,7 +90,7 @@ def test_nan_output_is_reported_as_nonfinite():
 def test_a_tolerance_must_be_stated():
     with pytest.raises(TypeError, match="exactly one of contract= or a tolerance"):
         assert_close_to_reference(np.zeros(3), np.zeros(3))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="exactly one of contract= or a tolerance"):
         assert_close_to_reference(np.zeros(3), np.zeros(3), contract=SUM_SQ_CONTRACT, atol=1.0)
 
 

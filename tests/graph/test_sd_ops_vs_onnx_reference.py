@@ -2,7 +2,9 @@
 
 onnx.reference (written by the ONNX project, not us) computes in the inputs' dtype; we feed it float64, so both
 sides are float64 and the suite's rtol 1e-3 / atol 1e-7 is generous: a wrong attribute mapping (axis, pads,
-perm, transposes, causal alignment) breaks it by O(1), rounding differences stay ~1e-15.
+perm, transposes, causal alignment) breaks it by O(1), while onnx.reference's own approximations stay below it
+(measured: 3e-7 relative on GroupNormalization, ~3e-8 absolute on Erf/Gelu). The norm cases use epsilon=0.1: with
+1e-5 and unit-variance inputs, dropping epsilon moves the output by only ~5e-6 relative, inside rtol.
 """
 import numpy as np
 import pytest
@@ -39,11 +41,11 @@ CASES = [
      {"a": r(4, 6), "b": r(5, 6), "c": r(5)}),
     ("matmul_batched", h.make_node("MatMul", ["a", "b"], ["y"]), {"a": r(2, 3, 4, 5), "b": r(3, 5, 6)}),
     ("softmax", h.make_node("Softmax", ["x"], ["y"], axis=1), {"x": r(3, 7, 2) * 5}),
-    ("layer_norm", h.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5),
+    ("layer_norm", h.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=0.1),
      {"x": r(2, 5, 8), "s": r(8), "b": r(8)}),
-    ("group_norm21", h.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2, epsilon=1e-5),
+    ("group_norm21", h.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2, epsilon=0.1),
      {"x": r(2, 4, 3, 3), "s": r(4), "b": r(4)}),
-    ("instance_norm", h.make_node("InstanceNormalization", ["x", "s", "b"], ["y"]),
+    ("instance_norm", h.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=0.1),
      {"x": r(2, 3, 4, 4), "s": r(3), "b": r(3)}),
     ("gelu_tanh", h.make_node("Gelu", ["x"], ["y"], approximate="tanh"), {"x": r(50) * 3}),
     ("gelu", h.make_node("Gelu", ["x"], ["y"]), {"x": r(50) * 3}),

@@ -1,8 +1,4 @@
-"""The pipeline through mschecker.runners: onnxruntime via make_runner, the float64 graph executor, capture.
-
-The executor tests skip (naming the missing kernel) while the registry lacks a kernel the SD graphs need
-(norm kernels land separately); they run as soon as it is there.
-"""
+"""The pipeline through mschecker.runners: onnxruntime via make_runner, the float64 graph executor, capture."""
 import numpy as np
 import pytest
 
@@ -22,15 +18,11 @@ def ort_result(tiny_models):
     return run_pipeline(PROMPT, preset="tiny", steps=3, models=tiny_models)
 
 
-def executor_factory_or_skip(tiny_models, device, **kwargs):
+def executor_factory(tiny_models, device, **kwargs):
+    """A stage runner factory for the graph executor; building every stage first makes a registry gap fail here."""
     factory = stage_runner_factory(device, **kwargs)
-    try:
-        for stage in ("text_encoder", "unet", "vae_decoder"):
-            factory(getattr(tiny_models, stage), stage)
-    except InputError as exc:
-        if "not in the registry" in str(exc) or "not supported" in str(exc):
-            pytest.skip(f"graph executor cannot run the SD graphs yet: {str(exc)[:200]}")
-        raise
+    for stage in ("text_encoder", "unet", "vae_decoder"):
+        factory(getattr(tiny_models, stage), stage)
     return factory
 
 
@@ -49,7 +41,7 @@ def test_reference_pipeline_agrees_with_onnxruntime_fp32(tiny_models, ort_result
     text embeddings 4.5e-7, final latents 1.0e-6, decoded image 8.2e-7 -- float32 rounding (6e-8) grown over a
     few hundred nodes and 3 guided steps. Bound 1e-5 = 10x the measured worst; an op-semantics difference
     (axis, eps, mode, mask) is O(1e-2) or more."""
-    factory = executor_factory_or_skip(tiny_models, "reference")
+    factory = executor_factory(tiny_models, "reference")
     r = run_pipeline(PROMPT, preset="tiny", steps=3, models=tiny_models, make_stage_runner=factory)
     for ours, peer in [(r.text_embeddings, ort_result.text_embeddings), (r.latents[-1], ort_result.latents[-1]),
                        (r.decoded, ort_result.decoded)]:
@@ -59,7 +51,7 @@ def test_reference_pipeline_agrees_with_onnxruntime_fp32(tiny_models, ort_result
 
 def test_capture_sees_every_stage_in_order(tiny_models):
     seen = []
-    factory = executor_factory_or_skip(tiny_models, "reference",
+    factory = executor_factory(tiny_models, "reference",
                                        capture=lambda stage, node, name, value: seen.append(stage))
     run_pipeline(PROMPT, preset="tiny", steps=2, models=tiny_models, make_stage_runner=factory)
     order = [s for i, s in enumerate(seen) if i == 0 or seen[i - 1] != s]
