@@ -14,7 +14,7 @@ from typing import Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
-from .dtypes import bfloat16, dtype_name
+from .dtypes import dtype_name, resolve_dtype
 from .errors import InputError
 from .tensorio import check_expected
 
@@ -68,14 +68,10 @@ def file_sha256(path, chunk: int = 1 << 20) -> str:
 
 def _ort_dtype(type_str: str, where: str) -> np.dtype:
     inner = type_str[len("tensor("):-1] if type_str.startswith("tensor(") else type_str
-    table = {
-        "float": np.float32, "float16": np.float16, "double": np.float64, "bfloat16": bfloat16,
-        "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16, "int32": np.int32,
-        "uint32": np.uint32, "int64": np.int64, "uint64": np.uint64, "bool": np.bool_,
-    }
-    if inner not in table:
-        raise InputError(f"{where}: tensor type {type_str} is not supported")
-    return np.dtype(table[inner])
+    try:
+        return resolve_dtype(inner)  # onnxruntime's names (float, double, float16, bfloat16, int64, bool, ...)
+    except ValueError:
+        raise InputError(f"{where}: tensor type {type_str} is not supported") from None
 
 
 def _check_model_path(model_path) -> Path:

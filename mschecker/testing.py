@@ -24,7 +24,7 @@ import numpy as np
 
 from .compare import CheckReport, TensorComparison, ToleranceRule, compare_arrays
 from .dtypes import dtype_name, is_float, round_to
-from .kernelcheck import as_tuple, check_case, check_output, run_reference, run_variant
+from .kernelcheck import _to_f64, as_tuple, check_case, check_output, run_reference, run_variant
 from .registry import Case, Contract, KernelInfo, Variant, get_kernel, register_kernel, registry
 
 __all__ = [
@@ -197,11 +197,6 @@ def _rule_from(rule, tolerance, atol, rtol, ulp, cosine, actual) -> ToleranceRul
     return rule
 
 
-def _as_f64(x):
-    a = np.asarray(x)
-    return a if (np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_) else a.astype(np.float64)
-
-
 def assert_close_to_reference(actual, reference, *, inputs: Sequence = (), params: Mapping | None = None,
                               contract: Contract | None = None, rule: ToleranceRule | None = None,
                               tolerance=None, atol=None, rtol=None, ulp=None, cosine=None,
@@ -223,7 +218,7 @@ def assert_close_to_reference(actual, reference, *, inputs: Sequence = (), param
     outs = tuple(np.asarray(a) for a in as_tuple(actual))
     if callable(reference):
         refs = tuple(np.asarray(r, dtype=np.float64)
-                     for r in as_tuple(reference(*(_as_f64(x) for x in inputs), **params)))
+                     for r in as_tuple(reference(*(_to_f64(x) for x in inputs), **params)))
     else:
         refs = tuple(np.asarray(r, dtype=np.float64) for r in as_tuple(reference))
     if len(outs) != len(refs):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -17,7 +16,7 @@ from rich.table import Table
 from ..errors import InputError
 from ..kernel_suite import VERDICT_CAUGHT, VERDICT_PASS, SuiteReport, resolve_kernels, run_suite
 from ..tensorio import atomic_write_text
-from ._args import Parser
+from ._args import Parser, check_writable
 
 DEFAULT_EXAMPLES = 20
 
@@ -98,11 +97,7 @@ def main(argv: list[str]) -> int:
     except KeyError as exc:
         raise InputError(str(exc.args[0])) from None
     if args.json:
-        parent = Path(args.json).resolve().parent
-        if not parent.is_dir():
-            raise InputError(f"--json {args.json}: directory {parent} does not exist")
-        if Path(args.json).is_dir():
-            raise InputError(f"--json {args.json}: is a directory")
+        check_writable(args.json, "--json")
     console = Console(no_color=bool(os.environ.get("NO_COLOR")) or None)
     if not console.is_terminal:
         console = Console(no_color=console.no_color, width=160)  # files and pipes: one unwrapped row per variant

@@ -18,9 +18,7 @@ Image metrics are on the uint8 images the user sees (H, W, 3), data range L = 25
 from __future__ import annotations
 
 import math
-import os
 import struct
-import tempfile
 import zlib
 from pathlib import Path
 from typing import Sequence
@@ -28,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..tensorio import atomic_write_bytes
 
 SSIM_WINDOW, SSIM_SIGMA, SSIM_K1, SSIM_K2 = 11, 1.5, 0.01, 0.03
 
@@ -80,21 +79,9 @@ def write_png(path: str | Path, image: np.ndarray) -> Path:
 
 
 def write_atomic(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temp file in the same folder and os.replace, with the permissions a
-    plain open() would give (mkstemp's are 0600)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write ``data`` to ``path`` atomically (tensorio.atomic_write_bytes); returns the path."""
+    atomic_write_bytes(path, data)
+    return Path(path)
 
 
 # ---------------------------------------------------------------------------------------------- metrics
