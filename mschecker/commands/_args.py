@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..dtypes import resolve_dtype
-from ..errors import InputError, UsageError
+from ..errors import UsageError
 from ..runners import DEVICES, TensorMeta
 
 
@@ -40,8 +40,11 @@ def add_tolerance_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cosine", type=_float("--cosine", lo=-1.0), help="minimum cosine similarity per output")
 
 
+ELEMENTWISE_FLAGS = ("tolerance", "atol", "rtol", "ulp")
+
+
 def tolerance_given(args) -> bool:
-    return any(getattr(args, k) is not None for k in ("tolerance", "atol", "rtol", "ulp", "cosine"))
+    return any(getattr(args, k) is not None for k in (*ELEMENTWISE_FLAGS, "cosine"))
 
 
 def tolerance_rule(args, hint: dict | None = None):
@@ -49,18 +52,16 @@ def tolerance_rule(args, hint: dict | None = None):
     the element rule when there is one."""
     from ..compare import ToleranceRule
 
-    elementwise = any(getattr(args, k) is not None for k in ("tolerance", "atol", "rtol", "ulp"))
+    elementwise = any(getattr(args, k) is not None for k in ELEMENTWISE_FLAGS)
     if not elementwise and hint:  # the hint's element rule; a --cosine flag adds to (or replaces) its cosine
         keys = ("tolerance", "atol", "rtol", "ulp", "cosine", "ulp_format")
         kwargs = {k: hint[k] for k in keys if hint.get(k) is not None}
         if args.cosine is not None:
             kwargs["cosine"] = args.cosine
         return ToleranceRule.from_args(**kwargs)
-    try:
-        return ToleranceRule.from_args(tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, ulp=args.ulp,
-                                       cosine=args.cosine)
-    except ValueError as exc:
-        raise InputError(f"tolerance: {exc}") from None
+    # from_args raises InputError itself for bad values
+    return ToleranceRule.from_args(tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, ulp=args.ulp,
+                                   cosine=args.cosine)
 
 
 def add_device_args(p: argparse.ArgumentParser) -> None:

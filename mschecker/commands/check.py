@@ -12,8 +12,8 @@ from .. import golden as golden_store
 from ..errors import InputError
 from ..runners import TensorMeta, file_sha256, make_runner
 from ..tensorio import read_tensors, split_spec
-from ._args import (Parser, add_device_args, add_override_args, add_tolerance_args, apply_overrides,
-                    check_writable, parse_dtypes, parse_shapes, tolerance_given, tolerance_rule)
+from ._args import (ELEMENTWISE_FLAGS, Parser, _int, add_device_args, add_override_args, add_tolerance_args,
+                    apply_overrides, check_writable, parse_dtypes, parse_shapes, tolerance_given, tolerance_rule)
 
 
 def golden_tolerance_hint(golden_spec) -> dict | None:
@@ -71,7 +71,7 @@ def run_check(model, inputs, golden, rule, *, device: str = "ort", profile: str 
 def tolerance_source(args, hint) -> str:
     """Where the rule came from, for the report: "flags", "flags + golden manifest hint", "golden manifest hint"
     or "default" (mirrors _args.tolerance_rule)."""
-    elementwise = any(getattr(args, k) is not None for k in ("tolerance", "atol", "rtol", "ulp"))
+    elementwise = any(getattr(args, k) is not None for k in ELEMENTWISE_FLAGS)
     if elementwise or not hint:
         return "flags" if tolerance_given(args) else "default"
     return "golden manifest hint" + (" + --cosine" if args.cosine is not None else "")
@@ -87,7 +87,7 @@ def build_parser(prog: str = "mschecker") -> Parser:
     add_tolerance_args(p)
     add_override_args(p)
     add_device_args(p)
-    p.add_argument("--topk", type=int, default=10, help="worst elements to report per output (default 10)")
+    p.add_argument("--topk", type=_int("--topk"), default=10, help="worst elements to report per output (default 10)")
     add_report_args(p)
     return p
 
@@ -117,8 +117,6 @@ def check_report_paths(args) -> None:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.topk < 0:
-        raise InputError(f"--topk expects a non-negative integer, got {args.topk}")
     check_report_paths(args)
     shapes, dtypes = parse_shapes(args.shape), parse_dtypes(args.dtype)
     hint = golden_tolerance_hint(args.golden)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
-from ._args import Parser, add_device_args, add_tolerance_args, tolerance_rule
+from ._args import Parser, _int, add_device_args, add_tolerance_args, tolerance_rule
 from .check import (add_report_args, check_report_paths, emit_report, golden_tolerance_hint, run_check,
                     tolerance_source)
 
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     p = Parser(prog="mschecker demo", description=__doc__.splitlines()[0])
     add_device_args(p)
     add_tolerance_args(p)
-    p.add_argument("--topk", type=int, default=5)
+    p.add_argument("--topk", type=_int("--topk"), default=5)
     add_report_args(p)
     args = p.parse_args(argv)
     check_report_paths(args)
