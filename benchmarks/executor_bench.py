@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mschecker.tensorio import atomic_write_text
+
 
 def build(path: Path, c: int, s: int, blocks: int) -> None:
     import onnx
@@ -225,7 +227,7 @@ def main() -> None:
            "load_average": os.getloadavg(),
            "cpus_note": "2 CPU cores shared with other jobs: absolute times are noisy; ratios come from one run",
            "command": "python benchmarks/executor_bench.py " + " ".join(sys.argv[1:])}
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    atomic_write_text(args.out, json.dumps(out, indent=2) + "\n")
     print(f"written {args.out}")
 
 
