@@ -19,27 +19,16 @@ import numpy as np
 import onnx
 
 from ..errors import InputError
-from ..optimized_kernels.halfcast import to_f16, to_f32
 from .capture import CaptureFilter, CaptureFn
 from .loader import LoadedModel, from_proto, load_model
 from .ops import OpSpec, attribute_values, lookup
-from .policy import KernelUnavailable, NodeContext, Policy, is_float_dtype
+from .policy import KernelUnavailable, NodeContext, Policy, convert_float, is_float_dtype
 
 
 class ExecutionError(InputError):
     """A node failed while running (usually: the inputs' shapes do not fit the graph). Names the node."""
 
 
-_F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
-
-
-def convert_float(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """x.astype(dtype), bit for bit; fp32 <-> fp16 through the fast conversions of optimized_kernels.halfcast."""
-    if dtype == _F16 and x.dtype == _F32:
-        return to_f16(x)
-    if dtype == _F32 and x.dtype == _F16:
-        return to_f32(x)
-    return x.astype(dtype)
 
 
 def node_label(node: onnx.NodeProto, index: int) -> str:
@@ -243,8 +232,6 @@ class Executor:
                 raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) did not produce its "
                                      f"output {name!r}")
             value = np.asarray(values[k])
-            if not spec.keeps_output_dtype and value.dtype == _F32 and ctx.dtype == _F16:
-                value = to_f16(value)  # what finish() would do with astype, the same bits, faster
             out[name] = self.policy.finish(ctx, value, keep_dtype=spec.keeps_output_dtype)
         return out
 

@@ -14,6 +14,19 @@ import numpy as np
 import onnx
 
 from ..dtypes import bfloat16
+from ..optimized_kernels.halfcast import to_f16, to_f32
+
+_F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
+
+
+def convert_float(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """x.astype(dtype), bit for bit; fp32 <-> fp16 through the fast conversions of optimized_kernels.halfcast."""
+    if dtype == _F16 and x.dtype == _F32:
+        return to_f16(x)
+    if dtype == _F32 and x.dtype == _F16:
+        return to_f32(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x.astype(dtype)
 
 
 def is_float_dtype(dtype) -> bool:
@@ -80,8 +93,7 @@ class Policy:
         if not isinstance(value, np.ndarray) or not is_float_dtype(value.dtype):
             return value
         if not keep_dtype and value.dtype != ctx.dtype:
-            with np.errstate(over="ignore", invalid="ignore"):
-                value = value.astype(ctx.dtype)
+            value = convert_float(value, ctx.dtype)
         if ctx.compress is not None:
             value = ctx.compress(value)
         if ctx.saturate:
