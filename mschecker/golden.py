@@ -72,6 +72,14 @@ def _file_names(names) -> dict[str, str]:
     return out
 
 
+def refuse_existing(directory, update: bool) -> None:
+    """InputError when `directory` already holds goldens and `update` is not set (goldens change only on request)."""
+    directory = Path(directory)
+    existing = manifest_path(directory).is_file() or (directory.is_dir() and any(directory.glob("*.npy")))
+    if existing and not update:
+        raise InputError(f"golden directory {directory} already holds goldens; pass --update to replace them")
+
+
 def record(directory, tensors: Mapping[str, np.ndarray], *, producer: str, tolerance: dict | None = None,
            extra: dict | None = None, update: bool = False) -> dict:
     """Write goldens and their manifest; returns the manifest.
@@ -82,9 +90,7 @@ def record(directory, tensors: Mapping[str, np.ndarray], *, producer: str, toler
     directory = Path(directory)
     if not tensors:
         raise InputError(f"golden directory {directory}: nothing to record")
-    existing = manifest_path(directory).is_file() or (directory.is_dir() and any(directory.glob("*.npy")))
-    if existing and not update:
-        raise InputError(f"golden directory {directory} already holds goldens; pass --update to replace them")
+    refuse_existing(directory, update)
     if directory.exists() and not directory.is_dir():
         raise InputError(f"golden directory {directory}: exists and is not a directory")
     old = read_manifest(directory) if update and manifest_path(directory).is_file() else None

@@ -37,9 +37,7 @@ def record_from_model(model, inputs, out, *, device="ort", profile=None, shapes=
     """Run the model and record its outputs; returns (manifest, changes against the previous manifest, preceded by
     'repaired ...' for every file that no longer matched that manifest)."""
     out = Path(out)
-    if not update and (golden_store.manifest_path(out).is_file() or (out.is_dir() and any(out.glob("*.npy")))):
-        # Checked before running the model: refusing early costs nothing and writes nothing.
-        raise InputError(f"golden directory {out} already holds goldens; pass --update to replace them")
+    golden_store.refuse_existing(out, update)  # before running the model: refusing early writes nothing
     old = golden_store.read_manifest(out) if update and golden_store.manifest_path(out).is_file() else None
     damaged = golden_store.verify(out) if old is not None else []  # files that no longer matched their manifest
     runner = make_runner(model, device=device, profile=profile)

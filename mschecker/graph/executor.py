@@ -29,8 +29,6 @@ class ExecutionError(InputError):
     """A node failed while running (usually: the inputs' shapes do not fit the graph). Names the node."""
 
 
-
-
 def node_label(node: onnx.NodeProto, index: int) -> str:
     return node.name or f"#{index}:{node.op_type}"
 
