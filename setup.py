@@ -1,15 +1,21 @@
-"""Declares only the optional C extension; all other metadata is in pyproject.toml.
+"""Declares only the optional C extensions; all other metadata is in pyproject.toml.
 
-mschecker._fastcompare is a one-pass kernel for the streaming comparison (mschecker/compare.py). It is optional:
-when no C compiler is available the build of it fails quietly (optional=True) and the numpy path runs.
--ffp-contract=off keeps a*b + c from becoming a fused multiply-add, so the tolerance bound rounds exactly as
-numpy computes it; no -march=native (portable builds), no -ffast-math (IEEE semantics are required).
+Each extension is a compiled fast path of a numpy implementation that stays in the package and gives the same
+results (bit for bit where the numpy twin says so); the Python side imports it with try/except:
+- mschecker._fastcompare: the one-pass kernel of the streaming comparison (mschecker/compare.py);
+- mschecker._fastfp16: fp16 loops of the emulated NPU (sequential fp16 sums, fp16 softmax, fp16 binary ops;
+  optimized_kernels/halfcast.py, optimized_kernels/softmax.py);
+- mschecker._fastref: the float64 reference's exp and softmax (reference/exp64.py, reference/softmax.py).
+They are optional: when no C compiler is available their build fails quietly (optional=True) and numpy runs.
+-ffp-contract=off keeps a*b + c from becoming a fused multiply-add, so every operation rounds exactly as numpy
+computes it; no -march=native (portable builds), no -ffast-math (IEEE semantics are required).
 """
 import sys
 
 from setuptools import Extension, setup
 
 _args = [] if sys.platform == "win32" else ["-O3", "-std=c99", "-ffp-contract=off"]
+_FAST = ("_fastcompare", "_fastfp16", "_fastref")
 
-setup(ext_modules=[Extension("mschecker._fastcompare", ["mschecker/_fastcompare.c"], extra_compile_args=_args,
-                             optional=True)])
+setup(ext_modules=[Extension(f"mschecker.{name}", [f"mschecker/{name}.c"], extra_compile_args=_args, optional=True)
+                   for name in _FAST])
