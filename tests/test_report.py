@@ -133,5 +133,17 @@ def test_writes_are_atomic_and_fail_cleanly(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         write_html(make_report(), tmp_path / "r.html")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"] and path.read_text() == "old"
+    monkeypatch.undo()
+
+    # a failure after the temp file was opened and filled (the disk fills up at fsync): the old report survives
+    # under its name and the half-written temp file is removed
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("mschecker.tensorio.os.fsync", disk_full)
+    with pytest.raises(InputError, match="No space left"):
+        write_json(make_report(), path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"] and path.read_text() == "old"
+    monkeypatch.undo()
     write_json(make_report(), path)  # replaces the old file
     assert json.loads(path.read_text())["schema_version"] == 1
