@@ -47,11 +47,13 @@ class GraphRunner:
 
 
 def npu_profile(profile=None, *, precision_mode: str | None = None, keep_dtype=None, op_precision=None,
-                overflow_mode: str | None = None, implmode: str | None = None):
+                overflow_mode: str | None = None, implmode: str | None = None,
+                implmode_by_op_type: dict[str, str] | None = None):
     """A profile (preset name / file, default ascend910b) with CLI-style overrides applied on top.
 
     keep_dtype: a list of entries or an ATC keep_dtype file path (added to the profile's list);
-    op_precision: an ATC op_precision.ini path (its entries override the profile's per-type / per-node implmodes).
+    op_precision: an ATC op_precision.ini path (its entries override the profile's per-type / per-node implmodes);
+    implmode_by_op_type: {op type: implmode} applied last (the [ByOpType] entries of a recommended fix).
     """
     from ..npu import load_profile, parse_keep_dtype, parse_op_precision_ini
 
@@ -73,6 +75,9 @@ def npu_profile(profile=None, *, precision_mode: str | None = None, keep_dtype=N
         by_type, by_node = parse_op_precision_ini(op_precision)
         changes["implmode_by_op_type"] = {**prof.implmode_by_op_type, **by_type}
         changes["implmode_by_node"] = {**prof.implmode_by_node, **by_node}
+    if implmode_by_op_type:
+        changes["implmode_by_op_type"] = {**changes.get("implmode_by_op_type", prof.implmode_by_op_type),
+                                          **implmode_by_op_type}
     return prof.replace(**changes) if changes else prof
 
 

@@ -287,8 +287,6 @@ def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], track
     for stage in STAGES:
         device, profile, options = device_for[stage]
         hook = tracker.on_tensor if capture and tracker is not None and device != "ort" else None
-        if device == "npu" and options.get("implmode_by_op_type"):
-            profile, options = _with_op_implmodes(profile, options)
         factories[stage] = stage_runner_factory(device, profile, capture=hook, **options)
 
     def make(model, stage_name):
@@ -303,17 +301,6 @@ def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], track
             return run(feeds)
         return announced
     return make
-
-
-def _with_op_implmodes(profile, options: dict):
-    """(profile object, remaining options): ``implmode_by_op_type`` (ATC op_precision_mode [ByOpType]) is applied
-    to the resolved profile, the other options stay npu_profile keywords."""
-    from ..graph.runner import npu_profile
-
-    rest = {k: v for k, v in options.items() if k != "implmode_by_op_type"}
-    prof = npu_profile(profile, **rest)
-    prof = prof.replace(implmode_by_op_type={**prof.implmode_by_op_type, **options["implmode_by_op_type"]})
-    return prof, {}
 
 
 def run_check(*, prompt: str, preset: str = "small", steps: int = 10, scheduler: str = "ddim", seed: int = 0,
@@ -414,8 +401,7 @@ def suspect_stage(metrics: Metrics, jump: float = 0.1) -> str:
 def _saturates(profile, options: dict) -> bool:
     from ..graph.runner import npu_profile
 
-    rest = {k: v for k, v in options.items() if k != "implmode_by_op_type"}
-    return npu_profile(profile, **rest).overflow_mode == "saturation"
+    return npu_profile(profile, **options).overflow_mode == "saturation"
 
 
 def probe_hidden_overflow(check: SDCheck, models: SDModels, common: dict, profile: str, options: dict[str, dict],
