@@ -1,4 +1,4 @@
-"""Direct Conv2D as an NPU cube unit computes it: im2col, then one GEMM per group.
+"""Direct Conv2D as an NPU cube unit computes it: im2col, then one GEMM per image and group.
 
 - conv2d_fp16_fp32acc: fp16 inputs, the patch matrix and GEMM in fp32 (products of fp16 numbers are exact in
   fp32), bias added in fp32, output rounded once to fp16.
@@ -7,8 +7,16 @@
 - conv2d_bug_fp16acc (planted bug): the same GEMM but every partial sum rounded to fp16 (a sequential fp16
   accumulator over the K = C_in/group*kH*kW terms), sold as fp32 accumulation.
 
-The patch matrix is built with numpy's sliding_window_view (a view: the copy happens once, in the cast to the
-compute dtype).
+Copies: the input is upcast to fp32 once (exact; fast for fp16, halfcast.py); each image's patch matrix is
+written by reference/conv.py's fill_patches into one reused fp32 buffer (padding never materialized), the GEMM
+writes into the output buffer, the bias is added in place, then one rounding to the storage format. A 1x1,
+stride-1, unpadded conv needs no patch matrix: the image itself is the GEMM operand.
+
+Bits: OpenBLAS's sgemm result depends on the GEMM's shape (measured: splitting or widening N changes the last
+bits of fp32 sums), so the GEMM calls stay exactly those of the original batched np.matmul: per image and
+group, (Cout/g, K) @ (K, OH*OW). That also means the patch matrix is one image's (K*OH*OW*4 bytes), not
+row-chunked like the float64 reference's; tests/kernels/test_conv_fastpath.py pins these bits against the batched
+np.matmul definition (`conv2d_definition`).
 """
 from __future__ import annotations
 
@@ -16,13 +24,55 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..dtypes import bfloat16
-from ..reference.conv import check_conv_args, conv_output_size
+from ..reference.conv import check_conv_args, conv_output_size, fill_patches
 from .halfcast import to_f16, to_f32
+
+
+def _geometry(x, w, strides, pads, dilations, group):
+    check_conv_args(x, w, group, transpose=False)
+    n, c_in, h, wd = x.shape
+    c_out, cg, kh, kw = w.shape
+    oh = max(conv_output_size(h, kh, strides[0], pads[0], pads[2], dilations[0]), 0)
+    ow = max(conv_output_size(wd, kw, strides[1], pads[1], pads[3], dilations[1]), 0)
+    return n, c_out, cg, kh, kw, oh, ow
+
+
+def _upcast(a, compute):
+    """a in the compute dtype, exactly (to_f32: astype's bits, fast for fp16)."""
+    return to_f32(a) if np.dtype(compute) == np.float32 else np.asarray(a).astype(compute)
+
+
+def _finish(y, b, group, out):
+    """Bias in the compute dtype, added in place, then one rounding to the storage dtype."""
+    if b is not None:
+        y += np.asarray(b).astype(y.dtype).reshape(1, group, -1, 1)
+    return to_f16(y) if np.dtype(out) == np.float16 else y.astype(out, copy=False)  # to_f16: astype's bits
+
+
+def _direct(x, w, b, strides, pads, dilations, group, compute, out):
+    n, c_out, cg, kh, kw, oh, ow = _geometry(x, w, strides, pads, dilations, group)
+    cog, k = c_out // group, cg * kh * kw
+    xc = np.ascontiguousarray(_upcast(x, compute))
+    wm = np.ascontiguousarray(_upcast(w, compute).reshape(group, cog, k))
+    y = np.empty((n, group, cog, oh * ow), dtype=compute)
+    pointwise = kh == kw == 1 and tuple(strides) == (1, 1) and not any(pads)
+    buf = None if pointwise else np.empty((cg, kh, kw, 1, oh, ow), dtype=compute)
+    rows = slice(0, oh)
+    for i in range(n):
+        for g in range(group):
+            chans = slice(g * cg, (g + 1) * cg)
+            if pointwise:  # the image is its own patch matrix (a view, no copy)
+                cols = xc[i, chans].reshape(k, oh * ow)
+            else:
+                cols = fill_patches(buf, xc, kh, kw, strides, pads, dilations, slice(i, i + 1), chans, rows)
+            np.matmul(wm[g], cols.reshape(k, oh * ow), out=y[i, g])  # the batched np.matmul's sgemm, same shape
+    return _finish(y, b, group, out).reshape(n, c_out, oh, ow)
 
 
 def im2col(x: np.ndarray, kh: int, kw: int, strides, pads, dilations, group: int, dtype):
     """(patches, (OH, OW)): patches of x as (N, group, Cg*kh*kw, OH*OW) in `dtype`, rows ordered (c, i, j) like
-    w.reshape(O, -1)."""
+    w.reshape(O, -1). The whole batch at once through numpy's sliding_window_view (a view; the copy happens in
+    the cast): the definition's patch builder, independent of fill_patches, which the fast path uses."""
     n, c_in, h, wd = x.shape
     (sh, sw), (dh, dw) = strides, dilations
     pt, pl, pb, pr = pads
@@ -35,22 +85,16 @@ def im2col(x: np.ndarray, kh: int, kw: int, strides, pads, dilations, group: int
     return cols.astype(dtype).reshape(n, group, (c_in // group) * kh * kw, oh * ow), (oh, ow)
 
 
-def _direct(x, w, b, strides, pads, dilations, group, compute, out, accumulate=None):
-    check_conv_args(x, w, group, transpose=False)
-    c_out, _, kh, kw = w.shape
-    if np.dtype(compute) == np.float32:
-        # exact upcasts first (fast for fp16, halfcast.py), so that im2col's kh*kw-fold copy is a plain copy
-        x, w = to_f32(x), to_f32(w)
-    cols, (oh, ow) = im2col(x, kh, kw, strides, pads, dilations, group, compute)
-    wm = w.astype(compute).reshape(group, c_out // group, -1)
-    if accumulate is None:
-        y = np.matmul(wm[None], cols)  # (N, G, Cout/G, OH*OW)
-    else:
-        y = accumulate(wm, cols)
-    if b is not None:
-        y = y + np.asarray(b).astype(compute).reshape(1, group, c_out // group, 1)
-    y = y.reshape(x.shape[0], c_out, oh, ow)
-    return to_f16(y) if np.dtype(out) == np.float16 else y.astype(out)  # to_f16: astype's bits, faster
+def conv2d_definition(x, w, b, strides, pads, dilations, group, compute, out, accumulate=None):
+    """The kernel's definition (the implementation before the copy-saving fast path): the whole batch's patch
+    matrix, one batched np.matmul, i.e. an sgemm (Cout/g, K) @ (K, OH*OW) per image and group, bias, one
+    rounding. `_direct` computes exactly these bits with fewer copies; `accumulate` replaces the GEMM (the
+    planted fp16-accumulation bug)."""
+    n, c_out, cg, kh, kw, oh, ow = _geometry(x, w, strides, pads, dilations, group)
+    cols, _ = im2col(_upcast(x, compute), kh, kw, strides, pads, dilations, group, compute)
+    wm = _upcast(w, compute).reshape(group, c_out // group, -1)
+    y = np.matmul(wm[None], cols) if accumulate is None else accumulate(wm, cols)
+    return _finish(y, b, group, out).reshape(n, c_out, oh, ow)
 
 
 def conv2d_fp16_fp32acc(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1):
@@ -76,4 +120,5 @@ def _fp16_running_sum(wm, cols):
 
 def conv2d_bug_fp16acc(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1):
     """Planted bug: fp16 accumulation in a kernel whose contract promises fp32 accumulation."""
-    return _direct(x, w, b, strides, pads, dilations, group, np.float32, np.float16, accumulate=_fp16_running_sum)
+    return conv2d_definition(x, w, b, strides, pads, dilations, group, np.float32, np.float16,
+                             accumulate=_fp16_running_sum)

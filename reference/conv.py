@@ -1,16 +1,30 @@
 """Conv2D and ConvTranspose2D in float64, ONNX semantics (NCHW, pads = (top, left, bottom, right)).
 
-Written as a sum over kernel taps: for each tap (i, j) the strided, dilated input slice that meets it is
-multiplied by that tap's weights (one float64 BLAS GEMM over the input channels) and added in, taps in order.
-This is a different evaluation order from the optimized kernels' im2col + GEMM (optimized_kernels/conv.py) and
-scatter/zero-insertion forms, so the two cross-check each other; tests/kernels/test_conv_extra.py also checks
-these references against onnxruntime's Conv and ConvTranspose. Every order is the float64 truth up to
-gamma_K(2^-53)|w||x| (K = C_in/group * kH * kW), ~1e-13 relative, invisible next to any fp16/bf16 kernel's bound;
-the GEMM form (rather than a np.einsum per tap, which does not use BLAS) made Conv ~10x faster.
+conv2d is im2col + one float64 BLAS GEMM per group: the patch matrix (K = C_in/group * kH * kW rows, one column
+per output pixel) is built in chunks over images and output rows (`fill_patches`, never more than
+PATCH_CHUNK_BYTES), with the images of a chunk side by side as GEMM columns, so that small feature maps (SD's
+8x8 and 4x4 stages) still make one wide GEMM instead of one skinny GEMM per image that re-reads the weights.
+Measured on the 2-core box, one BLAS thread, x (2,320,32,32) w (320,320,3,3): the previous tap-by-tap form (nine
+dgemms with K = C_in, a slice copy and a full-output += per tap) 130 ms, this form ~100 ms; x (2,2560,4,4)
+w (1280,2560,3,3): 332 ms -> ~55 ms (numbers: benchmarks/results/kernels_bench.json, conv section).
+
+Accuracy: every summation order is the float64 truth up to gamma_K(2^-53)|w||x| (Higham 3.5; K = C_in/group *
+kH * kW), ~1e-13 relative, invisible next to any fp16/bf16 kernel's bound; the GEMM's blocked order is one of
+them. tests/kernels/test_conv_extra.py checks conv2d against an exactly rounded (math.fsum) convolution on small
+cases and against onnxruntime's Conv (an independent implementation of the ONNX geometry: pads order, dilation,
+groups), so a slip in `fill_patches`, which the NPU kernel (optimized_kernels/conv.py) shares, cannot hide
+behind agreement between the two.
+
+conv_transpose2d is the scatter form: for each kernel tap a dgemm over the input channels, scattered into place.
 """
 from __future__ import annotations
 
 import numpy as np
+
+#: Largest patch-matrix chunk of the float64 reference (bytes): big enough that a chunk is a full SD feature
+#: map (K*OH*OW*8 = 2880*2048*8 = 47 MB for a 320-channel 3x3 conv at 32x32, batch 2), small enough that a VAE
+#: decoder conv at 512x512 (1152 x 262144 patches = 2.4 GB) never materializes at once.
+PATCH_CHUNK_BYTES = 64 << 20
 
 
 def conv_output_size(size: int, k: int, stride: int, pad_begin: int, pad_end: int, dilation: int) -> int:
@@ -38,6 +52,64 @@ def check_conv_args(x, w, group: int, *, transpose: bool) -> None:
         raise ValueError(f"conv: w {w.shape} does not match C_in={c_in} with group={group}")
 
 
+def _valid_range(out_len: int, size: int, stride: int, offset: int) -> tuple[int, int]:
+    """[lo, hi): the outputs r whose input index r*stride + offset lies inside [0, size) (the rest read padding)."""
+    lo = min(out_len, max(0, (-offset + stride - 1) // stride))
+    hi = min(out_len, (size - 1 - offset) // stride + 1) if size - 1 - offset >= 0 else 0
+    return lo, max(lo, hi)
+
+
+def fill_patches(dst: np.ndarray, x: np.ndarray, kh: int, kw: int, strides, pads, dilations,
+                 images: slice, channels: slice, rows: slice) -> np.ndarray:
+    """Write the im2col patches of x into dst, shape (C, kh, kw, N, R, OW), and return dst.
+
+    dst[c, i, j, n, r, q] = x_pad[images][n, channels][c, (rows.start + r)*sh + i*dh, q*sw + j*dw] with x_pad the
+    zero-padded input: rows (c, i, j) match w.reshape(O, -1), so W (O, C*kh*kw) @ dst.reshape(C*kh*kw, -1) is
+    the convolution of those images, channels and output rows. Padding is never materialized: each tap copies
+    the block of x it meets and zeroes the border strips that fall outside x, so dst may be reused uninitialized.
+    """
+    _, _, h, wd = x.shape
+    (sh, sw), (dh, dw) = strides, dilations
+    pt, pl = pads[0], pads[1]
+    r0, ow = rows.start, dst.shape[-1]
+    nrows = dst.shape[-2]
+    src = x[images, channels].transpose(1, 0, 2, 3)  # (C, N, H, W) view
+    for i in range(kh):
+        a, b = _valid_range(r0 + nrows, h, sh, i * dh - pt)
+        a, b = max(a, r0) - r0, max(b, r0) - r0
+        for j in range(kw):
+            ca, cb = _valid_range(ow, wd, sw, j * dw - pl)
+            tap = dst[:, i, j]
+            if a > 0:
+                tap[:, :, :a] = 0
+            if b < nrows:
+                tap[:, :, b:] = 0
+            if ca > 0:
+                tap[:, :, a:b, :ca] = 0
+            if cb < ow:
+                tap[:, :, a:b, cb:] = 0
+            if a < b and ca < cb:
+                y0, x0 = (r0 + a) * sh + i * dh - pt, ca * sw + j * dw - pl
+                tap[:, :, a:b, ca:cb] = src[:, :, y0: y0 + (b - a - 1) * sh + 1: sh, x0: x0 + (cb - ca - 1) * sw + 1: sw]
+    return dst
+
+
+def patch_chunks(n: int, oh: int, ow: int, k: int, itemsize: int, budget: int):
+    """(images, rows) slices covering n images x oh output rows, each chunk's patch matrix (k rows, one column
+    per output pixel) within `budget` bytes where possible: whole images side by side when at least one fits,
+    else bands of output rows of one image (at least one row)."""
+    per_row = k * ow * itemsize
+    if per_row * oh <= budget or oh == 0:
+        step = max(1, budget // max(per_row * oh, 1))
+        for n0 in range(0, n, step):
+            yield slice(n0, min(n, n0 + step)), slice(0, oh)
+    else:
+        step = max(1, budget // per_row)
+        for n0 in range(n):
+            for r0 in range(0, oh, step):
+                yield slice(n0, n0 + 1), slice(r0, min(oh, r0 + step))
+
+
 def conv2d(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1) -> np.ndarray:
     """y[n, o, p, q] = b[o] + sum_{c, i, j} x_pad[n, g*Cg + c, p*sh + i*dh, q*sw + j*dw] * w[o, c, i, j]."""
     x = np.asarray(x, dtype=np.float64)
@@ -47,18 +119,21 @@ def conv2d(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), gr
     c_out, cg, kh, kw = w.shape
     (sh, sw), (dh, dw) = strides, dilations
     pt, pl, pb, pr = pads
-    oh = conv_output_size(h, kh, sh, pt, pb, dh)
-    ow = conv_output_size(wd, kw, sw, pl, pr, dw)
-    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr))).reshape(n, group, cg, h + pt + pb, wd + pl + pr)
-    wg = w.reshape(group, c_out // group, cg, kh, kw)
-    oh, ow = max(oh, 0), max(ow, 0)
-    y = np.zeros((n, group, c_out // group, oh * ow))
-    for i in range(kh):
-        for j in range(kw):
-            xs = xp[..., i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
-            # (g, Cout/g, Cg) @ (n, g, Cg, OH*OW): a contiguous copy of the tap's slice, then dgemm
-            y += np.matmul(np.ascontiguousarray(wg[..., i, j]), np.ascontiguousarray(xs).reshape(n, group, cg, -1))
-    y = y.reshape(n, c_out, oh, ow)
+    oh = max(conv_output_size(h, kh, sh, pt, pb, dh), 0)
+    ow = max(conv_output_size(wd, kw, sw, pl, pr, dw), 0)
+    cog, k = c_out // group, cg * kh * kw
+    wm = np.ascontiguousarray(w.reshape(group, cog, k))
+    y = np.empty((n, c_out, oh, ow))
+    buf = None
+    for images, rows in patch_chunks(n, oh, ow, k, 8, PATCH_CHUNK_BYTES):
+        nb, nr = images.stop - images.start, rows.stop - rows.start
+        if buf is None or buf.shape[3:5] != (nb, nr):
+            buf = np.empty((cg, kh, kw, nb, nr, ow))
+            prod = np.empty((cog, nb * nr * ow))
+        for g in range(group):
+            cols = fill_patches(buf, x, kh, kw, strides, pads, dilations, images, slice(g * cg, (g + 1) * cg), rows)
+            np.matmul(wm[g], cols.reshape(k, -1), out=prod)  # one dgemm: (Cout/g, K) @ (K, images*rows*OW)
+            y[images, g * cog:(g + 1) * cog, rows] = prod.reshape(cog, nb, nr, ow).transpose(1, 0, 2, 3)
     if b is not None:
         y += np.asarray(b, dtype=np.float64).reshape(1, c_out, 1, 1)
     return y
