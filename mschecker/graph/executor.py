@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -35,7 +36,10 @@ def node_label(node: onnx.NodeProto, index: int) -> str:
 
 @dataclass
 class Step:
-    """One node, planned: its implementation, bound context and what to free after it."""
+    """One node, planned: its implementation, bound context and what to free after it.
+
+    The fields after `frees` are derived at plan time from the others (see Executor._plan) so that running a node
+    does no per-node lookup that does not depend on values: they follow spec, ctx and the policy's finish rule."""
 
     index: int
     node: onnx.NodeProto
@@ -46,7 +50,13 @@ class Step:
     inputs: list[str]
     outputs: list[str]
     frees: list[str]
-
+    convert: tuple[int, ...] = ()  # input positions whose float values are rounded to ctx.dtype
+    slots: tuple[tuple[int, str], ...] = ()  # (position, name) of the outputs the graph names
+    # the keys run() reads the inputs under: the input's name, or (name, dtype) for an initializer rounded to
+    # the node dtype once at plan time (Executor.rounded_constants); "" (absent input) reads None
+    reads: tuple[Any, ...] = ()
+    round_to: np.dtype | None = None  # float outputs are rounded to this dtype (None: the op fixed its own)
+    finish: Callable[[np.ndarray], np.ndarray] | None = None  # the policy's finish, when it does more than round
 
 def topological_order(graph: onnx.GraphProto, available: set[str], where: str) -> list[int]:
     """Node indices in an order where every input exists before it is read (stable: keeps file order if valid)."""
@@ -105,6 +115,8 @@ class Executor:
         self.input_infos = [i for i in graph.input if i.name not in self.initializers]
         self.output_names = [o.name for o in graph.output]
         policy.prepare(self.initializers)
+        # small float initializers already rounded to the dtype of the nodes that read them, (name, dtype) -> array
+        self.rounded_constants: dict[tuple[str, np.dtype], np.ndarray] = {}
         self.steps = self._plan()
 
     # ------------------------------------------------------------------ planning
@@ -141,7 +153,7 @@ class Executor:
             except KernelUnavailable as exc:
                 problems.append(f"node {label!r} ({node.op_type}): {exc}")
                 continue
-            steps.append(Step(pos, node, label, spec, attrs, ctx, list(node.input), list(node.output), []))
+            steps.append(self._planned_step(pos, node, label, spec, attrs, ctx))
         if unsupported or problems:
             parts = [f"{op} (nodes {', '.join(_clip(names))})" for op, names in sorted(unsupported.items())]
             msg = f"{self.where}: cannot run under the {self.policy.name} policy: "
@@ -164,6 +176,47 @@ class Executor:
         for step in steps:
             step.frees.extend(o for o in step.outputs if o and o not in last_use and o not in keep)
         return steps
+
+    def _planned_step(self, pos: int, node: onnx.NodeProto, label: str, spec: OpSpec, attrs: dict[str, Any],
+                      ctx: NodeContext) -> Step:
+        """A Step with everything value-independent decided: which inputs may need rounding to the node dtype,
+        which outputs the graph names, and whether finishing the outputs is more than a rounding."""
+        inputs, outputs = list(node.input), list(node.output)
+        convert = tuple(k for k, n in enumerate(inputs) if n and k not in spec.exact_inputs) \
+            if spec.convert_inputs else ()
+        if self.policy.finish_only_rounds(ctx):
+            round_to, finish = (None if spec.keeps_output_dtype else ctx.dtype), None
+        else:
+            round_to, finish = None, partial(self.policy.finish, ctx, keep_dtype=spec.keeps_output_dtype)
+        reads = list(inputs)
+        for k in convert:
+            key = self._rounded_constant(inputs[k], ctx.dtype)
+            if key is not None:
+                reads[k] = key
+        return Step(pos, node, label, spec, attrs, ctx, inputs, outputs, [], convert=convert,
+                    slots=tuple((k, n) for k, n in enumerate(outputs) if n), reads=tuple(reads),
+                    round_to=round_to, finish=finish)
+
+    #: Initializers up to this many elements are rounded to a node's dtype once, at plan time, instead of on every
+    #: run. A rounding has a fixed cost (~1 us in numpy, ~6-20 us through the onnxruntime cast for fp16) that
+    #: dominates for small tensors (the SD UNets' biases and norm weights: 561 of the small UNet's 563 float
+    #: initializers); a large weight's rounding is a pass over data small next to the op reading it, and caching
+    #: it would hold a second copy of the weights (float64: 6.8 GB for the SD 1.5 UNet). At most 512 KB each.
+    ROUND_ONCE_MAX_ELEMENTS = 65536
+
+    def _rounded_constant(self, name: str, dtype: np.dtype) -> tuple[str, np.dtype] | None:
+        """The key of initializer `name` rounded to float `dtype` in rounded_constants (computed on first use),
+        or None when the run must read it as is (not an initializer, not float, already `dtype`, or large)."""
+        x = self.initializers.get(name)
+        if x is None or x.dtype == dtype or not is_float_dtype(x.dtype) or x.size > self.ROUND_ONCE_MAX_ELEMENTS:
+            return None
+        key = (name, np.dtype(dtype))
+        if key not in self.rounded_constants:
+            with np.errstate(all="ignore"):
+                y = convert_float(np.asarray(x), np.dtype(dtype))
+            y.flags.writeable = False  # shared by every run: an op writing into its input would be caught here
+            self.rounded_constants[key] = y
+        return key
 
     @property
     def node_names(self) -> list[str]:
@@ -204,17 +257,20 @@ class Executor:
             env[name] = x
         return env
 
-    def _execute(self, step: Step, inputs: list) -> dict[str, np.ndarray]:
-        """One node: float inputs rounded to the node dtype, the op, outputs finished by the policy."""
-        spec, ctx = step.spec, step.ctx
-        args = []
-        for k, x in enumerate(inputs):
-            if x is not None and spec.convert_inputs and k not in spec.exact_inputs \
-                    and is_float_dtype(x.dtype) and x.dtype != ctx.dtype:
-                x = convert_float(x, ctx.dtype)
-            args.append(x)
+    def _execute(self, step: Step, args: list) -> dict[str, np.ndarray]:
+        """One node: float inputs rounded to the node dtype, the op, outputs finished by the policy.
+
+        `args` holds the input values by position (None for absent optional inputs); rounded inputs replace their
+        entries. Everything that does not depend on values was decided at plan time (Step.convert, slots,
+        round_to, finish): this is the per-node cost of the executor, so it stays a few dict-free lines."""
+        dtype = step.ctx.dtype
+        for k in step.convert:
+            x = args[k]
+            dt = x.dtype
+            if dt is not dtype and dt != dtype and is_float_dtype(dt):
+                args[k] = convert_float(x, dtype)
         try:
-            result = spec.fn(ctx, step.attrs, *args)
+            result = step.spec.fn(step.ctx, step.attrs, *args)
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure inside a node is reported with the node
@@ -223,14 +279,21 @@ class Executor:
                                  f"[{shapes}]: {type(exc).__name__}: {exc}") from exc
         values = result if isinstance(result, (tuple, list)) else (result,)
         out = {}
-        for k, name in enumerate(step.outputs):
-            if not name:
-                continue
-            if k >= len(values) or values[k] is None:
-                raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) did not produce its "
-                                     f"output {name!r}")
-            value = np.asarray(values[k])
-            out[name] = self.policy.finish(ctx, value, keep_dtype=spec.keeps_output_dtype)
+        round_to, finish = step.round_to, step.finish
+        for k, name in step.slots:
+            value = values[k] if k < len(values) else None
+            if type(value) is not np.ndarray:
+                if value is None:
+                    raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) did not produce "
+                                         f"its output {name!r}")
+                value = np.asarray(value)
+            if finish is not None:
+                value = finish(value)
+            elif round_to is not None:
+                dt = value.dtype
+                if dt is not round_to and dt != round_to and is_float_dtype(dt):
+                    value = convert_float(value, round_to)
+            out[name] = value
         return out
 
     def step(self, node: int | str) -> Step:
@@ -250,23 +313,26 @@ class Executor:
         if missing:
             raise InputError(f"{self.where}: node {st.label!r} needs input(s) {missing}")
         with np.errstate(all="ignore"):
-            return self._execute(st, [(inputs[n] if n in inputs else self.initializers[n]) if n else None
+            return self._execute(st, [(np.asarray(inputs[n]) if n in inputs else self.initializers[n]) if n else None
                                       for n in st.inputs])
 
     def run(self, feeds: Mapping[str, np.ndarray], *, capture: CaptureFn | None = None,
             capture_filter: CaptureFilter | None = None,
             progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
         """Run the graph on `feeds`; returns the graph outputs (in the policy's dtypes) by name."""
-        env: dict[str, Any] = dict(self.initializers)
+        env: dict[Any, Any] = dict(self.initializers)
+        env.update(self.rounded_constants)
         env.update(self._check_feeds(feeds))
         lo, hi, rx = (capture_filter or CaptureFilter()).resolve(self.node_names) if capture else (0, -1, None)
         total = len(self.steps)
         # inf/NaN/underflow are values the comparisons report, not warnings: numpy stays quiet for the whole run
         # (one errstate for the run instead of one per operation; a stray RuntimeWarning would also break the
         # CLI's one-line error contract)
+        env[""] = None  # an absent optional input ("" in the node's input list) reads as None
+        execute = self._execute
         with np.errstate(all="ignore"):
             for s, step in enumerate(self.steps):
-                produced = self._execute(step, [env[name] if name else None for name in step.inputs])
+                produced = execute(step, [env[key] for key in step.reads])
                 env.update(produced)
                 if capture is not None and lo <= s <= hi:
                     for name, v in produced.items():

@@ -29,10 +29,21 @@ def convert_float(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return x.astype(dtype)
 
 
+_IS_FLOAT: dict = {}  # dtype-like -> bool: the executor asks for every node input and output
+
+
 def is_float_dtype(dtype) -> bool:
     """True for IEEE floats and bf16 (ml_dtypes' bf16 has numpy kind 'V')."""
-    dtype = np.dtype(dtype)
-    return dtype.kind == "f" or dtype == bfloat16
+    try:
+        return _IS_FLOAT[dtype]
+    except (KeyError, TypeError):  # TypeError: an unhashable dtype-like, answered without the cache
+        pass
+    answer = np.dtype(dtype).kind == "f" or np.dtype(dtype) == bfloat16
+    try:
+        _IS_FLOAT[dtype] = answer
+    except TypeError:
+        pass
+    return answer
 
 
 class KernelUnavailable(Exception):
@@ -87,6 +98,12 @@ class Policy:
     def input_dtype(self, dtype: np.dtype) -> np.dtype:
         """The dtype a graph input or constant of float dtype `dtype` enters the run in."""
         raise NotImplementedError
+
+    def finish_only_rounds(self, ctx: NodeContext) -> bool:
+        """True when finish() for this node does nothing but round float outputs to ctx.dtype (keep_dtype: not
+        even that), so the executor may do it inline; decided once per node at plan time. A subclass that
+        overrides finish() is never inlined."""
+        return type(self).finish is Policy.finish and ctx.compress is None and not ctx.saturate
 
     def finish(self, ctx: NodeContext, value: np.ndarray, keep_dtype: bool = False) -> np.ndarray:
         """Round a float output to the node's dtype (unless the op fixed its own, e.g. Cast), then saturate."""

@@ -1,0 +1,134 @@
+"""The executor's plan-time shortcuts change speed, never bits.
+
+Executor._plan decides once per node what does not depend on values: small float initializers are rounded to the
+node dtype at plan time (Executor.rounded_constants) instead of on every run, and when the policy's finish() only
+rounds (Policy.finish_only_rounds) the executor rounds float outputs inline instead of calling it. Here every node
+output of the bundled tiny SD UNet is compared byte for byte between the executor as planned and the same executor
+with both shortcuts switched off (every initializer rounded per run, every output through policy.finish, i.e. the
+code path the shortcuts replace), under the reference policy and NPU profiles that exercise each branch: fp16
+storage, fp32, mixed cube/vector dtypes, saturation (finish does more than round) and 4-bit intermediates
+(compress). Planted bugs (a truncating plan-time rounding, skipped inline output rounding) must be caught.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from mschecker.graph import Executor, ReferencePolicy
+from mschecker.graph import executor as executor_module
+from mschecker.npu import NpuPolicy
+from mschecker.npu.profile import load_profile
+
+
+@pytest.fixture(scope="module")
+def unet(tmp_path_factory):
+    from mschecker.sd.modelfile import save_model
+    from mschecker.sd.presets import get_preset
+    from mschecker.sd.unet import build_unet
+
+    p = get_preset("tiny")
+    path = save_model(build_unet(p), tmp_path_factory.mktemp("unet") / "unet.onnx")
+    rng = np.random.default_rng(5)
+    c, s, _ = p.latent_shape
+    feeds = {"sample": rng.standard_normal((2, c, s, s)).astype(np.float32),
+             "timestep": np.array([500.0, 500.0], np.float32),
+             "encoder_hidden_states": rng.standard_normal((2, p.clip.max_length, p.unet.cross_dim)).astype(np.float32)}
+    return path, feeds
+
+
+def _policy(name):
+    if name == "reference":
+        return ReferencePolicy()
+    base = load_profile("ascend910b")
+    variants = {"saturation": dataclasses.replace(base, name="sat", overflow_mode="saturation"),
+                "mixed": dataclasses.replace(base, name="mixed", precision_mode="allow_fp32_to_fp16"),
+                "int4": dataclasses.replace(base, name="int4", int4_intermediates=True)}
+    return NpuPolicy(variants.get(name, name))
+
+
+def _plain(path, policy, monkeypatch) -> Executor:
+    """The executor without its shortcuts: no plan-time rounding, every output through policy.finish."""
+    with monkeypatch.context() as m:
+        m.setattr(Executor, "ROUND_ONCE_MAX_ELEMENTS", -1)
+        m.setattr(policy, "finish_only_rounds", lambda ctx: False)
+        ex = Executor(path, policy)
+    assert not ex.rounded_constants and all(s.finish is not None for s in ex.steps)
+    return ex
+
+
+def _every_output(ex: Executor, feeds) -> dict[str, bytes]:
+    out = {}
+    ex.run(feeds, capture=lambda node, name, v: out.__setitem__(name, f"{v.dtype}{v.shape}".encode() + v.tobytes()))
+    return out
+
+
+def _differing(a: dict, b: dict) -> list[str]:
+    assert a.keys() == b.keys()
+    return [k for k in a if a[k] != b[k]]
+
+
+@pytest.mark.parametrize("name", ["reference", "ascend910b", "fp32", "mixed", "saturation", "int4"])
+def test_shortcuts_are_bit_identical_to_the_plain_path(unet, name, monkeypatch):
+    path, feeds = unet
+    fast = Executor(path, _policy(name))
+    assert fast.rounded_constants or name == "fp32"  # fp32 initializers in fp32 nodes: nothing to round
+    plain = _plain(path, _policy(name), monkeypatch)
+    assert _differing(_every_output(fast, feeds), _every_output(plain, feeds)) == []
+    # the constants rounded once are shared by every run: read-only, so an op writing into its input fails loudly
+    assert all(not v.flags.writeable for v in fast.rounded_constants.values())
+    assert _differing(_every_output(fast, feeds), _every_output(plain, feeds)) == []  # second run: still the same
+
+
+def test_planted_truncating_plan_time_rounding_is_caught(unet, monkeypatch):
+    path, feeds = unet
+
+    def truncating(x, dtype):  # fp16 by chopping the 13 low fp32 significand bits: round toward zero
+        x32 = np.bitwise_and(np.asarray(x, np.float32).view(np.uint32), np.uint32(0xFFFFE000), out=None)
+        return np.asarray(x32).view(np.float32).astype(dtype)
+
+    with monkeypatch.context() as m:
+        m.setattr(executor_module, "convert_float", truncating)
+        bugged = Executor(path, _policy("ascend910b"))  # the bug only touches what planning rounds
+    plain = _plain(path, _policy("ascend910b"), monkeypatch)
+    assert _differing(_every_output(bugged, feeds), _every_output(plain, feeds))
+
+
+def _needs_output_rounding():
+    """Ops that return another float dtype than the node's: Einsum returns its accumulation dtype (fp32 under an
+    fp16 profile), a Constant its attribute's fp32 (float64 in the reference)."""
+    rng = np.random.default_rng(6)
+    g = h.make_graph([h.make_node("Einsum", ["x", "w"], ["e"], equation="ij,jk->ik"),
+                      h.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.float32([0.1, 0.2]), "c")),
+                      h.make_node("Add", ["e", "c"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [3, 8])], [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     initializer=[numpy_helper.from_array(rng.standard_normal((8, 2)).astype(np.float32), "w")])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), {"x": rng.standard_normal((3, 8)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("name", ["reference", "ascend910b"])
+def test_planted_skipped_inline_output_rounding_is_caught(name, monkeypatch):
+    model, feeds = _needs_output_rounding()
+    fast, plain = Executor(model, _policy(name)), _plain(model, _policy(name), monkeypatch)
+    assert any(s.round_to is not None for s in fast.steps)
+    assert _differing(_every_output(fast, feeds), _every_output(plain, feeds)) == []
+    for step in fast.steps:
+        step.round_to = None
+    assert _differing(_every_output(fast, feeds), _every_output(plain, feeds))
+
+
+def test_a_policy_that_overrides_finish_is_always_called(unet):
+    """finish() is a policy's hook: a subclass overriding it is never replaced by the inline rounding."""
+    path, feeds = unet
+    calls = []
+
+    class Counting(ReferencePolicy):
+        def finish(self, ctx, value, keep_dtype=False):
+            calls.append(ctx.node.name)
+            return super().finish(ctx, value, keep_dtype=keep_dtype)
+
+    ex = Executor(path, Counting())
+    ex.run(feeds)
+    assert len(calls) == sum(len(s.slots) for s in ex.steps)
