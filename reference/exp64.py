@@ -83,29 +83,43 @@ def exp64_numpy(x: np.ndarray) -> np.ndarray:
 
 
 def _exp64_block(x: np.ndarray) -> np.ndarray:
-    xc = np.where(x < CLAMP_LO, CLAMP_LO, x)
-    xc = np.where(xc > CLAMP_HI, CLAMP_HI, xc)
-    t = xc * LOG2E + SHIFT
+    xc = np.clip(x, CLAMP_LO, CLAMP_HI)  # the two selects of step 1 (NaN stays NaN; replaced in step 6)
+    t = xc * LOG2E
+    t += SHIFT
     kd = t - SHIFT
-    rh = xc - kd * LN2_HI  # exact
+    rh = kd * LN2_HI
+    np.subtract(xc, rh, out=rh)  # exact
     c = kd * LN2_LO
     r = rh - c
-    rl = (rh - r) - c  # the rounding error of r (Fast2Sum)
-    q = np.full_like(r, EXP_COEFFS[0])
-    for coeff in EXP_COEFFS[1:-2]:
+    rl = rh - r
+    rl -= c  # the rounding error of r (Fast2Sum)
+    q = r * EXP_COEFFS[0]
+    q += EXP_COEFFS[1]
+    for coeff in EXP_COEFFS[2:-2]:
         q *= r
         q += coeff
-    tail = (r * r) * q + rl
-    hi = 1.0 + r
-    lo = (1.0 - hi) + r  # 1 + r = hi + lo exactly (Fast2Sum, |r| < 1)
-    p = hi + (lo + tail)
-    kb = t.view(_U64) - _U64(_SHIFT_BITS - 2048)  # k + 2048 >= 971: no wrap-around for clamped x
+    tail = r * r
+    tail *= q
+    tail += rl
+    p = 1.0 + r  # hi
+    lo = 1.0 - p
+    lo += r  # 1 + r = hi + lo exactly (Fast2Sum, |r| < 1)
+    lo += tail
+    p += lo
+    kb = t.view(_U64)
+    kb -= _U64(_SHIFT_BITS - 2048)  # k + 2048 >= 971: no wrap-around for clamped x
     h = kb >> _U64(1)  # floor(k/2) + 1024
-    s1 = ((h - _U64(1)) << _U64(52)).view(np.float64)  # 2^k1, k1 = floor(k/2)
-    s2 = ((kb - h - _U64(1)) << _U64(52)).view(np.float64)  # 2^k2, k2 = k - k1
-    y = p * s1
-    y *= s2
-    return np.where(x != x, x + x, y)
+    kb -= h
+    kb -= _U64(1)
+    kb <<= _U64(52)  # 2^k2, k2 = k - k1
+    h -= _U64(1)
+    h <<= _U64(52)  # 2^k1, k1 = floor(k/2)
+    p *= h.view(np.float64)
+    p *= kb.view(np.float64)
+    nan = np.isnan(x)
+    if nan.any():
+        p[nan] = x[nan] + x[nan]
+    return p
 
 
 def exp64(x: np.ndarray) -> np.ndarray:

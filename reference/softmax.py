@@ -24,23 +24,43 @@ from .exp64 import exp64_numpy, fast_module
 SUM_LANES = 8  # LANES in mschecker/_fastref.c; a power of two (the pairwise combine below)
 
 
+#: Elements per block of rows in softmax_numpy: its passes then run on cache-resident temporaries; blocking
+#: changes no bit (every row is computed on its own).
+NUMPY_BLOCK = 1 << 16
+
+
 def softmax_numpy(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Steps 1-4 of the module docstring with numpy operations (same bits as the C loop)."""
-    x = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)
-    n = x.shape[-1]
+    x = np.asarray(x, dtype=np.float64)
+    rows = np.moveaxis(x, axis, -1)  # validates axis
+    if x.size == 0:
+        return np.empty(x.shape)
+    n = rows.shape[-1]
+    flat = np.ascontiguousarray(rows).reshape(-1, n)
+    out = np.empty(flat.shape)
+    step = max(1, NUMPY_BLOCK // max(n, 1))
+    for i in range(0, flat.shape[0], step):
+        out[i:i + step] = _softmax_block(flat[i:i + step])
+    return np.ascontiguousarray(np.moveaxis(out.reshape(rows.shape), -1, axis))
+
+
+def _softmax_block(x: np.ndarray) -> np.ndarray:
+    """Softmax of each row of a 2-D block. Lane j's sum is np.add.accumulate over e[:, j::SUM_LANES] (a running
+    sum, sequential by definition), then the tail elements, then the pairwise combination of the lanes."""
+    n = x.shape[1]
+    full = n - n % SUM_LANES
     with np.errstate(invalid="ignore"):
-        e = exp64_numpy(x - np.max(x, axis=-1, keepdims=True))
-        lanes = np.zeros(e.shape[:-1] + (SUM_LANES,))
-        full = n - n % SUM_LANES
-        for i in range(0, full, SUM_LANES):
-            lanes += e[..., i:i + SUM_LANES]
-        lanes[..., :n - full] += e[..., full:]
-        while lanes.shape[-1] > 1:  # ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))
-            lanes = lanes[..., 0::2] + lanes[..., 1::2]
-        s = lanes[..., 0]
+        e = exp64_numpy(x - np.max(x, axis=1, keepdims=True))
+        if full:
+            lanes = np.add.accumulate(e[:, :full].reshape(len(e), -1, SUM_LANES), axis=1)[:, -1, :]
+        else:
+            lanes = np.zeros((len(e), SUM_LANES))
+        lanes[:, :n - full] += e[:, full:]
+        while lanes.shape[1] > 1:  # ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))
+            lanes = lanes[:, 0::2] + lanes[:, 1::2]
         e /= lanes
-    e[np.isnan(s)] = np.nan
-    return np.ascontiguousarray(np.moveaxis(e, -1, axis))
+    e[np.isnan(lanes[:, 0])] = np.nan
+    return e
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
