@@ -1,0 +1,103 @@
+"""The chunked fp32-accumulation MatMul (optimized_kernels/matmul.py `_rounded_fp32_product`) gives the bits of
+its definition, the whole-batch `_round(_acc_fp32(a, b), storage)`, for fp16 and bf16 storage: on hypothesis
+shapes (2-D weights and paired batches, chunks of one matrix up to the whole batch), on layouts that must take
+the whole-batch form (broadcast batch, transposed views, 1-D and 2-D operands), and on special values (+-0,
+subnormals, +-inf, NaN, 65504 and sums past it). Planted bug: a K-blocked accumulation (another summation
+order of the same contract) must be told apart by the same bit comparison.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mschecker.dtypes import bfloat16
+from mschecker.optimized_kernels import matmul as mm
+
+KERNELS = {"fp16": (mm.matmul_fp16_fp32acc, np.float16), "bf16": (mm.matmul_bf16_fp32acc, bfloat16)}
+
+
+def _definition(a, b, dtype):
+    return mm._round(mm._acc_fp32(a, b), np.dtype(dtype))
+
+
+def _same_bits(got, want) -> bool:
+    return got.dtype == want.dtype and got.shape == want.shape and \
+        np.array_equal(np.ascontiguousarray(got).view(np.uint16), np.ascontiguousarray(want).view(np.uint16))
+
+
+@st.composite
+def operands(draw):
+    batch = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
+    m, k, n = (draw(st.integers(1, 12)) for _ in range(3))
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    scale = draw(st.sampled_from([1e-3, 1.0, 100.0]))
+    a = rng.standard_normal(batch + (m, k)) * scale
+    b_shape = (k, n) if draw(st.booleans()) else batch + (k, n)
+    return a, rng.standard_normal(b_shape)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 600, mm.CHUNK_BYTES])
+@pytest.mark.parametrize("storage", KERNELS)
+@given(ab=operands())
+def test_chunked_matmul_bits_equal_whole_batch(storage, chunk_bytes, ab):
+    kernel, dtype = KERNELS[storage]
+    a, b = (x.astype(dtype) for x in ab)
+    old = mm.CHUNK_BYTES
+    mm.CHUNK_BYTES = chunk_bytes  # 1: one matrix per chunk; 600: a few; default: usually the whole batch
+    try:
+        with np.errstate(all="ignore"):
+            assert _same_bits(kernel(a, b), _definition(a, b, dtype))
+    finally:
+        mm.CHUNK_BYTES = old
+
+
+@pytest.mark.parametrize("storage", KERNELS)
+def test_other_layouts_take_the_whole_batch_form(storage):
+    kernel, dtype = KERNELS[storage]
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 3, 5, 4)).astype(dtype)
+    cases = [(a, rng.standard_normal((1, 3, 4, 6)).astype(dtype)),  # broadcast batch
+             (a, rng.standard_normal((2, 3, 6, 4)).astype(dtype).swapaxes(-1, -2)),  # transposed view
+             (a[0, 0], rng.standard_normal((4, 6)).astype(dtype)),  # 2-D @ 2-D
+             (a, rng.standard_normal(4).astype(dtype)),  # 1-D right operand
+             (rng.standard_normal(5).astype(dtype), rng.standard_normal((2, 5, 3)).astype(dtype))]
+    for x, y in cases:
+        assert _same_bits(kernel(x, y), _definition(x, y, dtype))
+
+
+SPECIALS = np.array([0.0, -0.0, 6e-8, -6e-8, 6.1e-5, 65504.0, -65504.0, np.inf, -np.inf, np.nan, 1.0, -2.5])
+
+
+@pytest.mark.parametrize("storage", KERNELS)
+def test_chunked_matmul_bits_on_special_values(storage, monkeypatch):
+    kernel, dtype = KERNELS[storage]
+    monkeypatch.setattr(mm, "CHUNK_BYTES", 1)
+    rng = np.random.default_rng(5)
+    a, b = rng.choice(SPECIALS, size=(3, 2, 6, 7)), rng.choice(SPECIALS, size=(3, 2, 7, 5))
+    big = np.full((4, 3, 8), 60000.0)  # sums past 65504: inf in fp16 storage
+    tiny = np.full((4, 3, 8), 2.0 ** -12)  # products and sums in fp16's subnormal range
+    with np.errstate(all="ignore"):
+        for x, y in [(a, b), (a, b[0, 0]), (big, np.ones((8, 2))), (tiny, np.full((8, 3), 2.0 ** -12))]:
+            x, y = x.astype(dtype), y.astype(dtype)
+            assert _same_bits(kernel(x, y), _definition(x, y, dtype))
+
+
+def test_bit_check_catches_planted_summation_order_change():
+    """Planted bug: K split in blocks of 8 with fp32 partial sums (inside the same error contract, other bits)."""
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((2, 4, 64, 40)).astype(np.float16), rng.standard_normal((40, 64)).astype(np.float16)
+    assert not _same_bits(mm.matmul_fp16_fp32acc_kblocked(a, b, kb=8), _definition(a, b, np.float16))
+    assert _same_bits(mm.matmul_fp16_fp32acc(a, b), _definition(a, b, np.float16))
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, mm.CHUNK_BYTES])
+@pytest.mark.parametrize("shapes", [((1, 2, 256, 40), (1, 2, 40, 256)), ((1, 2, 256, 256), (1, 2, 256, 40)),
+                                    ((2, 128, 320), (320, 64))])
+def test_chunked_matmul_bits_on_attention_sized_operands(shapes, chunk_bytes, monkeypatch):
+    """Operands past halfcast's ORT_MIN_ELEMS, so the chunks take the onnxruntime cast route."""
+    monkeypatch.setattr(mm, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(4)
+    a, b = (rng.standard_normal(s).astype(np.float16) for s in shapes)
+    assert _same_bits(mm.matmul_fp16_fp32acc(a, b), _definition(a, b, np.float16))
