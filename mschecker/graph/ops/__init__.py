@@ -2,7 +2,9 @@
 
 Like onnx.reference's op classes, keyed by op type, but an implementation receives a NodeContext from the policy
 (the node's dtype and its bound kernels), so the same code serves the float64 reference and the emulated NPU.
-An implementation is `fn(ctx, attrs, *inputs) -> array | tuple of arrays`; absent optional inputs are None.
+An implementation is `fn(ctx, attrs, *inputs) -> array | tuple of arrays`; absent optional inputs are None. It
+runs inside the executor's np.errstate(all="ignore") (Executor.run and run_node, the only callers): inf/NaN are
+values, not warnings, and the implementations do not pay for an errstate of their own per node.
 Modules: elementwise.py (numpy in the node's dtype), compute.py (registry kernels: matmul, conv, norms, ...),
 tensor.py (shape/index ops), onnx_reference.py (ops delegated to onnx.reference where ONNX semantics are fiddly).
 """

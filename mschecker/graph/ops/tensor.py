@@ -10,7 +10,9 @@ from .onnx_reference import run_onnx_reference
 
 
 def _ints(x) -> list[int]:
-    return [int(v) for v in np.asarray(x).reshape(-1)]
+    """A shape-like tensor as python ints (integer tensors through tolist: one C call, not a loop of scalars)."""
+    x = np.asarray(x).reshape(-1)
+    return x.tolist() if x.dtype.kind in "iu" else [int(v) for v in x]
 
 
 @register("Shape", convert_inputs=False)
@@ -28,7 +30,7 @@ def size(ctx, attrs, x):
 @register("Reshape")
 def reshape(ctx, attrs, x, shape):
     dims = _ints(shape)
-    if not attrs.get("allowzero", 0):
+    if 0 in dims and not attrs.get("allowzero", 0):
         dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
     return x.reshape(dims)
 
@@ -56,7 +58,11 @@ def squeeze(ctx, attrs, x, axes=None):
 def unsqueeze(ctx, attrs, x, axes=None):
     axes = _axes(ctx, attrs, axes, 13)
     out_rank = x.ndim + len(axes)
-    return np.expand_dims(x, tuple(sorted(a % out_rank for a in axes)))
+    new = {a % out_rank for a in axes}
+    if len(new) != len(axes):
+        raise ValueError(f"Unsqueeze node {ctx.node.name!r}: repeated axis in {list(axes)}")
+    dims = iter(x.shape)  # the view np.expand_dims returns, as one reshape (expand_dims costs ~5 us of Python)
+    return x.reshape([1 if i in new else next(dims) for i in range(out_rank)])
 
 
 @register("Transpose")
@@ -79,7 +85,15 @@ def split(ctx, attrs, x, split=None):
         parts = int(attrs.get("num_outputs", n_out))
         chunk = -(-length // parts)  # opset 18: ceil-sized chunks, the last one smaller
         sizes = [min(chunk, length - i * chunk) for i in range(parts)]
-    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
+    # views of x, as np.split(x, np.cumsum(sizes)[:-1], axis) returns them (the last part runs to the end), by
+    # plain slicing: np.split's Python costs ~10-20 us per node
+    index = [slice(None)] * x.ndim
+    parts, start = [], 0
+    for k, n in enumerate(sizes):
+        index[axis] = slice(start, start + int(n) if k < len(sizes) - 1 else None)
+        parts.append(x[tuple(index)])
+        start += int(n)
+    return tuple(parts)
 
 
 @register("Gather")
@@ -130,10 +144,9 @@ def _cast(ctx, x, target: np.dtype):
     target = ctx.cast_target(np.dtype(target))
     if target == np.bool_:
         return x != 0
-    with np.errstate(over="ignore", invalid="ignore"):
-        if target.kind in "iu" and x.dtype.kind not in "iub":
-            return np.trunc(x.astype(np.float64)).astype(target)  # ONNX: float -> int truncates toward zero
-        return x.astype(target)
+    if target.kind in "iu" and x.dtype.kind not in "iub":
+        return np.trunc(x.astype(np.float64)).astype(target)  # ONNX: float -> int truncates toward zero
+    return x.astype(target)
 
 
 _CAST_TARGETS = {"float16", "bfloat16", "float32", "float64", "bool", "int8", "uint8", "int16", "uint16", "int32",
@@ -230,7 +243,7 @@ def resize(ctx, attrs, x, roi=None, scales=None, sizes=None):
     if factors is None:
         return run_onnx_reference(ctx, x, roi, scales, sizes)
     y = x
-    for axis, f in enumerate(factors):
+    for axis, f in enumerate(factors):  # np.repeat per axis: measured faster than one broadcast copy (2-3x)
         if f != 1:
             y = np.repeat(y, f, axis=axis)
     return y
