@@ -15,7 +15,14 @@ Part 2, showcases at Stable Diffusion 1.5 sizes (first UNet stage: 64x64 latent 
   4096^2 * 4 B = 64 MiB). Errors against float64 here are max |err| only (contracts' bounds at this size would
   cost more memory than the kernels).
 
+Part 3, SD layers (`sd_layers`): the Conv and MatMul shapes of the SD-1.5 UNet at a 32x32 latent, batch 2 (the
+sd15_l32 model of the executor benchmark), each timed in one run for onnxruntime fp32 (one node, one thread:
+the executor's peer), the float64 reference, the emulated NPU's fp16 kernel, and that kernel's definition (the
+implementation before the copy-saving fast path; the fast path's bits equal it, checked here too). Times are
+the minimum over interleaved repeats: on a shared 2-core machine the minimum is the least disturbed run.
+
     python benchmarks/kernels_bench.py            # prints a Rich table, writes benchmarks/results/kernels_bench.json
+    python benchmarks/kernels_bench.py --only-sd-layers   # re-measures Part 3 alone, keeps the other sections
     python benchmarks/kernels_bench.py --kernel attention --no-showcases --out ''   # quick look, no file
 """
 from __future__ import annotations
@@ -188,6 +195,116 @@ def showcases() -> list[dict]:
     return out
 
 
+#: (name, x shape, w shape, Conv attributes): the distinct Conv shapes of the SD-1.5 UNet at a 32x32 latent, batch 2.
+SD_CONVS = [
+    ("conv_in 4->320 @32", (2, 4, 32, 32), (320, 4, 3, 3), {"pads": (1, 1, 1, 1)}),
+    ("resnet 320 3x3 @32", (2, 320, 32, 32), (320, 320, 3, 3), {"pads": (1, 1, 1, 1)}),
+    ("proj 1x1 320 @32", (2, 320, 32, 32), (320, 320, 1, 1), {}),
+    ("downsample 320 s2 @32", (2, 320, 32, 32), (320, 320, 3, 3), {"pads": (1, 1, 1, 1), "strides": (2, 2)}),
+    ("resnet 640 3x3 @16", (2, 640, 16, 16), (640, 640, 3, 3), {"pads": (1, 1, 1, 1)}),
+    ("resnet 1280 3x3 @8", (2, 1280, 8, 8), (1280, 1280, 3, 3), {"pads": (1, 1, 1, 1)}),
+    ("up resnet 2560->1280 @4", (2, 2560, 4, 4), (1280, 2560, 3, 3), {"pads": (1, 1, 1, 1)}),
+    ("up skip 1x1 2560->1280 @4", (2, 2560, 4, 4), (1280, 2560, 1, 1), {}),
+    ("up resnet 960->320 @32", (2, 960, 32, 32), (320, 960, 3, 3), {"pads": (1, 1, 1, 1)}),
+]
+#: (name, a shape, b shape, b is a weight): the MatMul shapes of the first stage (1024 tokens, 320 channels, 8 heads).
+SD_MATMULS = [
+    ("linear 320->320", (2, 1024, 320), (320, 320), True),
+    ("attention q @ k^T", (2, 8, 1024, 40), (2, 8, 40, 1024), False),
+    ("attention p @ v", (2, 8, 1024, 1024), (2, 8, 1024, 40), False),
+    ("ff 320->2560", (2, 1024, 320), (320, 2560), True),
+]
+
+
+def _ort_single_node(op: str, feeds: dict, weights: dict, attrs: dict):
+    """A no-argument callable running one onnxruntime fp32 node (weights as initializers), one thread."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    names = list(feeds) + list(weights)
+    node = helper.make_node(op, names, ["y"], **{k: list(v) if isinstance(v, tuple) else v for k, v in attrs.items()})
+    graph = helper.make_graph(
+        [node], op, [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in feeds.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feeds32 = {k: v.astype(np.float32) for k, v in feeds.items()}
+    return lambda: session.run(None, feeds32)
+
+
+def _min_interleaved(fns: dict, reps: int) -> dict:
+    """Minimum seconds of each callable over `reps` rounds, the callables interleaved within every round."""
+    times = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: min(v) for k, v in times.items()}
+
+
+def sd_layers(reps: int = 5) -> list[dict]:
+    """Part 3: onnxruntime vs float64 reference vs NPU fp16 kernel (and its definition) per SD layer shape."""
+    from mschecker.optimized_kernels import conv as npu_conv
+    from mschecker.optimized_kernels import matmul as mm
+    from mschecker.reference import conv as ref_conv
+    from mschecker.reference import linalg as ref_lin
+
+    rng = np.random.default_rng(2026)
+    rows = []
+    for name, xs, ws, attrs in SD_CONVS:
+        x = rng.standard_normal(xs).astype(np.float16)
+        w = (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(np.float16)
+        b = (rng.standard_normal(ws[0]) * 0.1).astype(np.float16)
+        x64, w64, b64 = (a.astype(np.float64) for a in (x, w, b))
+        kw = {"strides": attrs.get("strides", (1, 1)), "pads": attrs.get("pads", (0, 0, 0, 0))}
+        fns = {"ort_fp32": _ort_single_node("Conv", {"x": x64}, {"w": w64, "b": b64}, attrs),
+               "reference_f64": lambda: ref_conv.conv2d(x64, w64, b64, **kw),
+               "npu_fp16": lambda: npu_conv.conv2d_fp16_fp32acc(x, w, b, **kw),
+               "npu_fp16_definition": lambda: npu_conv.conv2d_definition(
+                   x, w, b, kw["strides"], kw["pads"], (1, 1), 1, np.float32, np.float16)}
+        same = np.array_equal(fns["npu_fp16"]().view(np.uint16), fns["npu_fp16_definition"]().view(np.uint16))
+        rows.append(_sd_row("Conv", name, f"x {xs} w {ws} {attrs}", _min_interleaved(fns, reps), same))
+    for name, sa, sb, weight in SD_MATMULS:
+        a = rng.standard_normal(sa).astype(np.float16)
+        b = (rng.standard_normal(sb) / np.sqrt(sb[-2])).astype(np.float16)
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        ort_fn = (_ort_single_node("MatMul", {"a": a64}, {"b": b64}, {}) if weight
+                  else _ort_single_node("MatMul", {"a": a64, "b": b64}, {}, {}))
+        fns = {"ort_fp32": ort_fn, "reference_f64": lambda: ref_lin.matmul(a64, b64),
+               "npu_fp16": lambda: mm.matmul_fp16_fp32acc(a, b),
+               "npu_fp16_definition": lambda: mm._round(mm._acc_fp32(a, b), mm.F16)}
+        same = np.array_equal(fns["npu_fp16"]().view(np.uint16), fns["npu_fp16_definition"]().view(np.uint16))
+        rows.append(_sd_row("MatMul", name, f"{sa} @ {sb}", _min_interleaved(fns, reps), same))
+    return rows
+
+
+def _sd_row(op: str, name: str, shape: str, secs: dict, same_bits: bool) -> dict:
+    ort_s = secs["ort_fp32"]
+    return {"op": op, "layer": name, "shape": shape, **{f"{k}_ms": v * 1e3 for k, v in secs.items()},
+            "reference_vs_ort": secs["reference_f64"] / ort_s, "npu_vs_ort": secs["npu_fp16"] / ort_s,
+            "npu_vs_definition": secs["npu_fp16"] / secs["npu_fp16_definition"], "npu_bits_equal_definition": same_bits}
+
+
+def render_sd_layers(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="SD-1.5 layers at a 32x32 latent, batch 2 (ms, min of interleaved repeats, one thread)")
+    for col in ("op", "layer", "ORT fp32", "ref f64", "NPU fp16", "NPU def.", "ref/ORT", "NPU/ORT", "NPU/def.",
+                "same bits"):
+        t.add_column(col, justify="left" if col in ("op", "layer") else "right")
+    for r in rows:
+        t.add_row(r["op"], r["layer"], f"{r['ort_fp32_ms']:.1f}", f"{r['reference_f64_ms']:.1f}",
+                  f"{r['npu_fp16_ms']:.1f}", f"{r['npu_fp16_definition_ms']:.1f}", f"{r['reference_vs_ort']:.2f}",
+                  f"{r['npu_vs_ort']:.2f}", f"{r['npu_vs_definition']:.2f}", str(r["npu_bits_equal_definition"]))
+    Console(width=None if sys.stdout.isatty() else 150).print(t)
+
+
 def render(rows: list[dict], cases: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -217,8 +334,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kernel", action="append", help="only these kernels (repeatable); default all")
     parser.add_argument("--no-showcases", action="store_true", help="skip the SD-size showcases")
+    parser.add_argument("--no-sd-layers", action="store_true", help="skip Part 3 (SD layer shapes vs onnxruntime)")
+    parser.add_argument("--only-sd-layers", action="store_true",
+                        help="run Part 3 alone and replace only its section of an existing JSON")
     parser.add_argument("--out", default=str(RESULTS), help="JSON path ('' to not write)")
     args = parser.parse_args(argv)
+    layers = [] if args.no_sd_layers else sd_layers()
+    if layers:
+        render_sd_layers(layers)
+    if args.only_sd_layers:
+        if args.out:
+            path = Path(args.out)
+            doc = json.loads(path.read_text()) if path.exists() else {"schema_version": 1}
+            doc["sd_layers"] = layers
+            doc["sd_layers_created_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            _write_json(path, doc)
+        return 0
     names = args.kernel or sorted(registry())
     rows = bench_registry(names)
     cases = [] if args.no_showcases else showcases()
@@ -234,14 +365,19 @@ def main(argv: list[str] | None = None) -> int:
                       "call; errors vs float64 reference on the same rounded inputs",
             "kernels": rows,
             "showcases": cases,
+            "sd_layers": layers,
         }
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(doc, indent=1, default=float) + "\n")
-        os.replace(tmp, path)
-        print(f"wrote {path}")
+        _write_json(Path(args.out), doc)
     return 0
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    """Atomically (a temporary file renamed over the target)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=float) + "\n")
+    os.replace(tmp, path)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
