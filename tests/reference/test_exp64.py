@@ -290,3 +290,13 @@ def test_softmax_accuracy_vs_longdouble(use_c, monkeypatch):
         rel = np.abs(y.astype(np.longdouble) - ref)[tiny] / ref[tiny]
         assert np.all(rel <= softmax_bound(x)[tiny]), float(np.max(rel / softmax_bound(x)[tiny]))
         assert np.all(np.abs(y.astype(np.longdouble) - ref)[~tiny] <= 2.0 ** -1074)
+
+
+@needs_c
+def test_c_entry_points_refuse_mismatched_buffers():
+    with pytest.raises(ValueError, match="equal length"):
+        E._fastref.exp64(np.zeros(3), np.zeros(4))
+    with pytest.raises(ValueError, match="divide"):
+        E._fastref.softmax_rows(np.zeros(6), np.zeros(6), 4)
+    with pytest.raises(ValueError, match="divide"):
+        E._fastref.softmax_rows(np.zeros(6), np.zeros(6), 0)
