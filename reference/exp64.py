@@ -18,20 +18,23 @@ Algorithm (x a float64):
    exact for |k| < 2^21 and rh = x - kd * LN2_HI is exact (Sterbenz); LN2_HI + LN2_LO equals ln 2 to 1.7e-26
    relative. The rounding error of the second subtraction is kept: rl = (rh - r) - kd * LN2_LO (Fast2Sum).
    |r| <= ln2/2 + tiny.
-4. exp(r) = 1 + r + r^2 q(r), q the degree-11 Taylor polynomial of (exp(r) - 1 - r)/r^2 in Horner form,
-   coefficients 1/j! (j = 13 .. 2) rounded to nearest double (EXP_COEFFS[:-2], highest degree first);
-   truncation r^14/14! <= 4.2e-18 < 0.05 ulp for |r| <= ln2/2. Summed as p = hi + (lo + ((r*r)*q + rl)) with
-   hi + lo = 1 + r exactly (Fast2Sum), so the only large rounding is the last addition.
+4. exp(r) = 1 + r + r^2 q(r), q the degree-11 Taylor polynomial of (exp(r) - 1 - r)/r^2, coefficients
+   C(j) = 1/j! (j = 2 .. 13) rounded to nearest double (EXP_COEFFS, highest degree first), evaluated by Estrin's
+   scheme in this exact order: r2 = r*r, r4 = r2*r2, r8 = r4*r4; a_i = C(2i+3)*r + C(2i+2) (i = 0..5);
+   b0 = a1*r2 + a0, b1 = a3*r2 + a2, b2 = a5*r2 + a4; q = b2*r8 + (b1*r4 + b0). (Estrin rather than Horner:
+   dependency depth 5 instead of 11; the C loop is latency-bound, measured ~25% faster.) Truncation
+   r^14/14! <= 4.2e-18 < 0.05 ulp for |r| <= ln2/2. Summed as p = hi + (lo + (r2*q + rl)) with hi + lo = 1 + r
+   exactly (Fast2Sum), so the only large rounding is the last addition.
 5. y = (p * 2^k1) * 2^k2 with k1 = floor(k/2), k2 = k - k1, each 2^kj built in the exponent bits from the low
    bits of t (|kj| <= 538, always a normal number). The first product is exact; the second rounds once, which is
    what makes overflow (inf) and gradual underflow (subnormals, 0) correct without branches.
 6. NaN input -> x + x (the input NaN, quieted).
 
 Accuracy (measured against x86 80-bit expl over dense samples of [-745.2, 709.8], near 0 and near both edges;
-tests/reference/test_exp64.py): max 0.70 ulp for normal results, 0.80 ulp for subnormal ones (two roundings:
+tests/reference/test_exp64.py): max 0.76 ulp for normal results, 0.81 ulp for subnormal ones (two roundings:
 53 bits, then the subnormal grid), mean 0.25 ulp; np.exp (glibc) is 0.51 ulp. Budget for normal results, in
-ulps of the result: last addition 0.5, rounding of (r*r)*q and of its sum with lo and rl <= 0.15, truncation
-0.05. Without the rl term (plain r = (x - k LN2_HI) - k LN2_LO) the measured max was 1.19 ulp.
+ulps of the result: last addition 0.5, the roundings in r2*q + rl and in its sum with lo <= 0.25 (r2*q <= 0.07),
+truncation 0.05. Without the rl term (plain r = (x - k LN2_HI) - k LN2_LO) the measured max was 1.19 ulp.
 """
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ LN2_LO = 1.9082149292705877e-10  # ln 2 - LN2_HI rounded to nearest
 EXP_COEFFS = (1.6059043836821613e-10, 2.08767569878681e-09, 2.505210838544172e-08, 2.755731922398589e-07,
               2.7557319223985893e-06, 2.48015873015873e-05, 0.0001984126984126984, 0.001388888888888889,
               0.008333333333333333, 0.041666666666666664, 0.16666666666666666, 0.5, 1.0, 1.0)
+_C = EXP_COEFFS[::-1]  # _C[j] = 1/j!
 _SHIFT_BITS = 0x4338000000000000  # bits of SHIFT; bits(t) - _SHIFT_BITS = k
 _U64 = np.uint64
 
@@ -93,13 +97,18 @@ def _exp64_block(x: np.ndarray) -> np.ndarray:
     r = rh - c
     rl = rh - r
     rl -= c  # the rounding error of r (Fast2Sum)
-    q = r * EXP_COEFFS[0]
-    q += EXP_COEFFS[1]
-    for coeff in EXP_COEFFS[2:-2]:
-        q *= r
-        q += coeff
-    tail = r * r
-    tail *= q
+    r2 = r * r
+    r4 = r2 * r2
+    r8 = r4 * r4
+    a = [r * _C[j + 1] + _C[j] for j in (2, 4, 6, 8, 10, 12)]  # a_i = C(2i+3) r + C(2i+2)
+    q = a[1] * r2 + a[0]  # b0
+    b1 = a[3] * r2 + a[2]
+    b2 = a[5] * r2 + a[4]
+    b1 *= r4
+    q += b1  # c0 = b1 r4 + b0
+    b2 *= r8
+    q = b2 + q  # q = b2 r8 + c0
+    tail = r2 * q
     tail += rl
     p = 1.0 + r  # hi
     lo = 1.0 - p
