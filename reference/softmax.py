@@ -12,8 +12,9 @@ One fixed evaluation order, so the reference gives the same bits on every CPU an
 4. y = e / s (one correctly rounded division per element).
 A NaN sum (the row holds a NaN or +inf, or is all -inf: an all-masked attention row) gives a row of np.nan.
 
-The C loop (mschecker/_fastref.c softmax_rows: one fused pass per row, rows contiguous) runs when built;
-softmax_numpy is its twin with the same operations, used with MSCHECKER_NO_FASTREF=1 or without a compiler.
+The C loop (mschecker/_fastref.c softmax_rows: steps 1-4 on one contiguous row at a time, while it sits in the
+L1 cache) runs when built; softmax_numpy is its twin with the same operations (in blocks of rows), used with
+MSCHECKER_NO_FASTREF=1 or without a compiler.
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ Two kinds of claims:
   IEEE operations in the same order. Any difference, even one ulp in one element, fails.
 - Accuracy, against x86 80-bit expl (np.longdouble, ~1e-19 relative, i.e. ~0.001 ulp of a double): exp64 is
   within 1 ulp everywhere (measured 0.76 ulp for normal and 0.81 for subnormal results, analytic budget 0.8 for
-  normal ones: reference/exp64.py; 1 ulp is the claim, with margin, not the measured value); softmax is within the bound derived in reference/softmax.py.
+  normal ones: reference/exp64.py; 1 ulp is the claim, with margin, not the measured value); softmax is within
+  the bound derived in reference/softmax.py.
 Planted bugs prove the checks can fail: a dropped LN2_LO term (caught by the accuracy test), a 4-lane summation
 in the numpy twin (caught by the bit test), a one-ulp nudge of the numpy exp64 (caught by the bit test).
 """
