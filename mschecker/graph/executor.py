@@ -34,7 +34,7 @@ def node_label(node: onnx.NodeProto, index: int) -> str:
     return node.name or f"#{index}:{node.op_type}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     """One node, planned: its implementation, bound context and what to free after it.
 
