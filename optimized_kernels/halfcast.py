@@ -23,12 +23,27 @@ most of its time there. Every helper here computes exactly the same bits by anot
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Callable
 
 import numpy as np
 
+try:  # optional compiled loops (mschecker/_fastfp16.c, setup.py); without them numpy computes the same bits
+    from .. import _fastfp16
+except ImportError:  # pragma: no cover - depends on whether a C compiler was available at install time
+    _fastfp16 = None
+
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
+
+
+def fast_fp16():
+    """The compiled module, or None when it is not built or MSCHECKER_NO_FASTFP16=1 forces the numpy paths (read
+    per call, so that tests compare both routes in one process)."""
+    if _fastfp16 is None or os.environ.get("MSCHECKER_NO_FASTFP16", "") not in ("", "0"):
+        return None
+    return _fastfp16
+
 #: Below this many elements numpy's own conversion is faster than an onnxruntime session call (~6 us fixed).
 ORT_MIN_ELEMS = 2048
 _sessions: dict[tuple[str, str], Callable] = {}
@@ -178,6 +193,10 @@ def fp16_running_sum(x: np.ndarray, axis: int = -1, keepdims: bool = True) -> np
     axis %= x.ndim
     n = x.shape[axis]
     rows = x.size // max(n, 1)
+    fast = fast_fp16()
+    if fast is not None and n > 0:
+        s = _running_sum_c(fast, x, axis)
+        return np.expand_dims(s, axis) if keepdims else s
     # numpy's accumulate costs ~26 ns per element; the loop costs ~6-10 us per step plus ~2 ns per element, so
     # it only wins when each step has a few hundred rows or more.
     if n == 0 or rows < 256:
@@ -192,8 +211,69 @@ def fp16_running_sum(x: np.ndarray, axis: int = -1, keepdims: bool = True) -> np
     return np.expand_dims(s, axis) if keepdims else s
 
 
+def _running_sum_c(fast, x: np.ndarray, axis: int) -> np.ndarray:
+    """fp16_running_sum (keepdims=False) by the compiled loop, which reads (row, step) at row*sr + step*sj: x is
+    passed as it is when the reduced axis is its last or first axis in memory, else as a copy with it last."""
+    n = x.shape[axis]
+    rows = x.size // n
+    moved = np.moveaxis(x, axis, -1)
+    if moved.flags.c_contiguous:
+        buf, sr, sj = moved, n, 1
+    elif np.moveaxis(x, axis, 0).flags.c_contiguous:
+        buf, sr, sj = np.moveaxis(x, axis, 0), 1, rows
+    else:
+        buf, sr, sj = np.ascontiguousarray(moved), n, 1
+    out = np.empty(moved.shape[:-1], F16)
+    fast.running_sum(buf, rows, n, sr, sj, out)
+    return out
+
+
+#: f16_binary's ufuncs, as the compiled loop's operation codes
+_BINARY_OPS = {np.add: 0, np.subtract: 1, np.multiply: 2, np.divide: 3}
+
+
+def _collapsed_plan(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...]):
+    """The output `shape` folded to 3 dims with a's and b's element strides (0 where broadcast), merging adjacent
+    dims wherever both operands step through them as one; None when more than 3 dims remain."""
+    sa = [st // 2 for st in np.broadcast_to(a, shape).strides]
+    sb = [st // 2 for st in np.broadcast_to(b, shape).strides]
+    dims: list[list[int]] = []  # [size, a stride, b stride], innermost first
+    for d, xa, xb in zip(reversed(shape), reversed(sa), reversed(sb)):
+        if d == 1:
+            continue
+        if dims and xa == dims[-1][0] * dims[-1][1] and xb == dims[-1][0] * dims[-1][2]:
+            dims[-1][0] *= d
+        else:
+            dims.append([d, xa, xb])
+    if len(dims) > 3:
+        return None
+    dims += [[1, 0, 0]] * (3 - len(dims))
+    dims.reverse()
+    return tuple(d[0] for d in dims), tuple(d[1] for d in dims), tuple(d[2] for d in dims)
+
+
+def _f16_binary_c(fast, ufunc: np.ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """f16_binary by the compiled loop: None when the shapes fold to more than 3 dims or a result is NaN (numpy's
+    route then gives the NaN payloads)."""
+    a = a if a.flags.c_contiguous else np.ascontiguousarray(a)
+    b = b if b.flags.c_contiguous else np.ascontiguousarray(b)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    out = np.empty(shape, F16)
+    if out.size == 0:
+        return out
+    plan = _collapsed_plan(a, b, shape)
+    if plan is None or not fast.binary(_BINARY_OPS[ufunc], a, b, out, *plan):
+        return None
+    return out
+
+
 def f16_binary(ufunc: np.ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """ufunc(a, b) for float16 a and b in {add, subtract, multiply, divide}: the float32 result rounded once."""
+    fast = fast_fp16()
+    if fast is not None:
+        y = _f16_binary_c(fast, ufunc, a, b)
+        if y is not None:
+            return y
     with np.errstate(all="ignore"):
         a32, b32 = to_f32(a), to_f32(b)
         if a32 is not a and a32.shape == np.broadcast_shapes(a32.shape, b32.shape):

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..dtypes import bfloat16
 
-from .halfcast import fp16_running_sum, running_sum_f32, to_f16, to_f32
+from .halfcast import fast_fp16, fp16_running_sum, running_sum_f32, to_f16, to_f32
 
 
 def _shifted_softmax(x: np.ndarray, axis: int, compute: np.dtype, out: np.dtype) -> np.ndarray:
@@ -70,6 +70,11 @@ def softmax_fp16_fp16acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
     x16 = to_f16(x) if x.dtype == np.float32 else x.astype(np.float16)
     if x16.size == 0:
         return softmax_fp16_fp16acc_numpy(x16, axis)
+    fast = fast_fp16()
+    if fast is not None:
+        y = _softmax_fp16acc_c(fast, x16, axis)
+        if y is not None:
+            return y
     x32 = to_f32(x16)
     m = np.max(x32, axis=axis, keepdims=True)
     if not np.isfinite(m).all():
@@ -94,6 +99,17 @@ def softmax_fp16_fp16acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
         e = table[z]
         del z
         return to_f16(np.divide(e, s, out=e))  # quotients of positive finite values: no NaN
+
+
+def _softmax_fp16acc_c(fast, x16: np.ndarray, axis: int) -> np.ndarray | None:
+    """softmax_fp16_fp16acc by the compiled row loop (mschecker/_fastfp16.c) over the axis moved last (a copy
+    unless it already is the contiguous last axis); None when a row holds NaN or +inf or is all -inf."""
+    moved = np.ascontiguousarray(np.moveaxis(x16, axis, -1))
+    out = np.empty_like(moved)
+    n = moved.shape[-1]
+    if not fast.softmax_fp16acc(moved, moved.size // n, n, _exp_table(), out):
+        return None
+    return np.moveaxis(out, -1, axis)
 
 
 def softmax_fp16_nomax(x: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -1,5 +1,5 @@
 """The fast fp16 primitives (optimized_kernels/halfcast.py) give numpy's own float16 bits, and the kernels that use
-them give the bits of their plain-numpy definitions.
+them give the bits of their plain-numpy definitions, on both routes (compiled loops and numpy-only).
 
 Coverage: every fp16 bit pattern; float32 patterns sampled every 509th of the 2^32 (8.4M values, every exponent
 and sign) plus, for every pair of adjacent fp16 values, the float32 midpoint and its two float32 neighbours (the
@@ -16,6 +16,19 @@ from mschecker.optimized_kernels import softmax as S
 
 F16, F32 = np.float16, np.float32
 ALL_F16 = np.arange(65536, dtype=np.uint16).view(F16)
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def fp16_route(request, monkeypatch):
+    """Every test here runs on both routes: the compiled loops of mschecker/_fastfp16.c (skipped when the
+    extension is not built) and the numpy paths that MSCHECKER_NO_FASTFP16=1 forces."""
+    if request.param == "numpy":
+        monkeypatch.setenv("MSCHECKER_NO_FASTFP16", "1")
+    else:
+        monkeypatch.delenv("MSCHECKER_NO_FASTFP16", raising=False)
+        if H.fast_fp16() is None:
+            pytest.skip("the optional C extension mschecker._fastfp16 is not built")
+    return request.param
 
 
 def bits(a: np.ndarray) -> np.ndarray:

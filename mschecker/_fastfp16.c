@@ -1,0 +1,484 @@
+/* Optional compiled fp16 loops of the emulated NPU (optimized_kernels/halfcast.py, optimized_kernels/softmax.py).
+ *
+ * Each function computes exactly the bits of a numpy definition that stays in the package as the fallback:
+ * - running_sum: np.add.accumulate(x, dtype=float16)[-1] along a row (fp32 add, rounded to fp16 after every add);
+ * - softmax_fp16acc: softmax_fp16_fp16acc_numpy along a contiguous last axis;
+ * - binary: numpy's float16 add / subtract / multiply / divide (float32 operation of the two upcast operands,
+ *   rounded once: 24 >= 2*11 + 2 significand bits, so the double rounding is innocuous, Figueroa 1995).
+ * NaN payloads are the one thing not reproduced: softmax and binary report a NaN (or an input that makes one) and
+ * the caller takes the numpy route; a running sum that becomes NaN returns a NaN of another payload (its callers
+ * compare NaN positions only).
+ *
+ * fp16 <-> fp32 conversions are portable bit manipulations plus IEEE float32 operations in the default rounding
+ * mode (M. Maratyszcza's FP16 library formulation): round to nearest even, subnormals kept, overflow to +-inf;
+ * checked over every fp16 value and every fp32 rounding boundary by tests/kernels/test_fastfp16.py. The per-step
+ * rounding of the sums is halfcast.round_f16's x + C - C (C = 1.5 * 2^(e + 13), e = x's binade clamped to
+ * [-14, 15]). Built with -ffp-contract=off and without -ffast-math (setup.py): every float operation rounds as
+ * numpy's does. The GIL is released in every loop. Plain C99 + the CPython API + the buffer protocol.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Rows interleaved in one pass of a sequential sum: LANES independent dependency chains, stored step-major in a
+ * tile of TILE steps so that the per-step arithmetic is one vector operation over the lanes. */
+#define LANES 32
+#define TILE 64
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define KERNEL_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define KERNEL_CLONES
+#endif
+
+static inline uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* cond ? a : b on bits, written with masks: no branch the compiler could keep (every loop below stays
+ * vectorizable; with the default -ftrapping-math GCC does not if-convert floating-point selects). */
+static inline uint32_t pick(uint32_t cond, uint32_t a, uint32_t b) {
+    const uint32_t m = 0u - cond;
+    return (a & m) | (b & ~m);
+}
+
+/* fp16 bits -> float32 (exact). Normal numbers: the exponent rebiased by a multiply by 2^-112; subnormals: the
+ * significand placed under the exponent of 0.5 and 0.5 subtracted (exact). inf and NaN keep their class. */
+static inline float h2f(uint16_t h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & 0x80000000u;
+    const uint32_t two_w = w + w;
+    const float normalized = u2f((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    const float denormalized = u2f((two_w >> 17) | (126u << 23)) - 0.5f;
+    const uint32_t r = pick(two_w < (1u << 27), f2u(denormalized), f2u(normalized));
+    return u2f(sign | r);
+}
+
+/* float32 -> fp16 bits, round to nearest even. |f| * 2^112 * 2^-110 overflows to inf beyond the fp16 range and
+ * otherwise equals 4|f| exactly; adding 2^(e+?) of the right binade (bias) makes the float32 addition round the
+ * significand at the fp16 quantum (ties to even), subnormals included. NaN becomes the quiet NaN 0x7E00 (sign
+ * kept). */
+static inline uint16_t f2h(float f) {
+    float base = (__builtin_fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+    const uint32_t w = f2u(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    bias = bias < 0x71000000u ? 0x71000000u : bias;
+    base = u2f((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = f2u(base);
+    const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+    const uint32_t mantissa_bits = bits & 0x00000FFFu;
+    const uint32_t nonsign = exp_bits + mantissa_bits;
+    return (uint16_t)((sign >> 16) | pick(shl1_w > 0xFF000000u, 0x7E00u, nonsign));
+}
+
+#define E_LO ((uint32_t)(127 - 14) << 23)
+#define E_HI ((uint32_t)(127 + 15) << 23)
+#define C_OFFSET ((13u << 23) | (1u << 22))
+#define F16_MAX_BITS 0x477FE000u /* 65504.0f */
+#define F32_INF_BITS 0x7F800000u
+
+/* float32 x rounded to the nearest fp16 value, kept in float32 (halfcast.round_f16, element by element): x + C - C,
+ * the sign of x restored (a negative value rounding to zero is -0), beyond 65504 +-inf, NaN stays NaN. */
+static inline float rnd16(float x) {
+    const uint32_t u = f2u(x);
+    uint32_t e = u & 0x7F800000u;
+    e = e < E_LO ? E_LO : e;
+    e = e > E_HI ? E_HI : e;
+    const float c = u2f(e + C_OFFSET);
+    const float r = (x + c) - c;
+    uint32_t a = f2u(r) & 0x7FFFFFFFu;
+    a = pick((a > F16_MAX_BITS) & (a <= F32_INF_BITS), F32_INF_BITS, a);
+    return u2f(a | (u & 0x80000000u));
+}
+
+/* The sequential sums of LANES rows over `steps` steps of a step-major tile: acc[k] = rnd16(acc[k] + t[j][k]).
+ * round_each = 0 is the planted bug (a float32 sum rounded to fp16 only at the end, by the caller's f2h): the
+ * differential tests must tell it apart. */
+KERNEL_CLONES
+static void chain_tile(float *restrict acc_io, const float *restrict tile, int steps, int round_each) {
+    float acc[LANES];
+    memcpy(acc, acc_io, sizeof acc);
+    if (round_each) {
+        for (int j = 0; j < steps; j++) {
+            const float *t = tile + (size_t)j * LANES;
+            for (int k = 0; k < LANES; k++) acc[k] = rnd16(acc[k] + t[k]);
+        }
+    } else {
+        for (int j = 0; j < steps; j++) {
+            const float *t = tile + (size_t)j * LANES;
+            for (int k = 0; k < LANES; k++) acc[k] = acc[k] + t[k];
+        }
+    }
+    memcpy(acc_io, acc, sizeof acc);
+}
+
+/* dst[j] = h2f(src[j]), j < n (a separate function: its restrict parameters let the loop vectorize). */
+static void h2f_row(float *restrict dst, const uint16_t *restrict src, int n) {
+    for (int j = 0; j < n; j++) dst[j] = h2f(src[j]);
+}
+
+/* Step-major tile[j][k] = rows[k][j] for k < nl, j < steps (rows: LANES rows of TILE floats; the lanes from nl
+ * on are left as they are: zeros in a partial block). */
+static inline void transpose_in(float *restrict tile, const float *restrict rows, int steps, int nl) {
+    if (nl == LANES) {
+        for (int j = 0; j < steps; j++)
+            for (int k = 0; k < LANES; k++) tile[j * LANES + k] = rows[k * TILE + j];
+    } else {
+        for (int j = 0; j < steps; j++)
+            for (int k = 0; k < nl; k++) tile[j * LANES + k] = rows[k * TILE + j];
+    }
+}
+
+/* Sums of `rows` rows of n fp16 elements, element (r, j) at src[r * sr + j * sj]; out[r] = the fp16 sum.
+ * A sum starts from -0: -0 + x == x for every x (+0 included), so the first add is exact, as numpy's accumulate
+ * copies the first element. Rows contiguous (sj == 1) are converted along the row, then transposed into the
+ * step-major tile; columns contiguous (sr == 1) convert straight into it. */
+KERNEL_CLONES
+static void running_sums(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, Py_ssize_t sr, Py_ssize_t sj,
+                         uint16_t *out, int round_each) {
+    float tile[TILE * LANES], rowbuf[LANES * TILE];
+    float acc[LANES];
+    for (Py_ssize_t r0 = 0; r0 < rows; r0 += LANES) {
+        const int nl = rows - r0 < LANES ? (int)(rows - r0) : LANES;
+        for (int k = 0; k < LANES; k++) acc[k] = -0.0f;
+        if (nl < LANES) { /* unused lanes sum zeros */
+            memset(tile, 0, sizeof tile);
+        }
+        for (Py_ssize_t j0 = 0; j0 < n; j0 += TILE) {
+            const int steps = n - j0 < TILE ? (int)(n - j0) : TILE;
+            if (sr == 1 && nl == LANES) {
+                for (int j = 0; j < steps; j++) h2f_row(tile + j * LANES, src + (j0 + j) * sj + r0, LANES);
+            } else if (sj == 1) {
+                for (int k = 0; k < nl; k++) h2f_row(rowbuf + k * TILE, src + (r0 + k) * sr + j0, steps);
+                transpose_in(tile, rowbuf, steps, nl);
+            } else {
+                for (int k = 0; k < nl; k++) {
+                    const uint16_t *p = src + (r0 + k) * sr + j0 * sj;
+                    for (int j = 0; j < steps; j++) tile[j * LANES + k] = h2f(p[j * sj]);
+                }
+            }
+            chain_tile(acc, tile, steps, round_each);
+        }
+        for (int k = 0; k < nl; k++) out[r0 + k] = f2h(acc[k]);
+    }
+}
+
+/* The largest fp16 of a row as an order-preserving integer key (h ^ 0x8000 for a positive sign, ~h for a
+ * negative one: integer order = value order, -0 just below +0), and whether the row holds a NaN. Integer
+ * max reductions vectorize; float ones do not without -ffast-math. */
+static inline uint32_t f16_key(uint16_t h) { return (uint32_t)(h ^ ((0u - (uint32_t)(h >> 15)) | 0x8000u)) & 0xFFFFu; }
+
+static inline uint16_t f16_from_key(uint32_t key) { return (uint16_t)(key & 0x8000u ? key ^ 0x8000u : ~key); }
+
+static uint32_t row_max_key(const uint16_t *restrict x, Py_ssize_t n, uint32_t *nan) {
+    uint32_t kmax = 0, bad = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const uint32_t key = f16_key(x[j]);
+        kmax = key > kmax ? key : kmax;
+        bad |= (uint32_t)((x[j] & 0x7FFFu) > 0x7C00u);
+    }
+    *nan = bad;
+    return kmax;
+}
+
+/* e[j] = table[fp16(x[j] - m)]: the fp16 subtract (exact float32 difference of two fp16 values, rounded once),
+ * then numpy's fp16 exp of it, as float32. */
+static void row_shift_exp(const uint16_t *restrict x, Py_ssize_t n, float m, const float *restrict table,
+                          float *restrict e) {
+    for (Py_ssize_t j = 0; j < n; j++) e[j] = table[f2h(h2f(x[j]) - m)];
+}
+
+static void row_divide(const float *restrict e, Py_ssize_t n, float s, uint16_t *restrict y) {
+    for (Py_ssize_t j = 0; j < n; j++) y[j] = f2h(e[j] / s);
+}
+
+/* softmax_fp16_fp16acc_numpy over contiguous rows of n: fp16 max, z = fp16(x - max), e = table[z] (numpy's fp16
+ * exp as float32), s = the sequential fp16 sum of e (LANES rows interleaved), y = fp16(e / s). Returns 0, with
+ * out partly written, when a row holds a NaN or +inf or is all -inf (x - max makes NaNs there: the caller takes
+ * numpy's route); -1 when the scratch buffer cannot be allocated. */
+KERNEL_CLONES
+static int softmax_rows(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, const float *table, uint16_t *out) {
+    float tile[TILE * LANES], rowbuf[LANES * TILE];
+    float acc[LANES];
+    float *ebuf = (float *)malloc((size_t)LANES * (size_t)n * sizeof(float));
+    if (ebuf == NULL) return -1;
+    for (Py_ssize_t r0 = 0; r0 < rows; r0 += LANES) {
+        const int nl = rows - r0 < LANES ? (int)(rows - r0) : LANES;
+        for (int k = 0; k < nl; k++) {
+            const uint16_t *x = src + (r0 + k) * n;
+            uint32_t nan;
+            const uint16_t mh = f16_from_key(row_max_key(x, n, &nan));
+            if (nan || mh == 0x7C00u || mh == 0xFC00u) {
+                free(ebuf);
+                return 0;
+            }
+            row_shift_exp(x, n, h2f(mh), table, ebuf + (size_t)k * n);
+        }
+        if (nl < LANES) memset(tile, 0, sizeof tile); /* unused lanes sum zeros */
+        for (int k = 0; k < LANES; k++) acc[k] = -0.0f;
+        for (Py_ssize_t j0 = 0; j0 < n; j0 += TILE) {
+            const int steps = n - j0 < TILE ? (int)(n - j0) : TILE;
+            for (int k = 0; k < nl; k++) memcpy(rowbuf + k * TILE, ebuf + (size_t)k * n + j0, steps * sizeof(float));
+            transpose_in(tile, rowbuf, steps, nl);
+            chain_tile(acc, tile, steps, 1);
+        }
+        for (int k = 0; k < nl; k++) row_divide(ebuf + (size_t)k * n, n, acc[k], out + (r0 + k) * n);
+    }
+    free(ebuf);
+    return 1;
+}
+
+enum { OP_ADD = 0, OP_SUB = 1, OP_MUL = 2, OP_DIV = 3 };
+
+/* One innermost loop of `binary`: n elements, operand strides ia, ib (elements; 0 = broadcast). */
+#define BINARY_LOOP(EXPR)                                                                                       \
+    do {                                                                                                        \
+        if (ia == 1 && ib == 1) {                                                                               \
+            for (Py_ssize_t i = 0; i < n; i++) {                                                                \
+                const float x = h2f(a[i]), y = h2f(b[i]);                                                       \
+                const float r = EXPR;                                                                           \
+                nan |= (uint32_t)(r != r);                                                                      \
+                out[i] = f2h(r);                                                                                \
+            }                                                                                                   \
+        } else if (ia == 1 && ib == 0) {                                                                        \
+            const float y = h2f(b[0]);                                                                          \
+            for (Py_ssize_t i = 0; i < n; i++) {                                                                \
+                const float x = h2f(a[i]);                                                                      \
+                const float r = EXPR;                                                                           \
+                nan |= (uint32_t)(r != r);                                                                      \
+                out[i] = f2h(r);                                                                                \
+            }                                                                                                   \
+        } else if (ia == 0 && ib == 1) {                                                                        \
+            const float x = h2f(a[0]);                                                                          \
+            for (Py_ssize_t i = 0; i < n; i++) {                                                                \
+                const float y = h2f(b[i]);                                                                      \
+                const float r = EXPR;                                                                           \
+                nan |= (uint32_t)(r != r);                                                                      \
+                out[i] = f2h(r);                                                                                \
+            }                                                                                                   \
+        } else {                                                                                                \
+            for (Py_ssize_t i = 0; i < n; i++) {                                                                \
+                const float x = h2f(a[i * ia]), y = h2f(b[i * ib]);                                             \
+                const float r = EXPR;                                                                           \
+                nan |= (uint32_t)(r != r);                                                                      \
+                out[i] = f2h(r);                                                                                \
+            }                                                                                                   \
+        }                                                                                                       \
+    } while (0)
+
+KERNEL_CLONES
+static uint32_t binary_row(int op, const uint16_t *a, Py_ssize_t ia, const uint16_t *b, Py_ssize_t ib,
+                           uint16_t *out, Py_ssize_t n) {
+    uint32_t nan = 0;
+    switch (op) {
+    case OP_ADD: BINARY_LOOP(x + y); break;
+    case OP_SUB: BINARY_LOOP(x - y); break;
+    case OP_MUL: BINARY_LOOP(x * y); break;
+    default: BINARY_LOOP(x / y); break;
+    }
+    return nan;
+}
+
+/* ---------------------------------------------------------------------------------------------- Python API */
+
+static int need_fp16(Py_buffer *b, Py_ssize_t count, const char *name) {
+    if (b->len < count * 2) {
+        PyErr_Format(PyExc_ValueError, "_fastfp16: %s holds %zd bytes, needs %zd", name, b->len, count * 2);
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(running_sum_doc,
+"running_sum(x, rows, n, sr, sj, out, round_each=True)\n"
+"x: fp16 buffer, element (r, j) of the (rows, n) sums at index r*sr + j*sj (sr, sj >= 0). out: writable fp16\n"
+"buffer of rows elements, receives the sequential fp16 sums (np.add.accumulate(row, dtype=float16)[-1]).\n"
+"round_each=False: the planted bug (float32 sum, rounded once).");
+
+static PyObject *py_running_sum(PyObject *self, PyObject *args) {
+    Py_buffer bx, bo;
+    Py_ssize_t rows, n, sr, sj;
+    int round_each = 1;
+    if (!PyArg_ParseTuple(args, "y*nnnnw*|p", &bx, &rows, &n, &sr, &sj, &bo, &round_each))
+        return NULL;
+    PyObject *res = NULL;
+    if (rows < 0 || n < 1 || sr < 0 || sj < 0) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.running_sum: needs rows >= 0, n >= 1, strides >= 0");
+        goto done;
+    }
+    if (rows > 0 && (!need_fp16(&bx, (rows - 1) * sr + (n - 1) * sj + 1, "x") || !need_fp16(&bo, rows, "out")))
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    running_sums((const uint16_t *)bx.buf, rows, n, sr, sj, (uint16_t *)bo.buf, round_each);
+    Py_END_ALLOW_THREADS
+    res = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&bo);
+    return res;
+}
+
+PyDoc_STRVAR(softmax_doc,
+"softmax_fp16acc(x, rows, n, table, out) -> bool\n"
+"x: contiguous fp16 buffer of rows x n; table: 65536 float32 (numpy's fp16 exp of every bit pattern); out:\n"
+"writable fp16 buffer of rows x n. False (out unspecified) when a row holds NaN or +inf or is all -inf.");
+
+static PyObject *py_softmax(PyObject *self, PyObject *args) {
+    Py_buffer bx, bt, bo;
+    Py_ssize_t rows, n;
+    if (!PyArg_ParseTuple(args, "y*nny*w*", &bx, &rows, &n, &bt, &bo))
+        return NULL;
+    PyObject *res = NULL;
+    int ok = 0;
+    if (rows < 0 || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.softmax_fp16acc: needs rows >= 0, n >= 1");
+        goto done;
+    }
+    if (bt.len != 65536 * 4) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.softmax_fp16acc: table must hold 65536 float32");
+        goto done;
+    }
+    if (!need_fp16(&bx, rows * n, "x") || !need_fp16(&bo, rows * n, "out"))
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    ok = softmax_rows((const uint16_t *)bx.buf, rows, n, (const float *)bt.buf, (uint16_t *)bo.buf);
+    Py_END_ALLOW_THREADS
+    if (ok < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    res = PyBool_FromLong(ok);
+done:
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&bt);
+    PyBuffer_Release(&bo);
+    return res;
+}
+
+PyDoc_STRVAR(binary_doc,
+"binary(op, a, b, out, shape, a_strides, b_strides) -> bool\n"
+"op: 0 add, 1 subtract, 2 multiply, 3 divide. shape: 3 ints (the collapsed output shape); a_strides, b_strides:\n"
+"3 element strides each (>= 0; 0 broadcasts). out: contiguous fp16 of prod(shape). False (out unspecified) when\n"
+"a result is NaN (the caller recomputes with numpy, whose NaN payloads are kept).");
+
+static PyObject *py_binary(PyObject *self, PyObject *args) {
+    Py_buffer ba, bb, bo;
+    int op;
+    Py_ssize_t d[3], sa[3], sb[3];
+    if (!PyArg_ParseTuple(args, "iy*y*w*(nnn)(nnn)(nnn)", &op, &ba, &bb, &bo, &d[0], &d[1], &d[2], &sa[0], &sa[1],
+                          &sa[2], &sb[0], &sb[1], &sb[2]))
+        return NULL;
+    PyObject *res = NULL;
+    uint32_t nan = 0;
+    Py_ssize_t la = 0, lb = 0;
+    if (op < OP_ADD || op > OP_DIV) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.binary: op must be 0..3");
+        goto done;
+    }
+    for (int k = 0; k < 3; k++) {
+        if (d[k] < 1 || sa[k] < 0 || sb[k] < 0) {
+            PyErr_SetString(PyExc_ValueError, "_fastfp16.binary: needs shape >= 1 and strides >= 0");
+            goto done;
+        }
+        la += (d[k] - 1) * sa[k];
+        lb += (d[k] - 1) * sb[k];
+    }
+    if (!need_fp16(&ba, la + 1, "a") || !need_fp16(&bb, lb + 1, "b") || !need_fp16(&bo, d[0] * d[1] * d[2], "out"))
+        goto done;
+    {
+        const uint16_t *a = (const uint16_t *)ba.buf, *b = (const uint16_t *)bb.buf;
+        uint16_t *o = (uint16_t *)bo.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i0 = 0; i0 < d[0] && !nan; i0++)
+            for (Py_ssize_t i1 = 0; i1 < d[1]; i1++)
+                nan |= binary_row(op, a + i0 * sa[0] + i1 * sa[1], sa[2], b + i0 * sb[0] + i1 * sb[1], sb[2],
+                                  o + (i0 * d[1] + i1) * d[2], d[2]);
+        Py_END_ALLOW_THREADS
+    }
+    res = PyBool_FromLong(!nan);
+done:
+    PyBuffer_Release(&ba);
+    PyBuffer_Release(&bb);
+    PyBuffer_Release(&bo);
+    return res;
+}
+
+PyDoc_STRVAR(convert_doc,
+"to_f32(h, out) / to_f16(f, out): the module's own conversions over whole buffers (fp16 bits <-> float32), for\n"
+"the exhaustive tests of the routines every other function is built on.");
+
+static PyObject *py_to_f32(PyObject *self, PyObject *args) {
+    Py_buffer bh, bo;
+    if (!PyArg_ParseTuple(args, "y*w*", &bh, &bo))
+        return NULL;
+    PyObject *res = NULL;
+    Py_ssize_t n = bh.len / 2;
+    if (bo.len < n * 4) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.to_f32: out too small");
+        goto done;
+    }
+    {
+        const uint16_t *h = (const uint16_t *)bh.buf;
+        float *o = (float *)bo.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) o[i] = h2f(h[i]);
+        Py_END_ALLOW_THREADS
+    }
+    res = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&bh);
+    PyBuffer_Release(&bo);
+    return res;
+}
+
+static PyObject *py_to_f16(PyObject *self, PyObject *args) {
+    Py_buffer bf, bo;
+    if (!PyArg_ParseTuple(args, "y*w*", &bf, &bo))
+        return NULL;
+    PyObject *res = NULL;
+    Py_ssize_t n = bf.len / 4;
+    if (bo.len < n * 2) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.to_f16: out too small");
+        goto done;
+    }
+    {
+        const float *f = (const float *)bf.buf;
+        uint16_t *o = (uint16_t *)bo.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) o[i] = f2h(f[i]);
+        Py_END_ALLOW_THREADS
+    }
+    res = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&bf);
+    PyBuffer_Release(&bo);
+    return res;
+}
+
+static PyMethodDef methods[] = {
+    {"running_sum", py_running_sum, METH_VARARGS, running_sum_doc},
+    {"softmax_fp16acc", py_softmax, METH_VARARGS, softmax_doc},
+    {"binary", py_binary, METH_VARARGS, binary_doc},
+    {"to_f32", py_to_f32, METH_VARARGS, convert_doc},
+    {"to_f16", py_to_f16, METH_VARARGS, convert_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "mschecker._fastfp16",
+    "Optional compiled fp16 loops of the emulated NPU (see optimized_kernels/halfcast.py).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__fastfp16(void) { return PyModule_Create(&module); }

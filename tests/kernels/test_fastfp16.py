@@ -1,0 +1,213 @@
+"""The compiled fp16 loops (mschecker/_fastfp16.c) give the bits of the numpy definitions they replace.
+
+Coverage: the module's own fp16 <-> fp32 conversions over every fp16 value and over the float32 samples of
+test_halfcast (every 509th pattern plus every rounding boundary: each midpoint between adjacent fp16 values and its
+two float32 neighbours, the overflow threshold, subnormals; the slow test walks all 2^32 patterns); the sequential
+fp16 sum against np.add.accumulate(dtype=float16) for row counts and lengths around the lane (32) and tile (64)
+widths, in row-major, column-major and strided layouts, with +-0, subnormal sums, overflow to +-inf, inf - inf and
+NaN; the fp16 softmax against softmax_fp16_fp16acc_numpy, including x - max overflowing to -inf; the four binary
+ops over the cartesian product of the fp16 special values and over random bit patterns, for every broadcast shape
+the fold accepts. Every comparison is of raw bits (.view(uint16)); NaN results go to numpy's route, tested by
+value. The planted bugs (a sum rounded once at the end, a conversion that truncates) must fail the same checks.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from mschecker.optimized_kernels import halfcast as H
+from mschecker.optimized_kernels import softmax as S
+
+from .test_halfcast import ALL_F16, f32_samples, same_bits, same_or_both_nan  # noqa: F401 (fixture)
+
+C = pytest.importorskip("mschecker._fastfp16", reason="the optional C extension is not built (no compiler)")
+F16, F32 = np.float16, np.float32
+LANES, TILE = 32, 64  # _fastfp16.c's interleaving widths: the boundaries tested below
+
+# fp16 values where rounding rules differ: zeros, the smallest/largest subnormal, the smallest normal, 1 and its
+# neighbours, the largest finite values, infinities, a quiet NaN
+SPECIAL = np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x83FF, 0x0400, 0x8400, 0x3C00, 0x3C01, 0x3BFF, 0xBC00,
+                    0x7BFF, 0xFBFF, 0x7BFE, 0x7C00, 0xFC00, 0x7E00, 0x5BFF, 0x1400], np.uint16).view(F16)
+
+
+def c_to_f32(h: np.ndarray) -> np.ndarray:
+    out = np.empty(h.size, F32)
+    C.to_f32(np.ascontiguousarray(h), out)
+    return out
+
+
+def c_to_f16(f: np.ndarray) -> np.ndarray:
+    out = np.empty(f.size, F16)
+    C.to_f16(np.ascontiguousarray(f), out)
+    return out
+
+
+def accumulate_last(x: np.ndarray, axis: int) -> np.ndarray:
+    """The numpy definition of the sequential fp16 sum: np.add.accumulate(dtype=float16) at its last position."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.take(np.add.accumulate(x, axis=axis, dtype=F16), [-1], axis=axis)
+
+
+def c_running_sum(x: np.ndarray, round_each: bool = True) -> np.ndarray:
+    """The C sum of the rows of a C-contiguous (rows, n) fp16 array."""
+    out = np.empty(x.shape[0], F16)
+    C.running_sum(x, x.shape[0], x.shape[1], x.shape[1], 1, out, round_each)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- conversions
+def test_c_fp16_to_fp32_every_value():
+    got, expected = c_to_f32(ALL_F16), ALL_F16.astype(F32)
+    nan = np.isnan(expected)
+    assert same_bits(got[~nan], expected[~nan])
+    assert np.isnan(got[nan]).all() and np.array_equal(np.signbit(got[nan]), np.signbit(expected[nan]))
+
+
+def test_c_fp32_to_fp16_at_every_rounding_boundary(f32_samples):
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = f32_samples.astype(F16)
+    got = c_to_f16(f32_samples)
+    assert same_or_both_nan(got, expected)
+    assert np.array_equal(np.signbit(got), np.signbit(expected))  # -0, tiny negatives, -inf, signed NaNs
+
+
+@pytest.mark.slow
+def test_c_fp32_to_fp16_all_2_32_patterns():
+    """Every float32 bit pattern (about 7 minutes on the 2-core box)."""
+    step = 1 << 26
+    for start in range(0, 1 << 32, step):
+        f = np.arange(start, start + step, dtype=np.uint32).view(F32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            assert same_or_both_nan(c_to_f16(f), f.astype(F16)), hex(start)
+
+
+def test_planted_truncating_conversion_is_caught(f32_samples):
+    truncated = (f32_samples.view(np.uint32) & np.uint32(0xFFFFE000)).view(F32)  # toward zero at the fp16 quantum
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert not same_or_both_nan(c_to_f16(truncated), f32_samples.astype(F16))
+
+
+# ------------------------------------------------------------------------------------------ running sum
+def _sum_input(rng, shape, kind: str) -> np.ndarray:
+    x = rng.standard_normal(shape)
+    x = {"signed": x * 100, "positive": np.abs(x) * 30, "overflowing": x * 3000 + 500, "tiny": x * 2.0 ** -23,
+         "zeros": np.where(x > 0, 0.0, -0.0), "specials": x}[kind].astype(F16)
+    if kind == "specials":
+        flat = x.reshape(-1)
+        flat[rng.choice(flat.size, min(4, flat.size), replace=False)] = [np.inf, -np.inf, np.nan, 65504][:min(4, flat.size)]
+    if kind == "zeros":
+        x.reshape(-1, shape[-1])[0] = -0.0  # a row of -0 only sums to -0
+    return x
+
+
+@pytest.mark.parametrize("rows", [1, 3, LANES - 1, LANES, LANES + 1, 2 * LANES + 5])
+@pytest.mark.parametrize("n", [1, 2, TILE - 1, TILE, TILE + 1, 3 * TILE + 7])
+def test_c_running_sum_widths(rows, n):
+    rng = np.random.default_rng(rows * 1000 + n)
+    for kind in ("signed", "overflowing", "tiny", "zeros", "specials"):
+        x = _sum_input(rng, (rows, n), kind)
+        assert same_or_both_nan(c_running_sum(x), accumulate_last(x, 1)[:, 0]), kind
+
+
+@given(rows=st.integers(1, 80), n=st.integers(1, 300), axis=st.sampled_from([0, 1, 2]),
+       kind=st.sampled_from(["signed", "positive", "overflowing", "tiny", "zeros", "specials"]),
+       seed=st.integers(0, 2 ** 31))
+def test_fp16_running_sum_any_axis_and_layout(rows, n, axis, kind, seed):
+    """halfcast.fp16_running_sum over each axis of a 3-d array: reduced axis last (row-major), first (column-major)
+    or in the middle (a copy), and a non-contiguous view."""
+    rng = np.random.default_rng(seed)
+    shape = [2, 3, 5]
+    shape[axis] = n
+    shape[(axis + 1) % 3] = rows
+    x = _sum_input(rng, tuple(shape), kind)
+    for v in (x, x[::-1, :, ::2]):
+        assert same_or_both_nan(H.fp16_running_sum(v, axis), accumulate_last(v, axis))
+
+
+def test_planted_sum_rounded_once_is_caught():
+    x = np.abs(np.random.default_rng(5).standard_normal((600, 300))).astype(F16)
+    assert same_bits(c_running_sum(x), accumulate_last(x, 1)[:, 0])
+    assert not same_bits(c_running_sum(x, round_each=False), accumulate_last(x, 1)[:, 0])
+
+
+def test_no_fastfp16_env_forces_numpy(monkeypatch):
+    assert H.fast_fp16() is C
+    monkeypatch.setenv("MSCHECKER_NO_FASTFP16", "1")
+    assert H.fast_fp16() is None
+    x = _sum_input(np.random.default_rng(1), (300, 40), "signed")
+    assert same_bits(H.fp16_running_sum(x, 1), accumulate_last(x, 1))
+
+
+# ---------------------------------------------------------------------------------------------- softmax
+@pytest.mark.parametrize("shape,axis", [((2, 3, 77, 200), -1), ((LANES + 3, TILE + 1), 1), ((1, 1), -1),
+                                        ((5, 300, 4), 1), ((130, 7), 0)])
+@pytest.mark.parametrize("scale", [0.5, 8.0, 3000.0])
+def test_c_softmax_is_its_numpy_definition(shape, axis, scale):
+    x = (np.random.default_rng(11).standard_normal(shape) * scale).astype(F16)
+    x.reshape(-1)[[0, x.size // 2]] = [-np.inf, 65504]  # exp(-inf) = 0; x - 65504 overflows to -inf for scale 3000
+    y = S._softmax_fp16acc_c(C, x, axis)
+    with np.errstate(over="ignore"):  # numpy's fp16 subtract warns where x - max overflows
+        expected = S.softmax_fp16_fp16acc_numpy(x, axis)
+    assert y is not None
+    assert same_bits(y, expected)
+    assert same_bits(S.softmax_fp16_fp16acc(x.astype(F32), axis), expected)
+
+
+@pytest.mark.parametrize("special", [np.nan, np.inf, "all -inf"])
+def test_c_softmax_hands_nan_rows_to_numpy(special):
+    x = np.random.default_rng(2).standard_normal((40, 70)).astype(F16)
+    if special == "all -inf":
+        x[7] = -np.inf
+    else:
+        x[33, 5] = special
+    assert S._softmax_fp16acc_c(C, x, -1) is None
+    with np.errstate(invalid="ignore"):
+        assert same_or_both_nan(S.softmax_fp16_fp16acc(x), S.softmax_fp16_fp16acc_numpy(x))
+
+
+# ----------------------------------------------------------------------------------------- binary ops
+OPS = [np.add, np.subtract, np.multiply, np.divide]
+
+
+@pytest.mark.parametrize("ufunc", OPS)
+def test_c_binary_special_values_cartesian(ufunc):
+    a, b = np.meshgrid(SPECIAL, SPECIAL, indexing="ij")
+    with np.errstate(all="ignore"):
+        expected = ufunc(a, b)
+    finite_result = ~np.isnan(expected)
+    got = H._f16_binary_c(C, ufunc, a[finite_result], b[finite_result])  # the NaN-free pairs: the C loop answers
+    assert got is not None and same_bits(got, expected[finite_result])
+    assert H._f16_binary_c(C, ufunc, a, b) is None  # a NaN result: numpy's route
+    with np.errstate(all="ignore"):
+        assert same_bits(H.f16_binary(ufunc, a, b), expected)
+
+
+@pytest.mark.parametrize("ufunc", OPS)
+def test_c_binary_random_patterns(ufunc):
+    rng = np.random.default_rng(3)
+    a, b = rng.choice(ALL_F16, 300_000), rng.choice(ALL_F16, 300_000)
+    with np.errstate(all="ignore"):
+        expected = ufunc(a, b)
+    keep = ~np.isnan(expected)
+    got = H._f16_binary_c(C, ufunc, a[keep], b[keep])
+    assert got is not None and same_bits(got, expected[keep])
+
+
+@pytest.mark.parametrize("sa,sb", [((2, 8, 6, 5), (1, 8, 1, 1)), ((2, 8, 6, 5), (2, 8, 1, 1)), ((1, 8, 1, 1), (2, 8, 6, 5)),
+                                   ((2, 8, 6, 5), ()), ((), (3, 70)), ((3, 70), (1,)), ((4, 1, 9), (1, 5, 1)),
+                                   ((2, 8, 6, 5), (5,)), ((7, 70), (7, 70)), ((2, 3, 4, 5, 6), (1, 3, 1, 5, 1))])
+@pytest.mark.parametrize("ufunc", OPS)
+def test_f16_binary_broadcast_shapes(sa, sb, ufunc):
+    """Every fold case: equal shapes, scalars, channel and per-sample broadcasts, outer products; the last shape
+    folds to 5 dims, more than the C loop's 3, and takes numpy's route."""
+    rng = np.random.default_rng(4)
+    a = (rng.standard_normal(sa) * 10).astype(F16)
+    b = (rng.standard_normal(sb) * 10 + 40).astype(F16)  # away from zero: no 0/0
+    expected = ufunc(a, b)
+    assert same_bits(H.f16_binary(ufunc, a, b), expected)
+    assert same_bits(H.f16_binary(ufunc, np.flip(a), np.flip(b)), ufunc(np.flip(a), np.flip(b)))  # negative strides
+    folded = H._collapsed_plan(a, b, expected.shape)
+    assert (folded is None) == (len(sa) == 5)
+    if folded is not None:
+        assert same_bits(H._f16_binary_c(C, ufunc, a, b), expected)
