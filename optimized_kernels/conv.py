@@ -24,7 +24,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..dtypes import bfloat16
-from ..reference.conv import check_conv_args, conv_output_size, fill_patches, workspace
+from ..reference.conv import check_conv_args, conv_output_size, fill_patches, is_pointwise, workspace
 from .halfcast import to_f16, to_f32
 
 
@@ -55,7 +55,7 @@ def _direct(x, w, b, strides, pads, dilations, group, compute, out):
     xc = np.ascontiguousarray(_upcast(x, compute))
     wm = np.ascontiguousarray(_upcast(w, compute).reshape(group, cog, k))
     y = np.empty((n, group, cog, oh * ow), dtype=compute)
-    pointwise = kh == kw == 1 and tuple(strides) == (1, 1) and not any(pads)
+    pointwise = is_pointwise(w, strides, pads)
     buf = None if pointwise else workspace("npu.patches", (cg, kh, kw, 1, oh, ow), compute)
     rows = slice(0, oh)
     for i in range(n):

@@ -134,6 +134,43 @@ def patch_chunks(n: int, oh: int, ow: int, k: int, itemsize: int, budget: int):
                 yield slice(n0, n0 + 1), slice(r0, min(oh, r0 + step))
 
 
+#: A 1x1 conv with at least this many output pixels runs as one GEMM per image on the image itself; smaller
+#: maps (SD's 4x4 and 8x8 stages) go through the patch path, whose images side by side make one wider GEMM that
+#: reads the weights once instead of once per image.
+POINTWISE_MIN_PIXELS = 256
+
+
+def is_pointwise(w, strides, pads) -> bool:
+    """A 1x1, stride-1, unpadded conv: each image (C, H*W) is already its patch matrix (any dilation)."""
+    return w.shape[2] == w.shape[3] == 1 and tuple(strides) == (1, 1) and not any(pads)
+
+
+def _pointwise_gemms(x, wm, y) -> None:
+    """y = 1x1 conv of x: per image and group one dgemm on the image itself (no copy in, none out)."""
+    group, cog, cg = wm.shape
+    xc = np.ascontiguousarray(x)
+    for i in range(x.shape[0]):
+        for g in range(group):
+            np.matmul(wm[g], xc[i, g * cg:(g + 1) * cg].reshape(cg, -1), out=y[i, g * cog:(g + 1) * cog].reshape(cog, -1))
+
+
+def _patch_gemms(x, wm, y, kernel, strides, pads, dilations) -> None:
+    """y = conv of x: per chunk of images/output rows and group, one dgemm over the chunk's patch matrix."""
+    group, cog, k = wm.shape
+    (kh, kw), cg = kernel, x.shape[1] // group
+    n, _, oh, ow = y.shape
+    buf = prod = None
+    for images, rows in patch_chunks(n, oh, ow, k, 8, PATCH_CHUNK_BYTES):
+        nb, nr = images.stop - images.start, rows.stop - rows.start
+        if buf is None or buf.shape[3:5] != (nb, nr):
+            buf = workspace("reference.patches", (cg, kh, kw, nb, nr, ow), np.float64)
+            prod = workspace("reference.product", (cog, nb * nr * ow), np.float64)
+        for g in range(group):
+            cols = fill_patches(buf, x, kh, kw, strides, pads, dilations, images, slice(g * cg, (g + 1) * cg), rows)
+            np.matmul(wm[g], cols.reshape(k, -1), out=prod)  # one dgemm: (Cout/g, K) @ (K, images*rows*OW)
+            y[images, g * cog:(g + 1) * cog, rows] = prod.reshape(cog, nb, nr, ow).transpose(1, 0, 2, 3)
+
+
 def conv2d(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1) -> np.ndarray:
     """y[n, o, p, q] = b[o] + sum_{c, i, j} x_pad[n, g*Cg + c, p*sh + i*dh, q*sw + j*dw] * w[o, c, i, j]."""
     x = np.asarray(x, dtype=np.float64)
@@ -145,19 +182,12 @@ def conv2d(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), gr
     pt, pl, pb, pr = pads
     oh = max(conv_output_size(h, kh, sh, pt, pb, dh), 0)
     ow = max(conv_output_size(wd, kw, sw, pl, pr, dw), 0)
-    cog, k = c_out // group, cg * kh * kw
-    wm = np.ascontiguousarray(w.reshape(group, cog, k))
+    wm = np.ascontiguousarray(w.reshape(group, c_out // group, cg * kh * kw))
     y = np.empty((n, c_out, oh, ow))
-    buf = None
-    for images, rows in patch_chunks(n, oh, ow, k, 8, PATCH_CHUNK_BYTES):
-        nb, nr = images.stop - images.start, rows.stop - rows.start
-        if buf is None or buf.shape[3:5] != (nb, nr):
-            buf = workspace("reference.patches", (cg, kh, kw, nb, nr, ow), np.float64)
-            prod = workspace("reference.product", (cog, nb * nr * ow), np.float64)
-        for g in range(group):
-            cols = fill_patches(buf, x, kh, kw, strides, pads, dilations, images, slice(g * cg, (g + 1) * cg), rows)
-            np.matmul(wm[g], cols.reshape(k, -1), out=prod)  # one dgemm: (Cout/g, K) @ (K, images*rows*OW)
-            y[images, g * cog:(g + 1) * cog, rows] = prod.reshape(cog, nb, nr, ow).transpose(1, 0, 2, 3)
+    if is_pointwise(w, strides, pads) and oh * ow >= POINTWISE_MIN_PIXELS:
+        _pointwise_gemms(x, wm, y)
+    else:
+        _patch_gemms(x, wm, y, (kh, kw), strides, pads, dilations)
     if b is not None:
         y += np.asarray(b, dtype=np.float64).reshape(1, c_out, 1, 1)
     return y

@@ -103,6 +103,14 @@ def test_reference_chunking_by_whole_images(monkeypatch):
     assert _excess(ref.conv2d, dict(pads=(1, 0, 0, 0)), x, w, b) <= 1
 
 
+@pytest.mark.parametrize("group", [1, 2])
+def test_reference_pointwise_path_within_summation_error_of_exact(group):
+    """1x1 convs with >= POINTWISE_MIN_PIXELS outputs: one dgemm per image on the image itself."""
+    x, w, b = _inputs(4, c_in=8, c_out=6, k=(1, 1), shape=(2, 16, 17), group=group)
+    assert 16 * 17 >= ref.POINTWISE_MIN_PIXELS and ref.is_pointwise(w, (1, 1), (0, 0, 0, 0))
+    assert _excess(ref.conv2d, dict(group=group), x, w, b) <= 1
+
+
 def test_exact_check_catches_planted_geometry_bugs(monkeypatch):
     attrs = dict(strides=(2, 1), pads=(1, 0, 2, 1), dilations=(1, 2), group=2)
     x, w, b = _inputs(3, group=2)
