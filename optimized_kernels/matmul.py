@@ -36,9 +36,12 @@ DEFAULT_KB = 64
 
 #: Working set (bytes) of one chunk of `_rounded_fp32_product`: the fp32 copies of a few of the batch's matrices
 #: and their fp32 product stay in this machine's caches (1 MiB L2 per core, 32 MiB L3) between the upcast, the
-#: sgemm and the output rounding. Measured on SD attention shapes (one BLAS thread, scratch O_mm2.py): 1 MiB and
-#: 4 MiB both ~25% faster than the whole-batch passes, 16 MiB no faster than them.
+#: sgemm and the output rounding. Measured on SD attention shapes (one BLAS thread, scratch O_mm2.py, a quiet
+#: moment of the shared box): 1 MiB and 4 MiB both ~25% faster than the whole-batch passes, 16 MiB no faster.
 CHUNK_BYTES = 4 << 20
+#: Matrices whose own working set exceeds this take the whole-batch form: SD's (1024 x 320) @ (320 x 2560)
+#: feed-forward (12 MB per image) measured no faster chunked; attention's 4.3 MB per head is chunked.
+CHUNK_MAX_MATRIX_BYTES = 8 << 20
 
 
 def _acc_fp32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -117,9 +120,11 @@ def _rounded_fp32_product(a, b, storage):
             or a.shape[-1] != b.shape[-2]:
         return _round(_acc_fp32(a, b), storage)
     (m, k), n = a.shape[-2:], b.shape[-1]
+    per_matrix = 4 * (m * k + m * n + (k * n if paired else 0))
+    if per_matrix > CHUNK_MAX_MATRIX_BYTES:  # one matrix's operands and product do not stay in cache anyway
+        return _round(_acc_fp32(a, b), storage)
     a3 = a.reshape(-1, m, k)
     b3 = b.reshape(-1, k, n) if paired else to_f32(b)  # a 2-D weight is upcast once for every chunk
-    per_matrix = 4 * (m * k + m * n + (k * n if paired else 0))
     step = max(1, CHUNK_BYTES // max(per_matrix, 1))
     out = np.empty((a3.shape[0], m, n), dtype=storage)
     acc = np.empty((min(step, a3.shape[0]), m, n), dtype=F32)

@@ -100,4 +100,8 @@ def test_chunked_matmul_bits_on_attention_sized_operands(shapes, chunk_bytes, mo
     monkeypatch.setattr(mm, "CHUNK_BYTES", chunk_bytes)
     rng = np.random.default_rng(4)
     a, b = (rng.standard_normal(s).astype(np.float16) for s in shapes)
-    assert _same_bits(mm.matmul_fp16_fp32acc(a, b), _definition(a, b, np.float16))
+    whole_batch = mm._acc_fp32
+    monkeypatch.setattr(mm, "_acc_fp32", lambda *_: pytest.fail("took the whole-batch form, not the chunks"))
+    got = mm.matmul_fp16_fp32acc(a, b)
+    monkeypatch.setattr(mm, "_acc_fp32", whole_batch)
+    assert _same_bits(got, _definition(a, b, np.float16))
