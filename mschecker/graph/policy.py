@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from ..dtypes import bfloat16
+from ..dtypes import bfloat16, float_format
 from ..optimized_kernels.halfcast import to_f16, to_f32
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -120,8 +120,6 @@ class Policy:
 
 def saturate(value: np.ndarray) -> np.ndarray:
     """Saturation overflow mode: +-inf -> +-max of the dtype, NaN -> 0 (NUMERICS.md section 5)."""
-    from ..dtypes import float_format
-
     big = float_format(value.dtype).max
     bad = ~np.isfinite(value)
     if not bad.any():
