@@ -232,11 +232,16 @@ def _running_sum_c(fast, x: np.ndarray, axis: int) -> np.ndarray:
 _BINARY_OPS = {np.add: 0, np.subtract: 1, np.multiply: 2, np.divide: 3}
 
 
+def _broadcast_strides(x: np.ndarray, ndim: int) -> list[int]:
+    """Element strides of fp16 x broadcast to ndim dims (np.broadcast_to(x, shape).strides // 2, without its
+    ~15 us of Python): 0 along missing and length-1 dims."""
+    return [0] * (ndim - x.ndim) + [0 if d == 1 else st // 2 for d, st in zip(x.shape, x.strides)]
+
+
 def _collapsed_plan(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...]):
     """The output `shape` folded to 3 dims with a's and b's element strides (0 where broadcast), merging adjacent
     dims wherever both operands step through them as one; None when more than 3 dims remain."""
-    sa = [st // 2 for st in np.broadcast_to(a, shape).strides]
-    sb = [st // 2 for st in np.broadcast_to(b, shape).strides]
+    sa, sb = _broadcast_strides(a, len(shape)), _broadcast_strides(b, len(shape))
     dims: list[list[int]] = []  # [size, a stride, b stride], innermost first
     for d, xa, xb in zip(reversed(shape), reversed(sa), reversed(sb)):
         if d == 1:
@@ -257,11 +262,11 @@ def _f16_binary_c(fast, ufunc: np.ufunc, a: np.ndarray, b: np.ndarray) -> np.nda
     route then gives the NaN payloads)."""
     a = a if a.flags.c_contiguous else np.ascontiguousarray(a)
     b = b if b.flags.c_contiguous else np.ascontiguousarray(b)
-    shape = np.broadcast_shapes(a.shape, b.shape)
+    shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
     out = np.empty(shape, F16)
     if out.size == 0:
         return out
-    plan = _collapsed_plan(a, b, shape)
+    plan = ((1, 1, out.size), (0, 0, 1), (0, 0, 1)) if a.shape == b.shape else _collapsed_plan(a, b, shape)
     if plan is None or not fast.binary(_BINARY_OPS[ufunc], a, b, out, *plan):
         return None
     return out

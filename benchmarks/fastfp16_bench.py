@@ -1,0 +1,99 @@
+"""Benchmark: the compiled fp16 loops (mschecker/_fastfp16.c) vs the numpy paths they replace, same inputs, same run.
+
+Kernels of the emulated NPU's high_performance mode, each timed on both routes (MSCHECKER_NO_FASTFP16=1 selects
+numpy's, read per call), best of --repeats after one warm-up call, with the outputs checked bit-identical:
+* softmax_fp16_fp16acc on (2, 8, 1024, 1024) fp16 (fp16 max, x - max, exp, sequential fp16 sum, divide);
+* group_norm_fp16stats on (2, 320, 32, 32) fp16 with 32 groups (two sequential fp16 sums per row, fp16 ops);
+* fp16 Mul of (16, 1024, 1024) by a scalar, and fp16 Add of (2, 320, 32, 32) + (1, 320, 1, 1) (f16_binary);
+* fp16_running_sum of 64 rows x 10240 (GroupNorm's shape) and of one row of 2^20 (the latency-bound case).
+The ratio is numpy time / compiled time; the machine is shared, so both routes alternate within each repeat.
+Results go to benchmarks/results/fastfp16.json (or --out; --no-record only prints).
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/fastfp16_bench.py
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mschecker.optimized_kernels import halfcast, norms, softmax
+
+RESULTS = Path(__file__).resolve().parent / "results" / "fastfp16.json"
+ENV = "MSCHECKER_NO_FASTFP16"
+
+
+def cases(rng: np.random.Generator) -> dict:
+    x_sm = (rng.standard_normal((2, 8, 1024, 1024)) * 4).astype(np.float16)
+    x_gn = rng.standard_normal((2, 320, 32, 32)).astype(np.float16)
+    scale = (1 + 0.1 * rng.standard_normal(320)).astype(np.float16)
+    bias = (0.1 * rng.standard_normal(320)).astype(np.float16)
+    x_mul = rng.standard_normal((16, 1024, 1024)).astype(np.float16)
+    s = np.array(0.125, np.float16)
+    ch = rng.standard_normal((1, 320, 1, 1)).astype(np.float16)
+    r64 = x_gn.reshape(64, -1)
+    r1 = rng.standard_normal((1, 1 << 20)).astype(np.float16)
+    return {
+        "softmax_fp16_fp16acc (2,8,1024,1024)": lambda: softmax.softmax_fp16_fp16acc(x_sm),
+        "group_norm_fp16stats (2,320,32,32) g32": lambda: norms.group_norm_fp16stats(x_gn, scale, bias, 32),
+        "fp16 mul (16,1024,1024) * scalar": lambda: halfcast.f16_binary(np.multiply, x_mul, s),
+        "fp16 add (2,320,32,32) + (1,320,1,1)": lambda: halfcast.f16_binary(np.add, x_gn, ch),
+        "fp16_running_sum 64 x 10240": lambda: halfcast.fp16_running_sum(r64, 1),
+        "fp16_running_sum 1 x 1048576": lambda: halfcast.fp16_running_sum(r1, 1),
+    }
+
+
+def timed(fn) -> tuple[float, np.ndarray]:
+    t = time.perf_counter()
+    y = fn()
+    return time.perf_counter() - t, y
+
+
+def run(repeats: int) -> dict:
+    if halfcast._fastfp16 is None:
+        sys.exit("mschecker._fastfp16 is not built: `python setup.py build_ext --inplace` first")
+    results = {}
+    for name, fn in cases(np.random.default_rng(0)).items():
+        best = {"numpy": float("inf"), "compiled": float("inf")}
+        outs = {}
+        for rep in range(repeats + 1):
+            for route in ("numpy", "compiled"):
+                os.environ[ENV] = "1" if route == "numpy" else "0"
+                dt, outs[route] = timed(fn)
+                if rep:  # the first round warms caches and builds lookup tables
+                    best[route] = min(best[route], dt)
+        os.environ.pop(ENV, None)
+        identical = bool(np.array_equal(outs["numpy"].view(np.uint16), outs["compiled"].view(np.uint16)))
+        results[name] = {"numpy_ms": round(best["numpy"] * 1e3, 2), "compiled_ms": round(best["compiled"] * 1e3, 2),
+                         "speedup": round(best["numpy"] / best["compiled"], 2), "bit_identical": identical}
+        print(f"{name:42s} numpy {best['numpy'] * 1e3:9.2f} ms  compiled {best['compiled'] * 1e3:9.2f} ms"
+              f"  x{best['numpy'] / best['compiled']:5.1f}  identical={identical}")
+    return results
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--no-record", action="store_true")
+    args = ap.parse_args(argv)
+    results = run(args.repeats)
+    if not args.no_record:
+        doc = {"benchmark": "fastfp16", "machine": platform.machine(), "python": platform.python_version(),
+               "numpy": np.__version__, "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+               "repeats": args.repeats, "kernels": results}
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp, args.out)
+        print(f"recorded {args.out}")
+    return 0 if all(r["bit_identical"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
