@@ -53,7 +53,7 @@ def _direct(x, w, b, strides, pads, dilations, group, compute, out):
     n, c_out, cg, kh, kw, oh, ow = _geometry(x, w, strides, pads, dilations, group)
     cog, k = c_out // group, cg * kh * kw
     xc = np.ascontiguousarray(_upcast(x, compute))
-    wm = np.ascontiguousarray(_upcast(w, compute).reshape(group, cog, k))
+    wm = _upcast(w, compute).reshape(group, cog, k)  # the definition's weight matrix, layout included
     y = np.empty((n, group, cog, oh * ow), dtype=compute)
     pointwise = is_pointwise(w, strides, pads)
     buf = None if pointwise else workspace("npu.patches", (cg, kh, kw, 1, oh, ow), compute)

@@ -10,9 +10,9 @@ w (1280,2560,3,3): 332 ms -> ~55 ms (numbers: benchmarks/results/kernels_bench.j
 
 Accuracy: every summation order is the float64 truth up to gamma_K(2^-53)|w||x| (Higham 3.5; K = C_in/group *
 kH * kW), ~1e-13 relative, invisible next to any fp16/bf16 kernel's bound; the GEMM's blocked order is one of
-them. tests/kernels/test_conv_extra.py checks conv2d against an exactly rounded (math.fsum) convolution on small
-cases and against onnxruntime's Conv (an independent implementation of the ONNX geometry: pads order, dilation,
-groups), so a slip in `fill_patches`, which the NPU kernel (optimized_kernels/conv.py) shares, cannot hide
+them. tests/kernels/test_conv_fastpath.py checks conv2d against an exactly rounded (math.fsum) convolution on
+small cases and tests/kernels/test_conv_extra.py against onnxruntime's Conv (an independent implementation of
+the ONNX geometry: pads order, dilation, groups), so a slip in `fill_patches`, which the NPU kernel (optimized_kernels/conv.py) shares, cannot hide
 behind agreement between the two.
 
 conv_transpose2d is the scatter form: for each kernel tap a dgemm over the input channels, scattered into place.
