@@ -21,7 +21,7 @@ F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 
 def _recursive_sum(rows: np.ndarray, acc: np.dtype) -> np.ndarray:
     if acc == F16 and rows.dtype == F16:
-        return fp16_running_sum(rows, axis=1)  # the same sequential fp16 sum, vectorized over rows when many
+        return fp16_running_sum(rows, axis=1)  # the same sequential fp16 sum, compiled or vectorized (halfcast.py)
     return np.add.accumulate(rows, axis=1, dtype=acc)[:, -1:]
 
 

@@ -47,7 +47,7 @@ def _recursive(rows: np.ndarray, acc: np.dtype) -> np.ndarray:
     if rows.shape[1] == 0:
         return np.zeros(rows.shape[0], acc)
     if acc == np.float16 and rows.dtype == np.float16:
-        return fp16_running_sum(rows, axis=1, keepdims=False)  # the same bits, vectorized over rows (halfcast.py)
+        return fp16_running_sum(rows, axis=1, keepdims=False)  # the same bits, compiled or vectorized (halfcast.py)
     return np.add.accumulate(rows.astype(acc), axis=1, dtype=acc)[:, -1]
 
 
@@ -69,7 +69,7 @@ def _blocked(rows: np.ndarray, acc: np.dtype, block: int = BLOCK) -> np.ndarray:
     nb = -(-n // block)
     padded = np.zeros((m, nb * block), acc)
     padded[:, :n] = rows.astype(acc)
-    block_sums = np.add.accumulate(padded.reshape(m, nb, block), axis=2, dtype=acc)[:, :, -1]
+    block_sums = _recursive(padded.reshape(m * nb, block), acc).reshape(m, nb)  # each block summed in order
     return _recursive(block_sums, acc)
 
 

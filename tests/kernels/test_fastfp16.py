@@ -211,3 +211,22 @@ def test_f16_binary_broadcast_shapes(sa, sb, ufunc):
     assert (folded is None) == (len(sa) == 5)
     if folded is not None:
         assert same_bits(H._f16_binary_c(C, ufunc, a, b), expected)
+
+
+# ------------------------------------------------------------------------------------ kernel integration
+@pytest.mark.parametrize("n", [1, 127, 128, 129, 1000])
+def test_blocked_fp16_reduction_is_its_numpy_definition(n):
+    """reductions._blocked sums each 128-element block through fp16_running_sum (compiled); its definition is
+    np.add.accumulate over the zero-padded blocks, then over the block sums."""
+    from mschecker.optimized_kernels import reductions as R
+
+    rng = np.random.default_rng(n)
+    for kind in ("signed", "overflowing", "tiny", "zeros", "specials"):
+        rows = _sum_input(rng, (37, n), kind)
+        nb = -(-n // R.BLOCK)
+        padded = np.zeros((37, nb * R.BLOCK), F16)
+        padded[:, :n] = rows
+        with np.errstate(over="ignore", invalid="ignore"):
+            block_sums = np.add.accumulate(padded.reshape(37, nb, R.BLOCK), axis=2, dtype=F16)[:, :, -1]
+            expected = np.add.accumulate(block_sums, axis=1, dtype=F16)[:, -1]
+        assert same_or_both_nan(R._blocked(rows, np.dtype(F16)), expected), kind
