@@ -105,7 +105,8 @@ def _needs_output_rounding():
                       h.make_node("Add", ["e", "c"], ["y"])], "g",
                      [h.make_tensor_value_info("x", T.FLOAT, [3, 8])], [h.make_tensor_value_info("y", T.FLOAT, None)],
                      initializer=[numpy_helper.from_array(rng.standard_normal((8, 2)).astype(np.float32), "w")])
-    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), {"x": rng.standard_normal((3, 8)).astype(np.float32)}
+    feeds = {"x": rng.standard_normal((3, 8)).astype(np.float32)}
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), feeds
 
 
 @pytest.mark.parametrize("name", ["reference", "ascend910b"])
