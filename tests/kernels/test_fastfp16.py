@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
+from hypothesis.extra import numpy as hnp
 
 from mschecker.optimized_kernels import halfcast as H
 from mschecker.optimized_kernels import softmax as S
@@ -192,6 +193,32 @@ def test_c_binary_random_patterns(ufunc):
     keep = ~np.isnan(expected)
     got = H._f16_binary_c(C, ufunc, a[keep], b[keep])
     assert got is not None and same_bits(got, expected[keep])
+
+
+@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=5, max_side=6),
+       ufunc=st.sampled_from(OPS), seed=st.integers(0, 2 ** 31))
+def test_f16_binary_any_broadcast_of_any_bits(shapes, ufunc, seed):
+    """Random broadcastable shapes filled with random fp16 bit patterns (specials included): the compiled route,
+    where it answers, is numpy's bits; f16_binary (with its NaN fallback) is always numpy's bits."""
+    rng = np.random.default_rng(seed)
+    (sa, sb), shape = shapes.input_shapes, shapes.result_shape
+    a = rng.choice(np.concatenate([ALL_F16, SPECIAL]), sa).astype(F16)
+    b = rng.choice(np.concatenate([ALL_F16, SPECIAL]), sb).astype(F16)
+    with np.errstate(all="ignore"):
+        expected = ufunc(a, b)
+        assert same_bits(H.f16_binary(ufunc, a, b), expected)
+    got = H._f16_binary_c(C, ufunc, a, b)
+    if got is not None:
+        assert same_bits(got, expected)
+    else:
+        assert np.isnan(expected).any() or H._collapsed_plan(a, b, shape) is None
+
+
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=4, max_side=70), data=st.data(), scale=st.sampled_from([1.0, 30.0]))
+def test_fast_softmax_any_shape_and_axis(shape, data, scale):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    x = (np.random.default_rng(len(shape) * 100 + shape[0]).standard_normal(shape) * scale).astype(F16)
+    assert same_bits(S.softmax_fp16_fp16acc(x, axis), S.softmax_fp16_fp16acc_numpy(x, axis))
 
 
 @pytest.mark.parametrize("sa,sb", [((2, 8, 6, 5), (1, 8, 1, 1)), ((2, 8, 6, 5), (2, 8, 1, 1)), ((1, 8, 1, 1), (2, 8, 6, 5)),
