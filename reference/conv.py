@@ -118,17 +118,24 @@ def fill_patches(dst: np.ndarray, x: np.ndarray, kh: int, kw: int, strides, pads
     return dst
 
 
+def _even_step(total: int, most: int) -> int:
+    """The step that covers `total` in as few pieces of at most `most` as possible, the pieces as equal as
+    possible (30 + 2 rows make one wide and one skinny GEMM; 16 + 16 two wide ones)."""
+    pieces = -(-total // max(most, 1))
+    return -(-total // max(pieces, 1))
+
+
 def patch_chunks(n: int, oh: int, ow: int, k: int, itemsize: int, budget: int):
     """(images, rows) slices covering n images x oh output rows, each chunk's patch matrix (k rows, one column
     per output pixel) within `budget` bytes where possible: whole images side by side when at least one fits,
-    else bands of output rows of one image (at least one row)."""
+    else bands of output rows of one image (at least one row); chunks as equal as possible."""
     per_row = k * ow * itemsize
     if per_row * oh <= budget or oh == 0:
-        step = max(1, budget // max(per_row * oh, 1))
+        step = _even_step(n, budget // max(per_row * oh, 1))
         for n0 in range(0, n, step):
             yield slice(n0, min(n, n0 + step)), slice(0, oh)
     else:
-        step = max(1, budget // per_row)
+        step = _even_step(oh, budget // per_row)
         for n0 in range(n):
             for r0 in range(0, oh, step):
                 yield slice(n0, n0 + 1), slice(r0, min(oh, r0 + step))
