@@ -4,9 +4,11 @@ conv2d is im2col + one float64 BLAS GEMM per group: the patch matrix (K = C_in/g
 per output pixel) is built in chunks over images and output rows (`fill_patches`, never more than
 PATCH_CHUNK_BYTES), with the images of a chunk side by side as GEMM columns, so that small feature maps (SD's
 8x8 and 4x4 stages) still make one wide GEMM instead of one skinny GEMM per image that re-reads the weights.
-Measured on the 2-core box, one BLAS thread, x (2,320,32,32) w (320,320,3,3): the previous tap-by-tap form (nine
-dgemms with K = C_in, a slice copy and a full-output += per tap) 130 ms, this form ~100 ms; x (2,2560,4,4)
-w (1280,2560,3,3): 332 ms -> ~55 ms (numbers: benchmarks/results/kernels_bench.json, conv section).
+Measured on the shared 2-core box (one BLAS thread, CPU time, min of 7 interleaved runs): x (2,320,32,32)
+w (320,320,3,3): the previous tap-by-tap form (nine dgemms with K = C_in, a slice copy and a full-output += per
+tap) ~145 ms, this form ~113 ms (a dgemm alone on the whole patch matrix: ~98 ms); x (2,1280,8,8)
+w (1280,1280,3,3): ~255 -> ~125 ms; x (2,2560,4,4) w (1280,2560,3,3): ~360 -> ~90 ms. Per SD layer against
+onnxruntime: benchmarks/results/kernels_bench.json, section sd_layers.
 
 Accuracy: every summation order is the float64 truth up to gamma_K(2^-53)|w||x| (Higham 3.5; K = C_in/group *
 kH * kW), ~1e-13 relative, invisible next to any fp16/bf16 kernel's bound; the GEMM's blocked order is one of
@@ -36,7 +38,7 @@ def workspace(role: str, shape, dtype) -> np.ndarray:
 
     Why: a fresh array of tens of MB is a fresh mmap, and its first touch costs a page fault per 4 KiB (measured
     here: allocating and filling 59 MB 18.5 ms, refilling it 4.9 ms), which for the float64 patch matrix of a
-    320-channel 3x3 conv at 32x32 (47 MB) is ~10% of the conv. Only kernel-internal scratch (patch matrices,
+    320-channel 3x3 conv at 32x32 (47 MB) measured ~7% of the conv (A/B, interleaved). Only kernel-internal scratch (patch matrices,
     GEMM products) goes through here, never an array a kernel returns, and a caller uses one role's array
     until it returns, so reuse cannot alias live data; larger requests are plain allocations, not kept.
     """
