@@ -113,6 +113,26 @@ static void exp64_loop(const double *restrict x, double *restrict y, Py_ssize_t 
     for (; i < n; i++) y[i] = exp64_one(x[i]);
 }
 
+/* sigmoid64 (reference/activations.py): a = exp64(-|x|) (<= 0, so only the CLAMP_LO select can fire; a NaN x is
+ * replaced at the end), d = 1 + a, y = (x >= 0 ? 1 : a) / d, NaN x -> x + x. */
+KERNEL_CLONES
+static void sigmoid64_loop(const double *restrict x, double *restrict y, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK)
+        for (int j = 0; j < BLOCK; j++) {
+            double v = x[i + j];
+            double a = exp64_nonpositive(-fabs(v));
+            double s = pick(v >= 0.0, 1.0, a) / (1.0 + a);
+            y[i + j] = pick(v != v, v + v, s);
+        }
+    for (; i < n; i++) {
+        double v = x[i];
+        double a = exp64_nonpositive(-fabs(v));
+        double s = pick(v >= 0.0, 1.0, a) / (1.0 + a);
+        y[i] = pick(v != v, v + v, s);
+    }
+}
+
 /* One row: max (its order does not matter: max is exact, and a +-0 tie changes no exp64(x - max) bit), then
  * e = exp64(x - max) stored in y, then lane i % LANES accumulates e[i] in index order, the lanes combined as
  * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), then y = e / sum; a NaN sum (NaN or +inf in the row, or a
@@ -205,9 +225,27 @@ static PyObject *softmax_rows(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(sigmoid64_doc, "sigmoid64(x, out): out[i] = sigmoid of x[i] through exp64 for C-contiguous float64 "
+                            "buffers of equal length (reference/activations.py, same bits as sigmoid_numpy).");
+
+static PyObject *sigmoid64(PyObject *self, PyObject *args) {
+    Py_buffer bx, by;
+    if (!PyArg_ParseTuple(args, "y*w*", &bx, &by))
+        return NULL;
+    if (!check_pair(&bx, &by, "sigmoid64"))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    sigmoid64_loop((const double *)bx.buf, (double *)by.buf, bx.len / 8);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&by);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"exp64", exp64, METH_VARARGS, exp64_doc},
     {"softmax_rows", softmax_rows, METH_VARARGS, softmax_rows_doc},
+    {"sigmoid64", sigmoid64, METH_VARARGS, sigmoid64_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -133,11 +133,16 @@ def _exp64_block(x: np.ndarray) -> np.ndarray:
 
 def exp64(x: np.ndarray) -> np.ndarray:
     """exp of float64 values by the fixed algorithm above (C loop when built, else exp64_numpy; same bits)."""
+    return run_elementwise("exp64", exp64_numpy, x)
+
+
+def run_elementwise(c_name: str, numpy_twin, x) -> np.ndarray:
+    """x as float64 through the C loop `c_name` of mschecker._fastref when built (and not disabled), else through
+    its numpy twin; both give the same bits."""
     x = np.asarray(x, dtype=np.float64)
     fast = fast_module()
     if fast is None or x.size == 0:
-        return exp64_numpy(x)
-    src = np.ascontiguousarray(x)
+        return numpy_twin(x)
     out = np.empty(x.shape, dtype=np.float64)
-    fast.exp64(src, out)
+    getattr(fast, c_name)(np.ascontiguousarray(x), out)
     return out

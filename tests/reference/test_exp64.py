@@ -1,4 +1,5 @@
-"""exp64 and the fused float64 softmax (reference/exp64.py, reference/softmax.py, mschecker/_fastref.c).
+"""exp64 and what is built on it: the float64 softmax and sigmoid (reference/exp64.py, reference/softmax.py,
+reference/activations.py, mschecker/_fastref.c).
 
 Two kinds of claims:
 - Bits: the C loops and their numpy twins give IDENTICAL bits (uint64 views) on every input, special values
@@ -9,7 +10,8 @@ Two kinds of claims:
   normal ones: reference/exp64.py; 1 ulp is the claim, with margin, not the measured value); softmax is within
   the bound derived in reference/softmax.py.
 Planted bugs prove the checks can fail: a dropped LN2_LO term (caught by the accuracy test), a 4-lane summation
-in the numpy twin (caught by the bit test), a one-ulp nudge of the numpy exp64 (caught by the bit test).
+in the numpy twin (caught by the bit test), a one-ulp nudge of the numpy exp64 (caught by the bit test), the
+naive sigmoid 1/(1 + exp(-x)) that underflows to 0 below x = -709.8 (caught by the sigmoid accuracy test).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import pytest
 from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
+from mschecker.reference import activations as A
 from mschecker.reference import exp64 as E
 from mschecker.reference import softmax as S
 
@@ -301,3 +304,70 @@ def test_c_entry_points_refuse_mismatched_buffers():
         E._fastref.softmax_rows(np.zeros(6), np.zeros(6), 4)
     with pytest.raises(ValueError, match="divide"):
         E._fastref.softmax_rows(np.zeros(6), np.zeros(6), 0)
+
+
+# ---------------------------------------------------------------- sigmoid (reference/activations.py)
+def c_sigmoid(x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    E._fastref.sigmoid64(x, out)
+    return out
+
+
+@needs_c
+def test_sigmoid_c_equals_numpy_specials_and_dense():
+    x = np.concatenate([SPECIALS, -SPECIALS, np.linspace(-760.0, 760.0, 300_001)])
+    assert_same_bits(c_sigmoid(x), A.sigmoid_numpy(x), "sigmoid")
+
+
+@needs_c
+@given(hnp.arrays(np.float64, st.integers(1, 300),
+                  elements=st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True)))
+def test_sigmoid_c_equals_numpy_any_float(x):
+    assert_same_bits(c_sigmoid(x), A.sigmoid_numpy(x), "sigmoid, hypothesis floats")
+
+
+@needs_c
+def test_sigmoid_dispatch(monkeypatch):
+    x = np.linspace(-30, 30, 61).reshape(61, 1)[::2]
+    monkeypatch.delenv("MSCHECKER_NO_FASTREF", raising=False)
+    monkeypatch.setattr(E._fastref, "sigmoid64", lambda src, out: (_ for _ in ()).throw(RuntimeError("C ran")))
+    with pytest.raises(RuntimeError, match="C ran"):
+        A.sigmoid(x)
+    monkeypatch.setenv("MSCHECKER_NO_FASTREF", "1")
+    assert A.sigmoid(x).shape == x.shape
+
+
+def sigmoid_errors(fn, x: np.ndarray) -> tuple[float, float]:
+    """(max relative error where sigmoid(x) >= 2^-1022, max absolute error below), against longdouble."""
+    xl = x.astype(np.longdouble)
+    ref = np.where(xl >= 0, 1 / (1 + np.exp(-xl)), np.exp(xl) / (1 + np.exp(xl)))
+    err = np.abs(fn(x).astype(np.longdouble) - ref)
+    normal = ref >= np.longdouble(2.0 ** -1022)
+    return float(np.max(err[normal] / ref[normal])), float(np.max(err[~normal], initial=0.0))
+
+
+def sigmoid_samples() -> np.ndarray:
+    rng = np.random.default_rng(11)
+    return np.concatenate([rng.uniform(-760, 40, 200_000), rng.standard_normal(200_000) * 4,
+                           rng.uniform(-1, 1, 50_000) * 10.0 ** rng.uniform(-20, 0, 50_000)])
+
+
+@needs_longdouble
+@pytest.mark.parametrize("use_c", [pytest.param(True, marks=needs_c), False], ids=["C", "numpy"])
+def test_sigmoid_accuracy(use_c, monkeypatch):
+    """<= 4u relative (reference/activations.py: exp64 2u + two roundings; measured 2.9u) where the result is
+    normal; below 2^-1022 at most 1.5 subnormal steps (the final rounding plus the relative error carried in)."""
+    if not use_c:
+        monkeypatch.setenv("MSCHECKER_NO_FASTREF", "1")
+    rel, small = sigmoid_errors(A.sigmoid, sigmoid_samples())
+    assert rel <= 4 * U, rel / U
+    assert small <= 1.5 * 2.0 ** -1074, small
+
+
+@needs_longdouble
+def test_sigmoid_accuracy_test_catches_the_naive_formula():
+    """Planted bug: 1/(1 + exp(-x)) gives 0 where exp(-x) overflows (x < -709.8), and loses the relative accuracy
+    of the negative tail."""
+    rel, small = sigmoid_errors(lambda x: 1.0 / (1.0 + E.exp64(-x)), sigmoid_samples())
+    assert rel > 4 * U or small > 1.5 * 2.0 ** -1074
