@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from .exp64 import exp64_numpy, run_elementwise
+from .exp64 import exp64, exp64_numpy, run_elementwise
 
 SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
 GELU_TANH_CUBIC = 0.044715
@@ -70,8 +70,9 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 
 def exp(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.exp(np.asarray(x, dtype=np.float64))
+    """exp64 (reference/exp64.py): < 1 ulp, the same bits on every CPU (np.exp takes numpy's SIMD exp on AVX512F
+    machines and glibc's elsewhere), ~2x faster than np.exp through the C loop."""
+    return exp64(x)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
