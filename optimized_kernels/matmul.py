@@ -25,7 +25,7 @@ import numpy as np
 
 from ..dtypes import bfloat16
 from ..reference.linalg import gemm_operands
-from .halfcast import to_f16, to_f32
+from .halfcast import ORT_MIN_ELEMS, to_f16, to_f32
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -39,8 +39,8 @@ DEFAULT_KB = 64
 #: sgemm and the output rounding. Measured on SD attention shapes (one BLAS thread, scratch O_mm2.py, a quiet
 #: moment of the shared box): 1 MiB and 4 MiB both ~25% faster than the whole-batch passes, 16 MiB no faster.
 CHUNK_BYTES = 4 << 20
-#: Matrices whose own working set exceeds this take the whole-batch form: SD's (1024 x 320) @ (320 x 2560)
-#: feed-forward (12 MB per image) measured no faster chunked; attention's 4.3 MB per head is chunked.
+#: Matrices whose own working set exceeds this take the whole-batch form (they do not stay in cache anyway);
+#: attention's 4.3 MB per head (1024 tokens, d = 40) is chunked.
 CHUNK_MAX_MATRIX_BYTES = 8 << 20
 
 
@@ -104,36 +104,49 @@ def _round(x, storage):
         return x.astype(storage)
 
 
-def _rounded_fp32_product(a, b, storage):
-    """_round(_acc_fp32(a, b), storage), bit for bit, in cache-sized chunks of the batch.
+def _upcast_is_c_order(x: np.ndarray) -> bool:
+    """Whether to_f32(x), as _acc_fp32 calls it on the whole operand, is C-contiguous: x already is (astype keeps
+    the layout), or x is fp16 and large enough for halfcast's onnxruntime route, which casts a C-order copy.
+    Pinned by tests/kernels/test_matmul_fastpath.py (a halfcast change that broke it would fail there)."""
+    return x.flags.c_contiguous or (x.dtype == F16 and x.size >= ORT_MIN_ELEMS)
 
-    Why: on batched products (attention's (B, H, S, d) @ (B, H, d, S) and back) the whole-batch form makes
-    three passes over memory-sized arrays (the fp32 copy of a, the fp32 product, its rounding); per chunk of a
-    few matrices those stay in cache. Bits: np.matmul runs one sgemm per matrix of the batch, and each chunk
-    makes exactly those calls (same shapes, C-contiguous operands, same fp32 values), so only the batch loop is
-    split; tests/kernels/test_matmul_fastpath.py compares the bits. Other layouts (1-D or 2-D only,
-    non-contiguous operands, broadcast batch dimensions) take the whole-batch form.
+
+def _rounded_fp32_product(a, b, storage):
+    """_round(_acc_fp32(a, b), storage), bit for bit; batched products in cache-sized chunks of the batch.
+
+    Why: attention's (B, H, S, d) @ (B, H, d, S) and (B, H, S, S) @ (B, H, S, d) make memory-sized temporaries in
+    the whole-batch form (the fp32 copy of the (S, S) operand or the fp32 (S, S) product, each freshly allocated
+    and page-faulted, then a rounding pass over it); per chunk of a few matrices they stay in cache.
+    Bits: np.matmul runs one sgemm per matrix of the batch, and each chunk makes exactly those calls: same
+    shapes, same fp32 values, and the same C-contiguous layout the whole-batch upcast hands np.matmul (chunks
+    are cut from a C-order view or copy of each operand, which `_upcast_is_c_order` guarantees is that
+    layout). tests/kernels/test_matmul_fastpath.py compares the bits. Everything else takes the whole-batch
+    form: 2-D weights (SD's linear layers, measured no faster chunked: the SD-1.5 UNet's MatMul time went up
+    ~10% in a graph A/B), broadcast batch dimensions, 1-D operands, matrices too big to stay in cache.
     """
     a, b = np.asarray(a), np.asarray(b)
-    paired = b.ndim >= 3 and a.shape[:-2] == b.shape[:-2]
-    if a.ndim < 3 or not (b.ndim == 2 or paired) or not (a.flags.c_contiguous and b.flags.c_contiguous) \
-            or a.shape[-1] != b.shape[-2]:
+    if a.ndim < 3 or b.ndim != a.ndim or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2] \
+            or not (_upcast_is_c_order(a) and _upcast_is_c_order(b)):
         return _round(_acc_fp32(a, b), storage)
     (m, k), n = a.shape[-2:], b.shape[-1]
-    per_matrix = 4 * (m * k + m * n + (k * n if paired else 0))
+    per_matrix = 4 * (m * k + m * n + k * n)
     if per_matrix > CHUNK_MAX_MATRIX_BYTES:  # one matrix's operands and product do not stay in cache anyway
         return _round(_acc_fp32(a, b), storage)
-    a3 = a.reshape(-1, m, k)
-    b3 = b.reshape(-1, k, n) if paired else to_f32(b)  # a 2-D weight is upcast once for every chunk
+    a3, b3 = a.reshape(-1, m, k), b.reshape(-1, k, n)  # views, or C-order copies of transposed operands
     step = max(1, CHUNK_BYTES // max(per_matrix, 1))
     out = np.empty((a3.shape[0], m, n), dtype=storage)
     acc = np.empty((min(step, a3.shape[0]), m, n), dtype=F32)
     for i0 in range(0, a3.shape[0], step):
         i1 = min(a3.shape[0], i0 + step)
         part = acc[: i1 - i0]
-        np.matmul(to_f32(a3[i0:i1]), to_f32(b3[i0:i1]) if paired else b3, out=part)
+        np.matmul(_c_order_f32(a3[i0:i1]), _c_order_f32(b3[i0:i1]), out=part)
         out[i0:i1] = _round(part, storage)
     return out.reshape(a.shape[:-2] + (m, n))
+
+
+def _c_order_f32(x: np.ndarray) -> np.ndarray:
+    """to_f32 of a chunk, C-contiguous whatever route the cast takes."""
+    return np.ascontiguousarray(to_f32(x))
 
 
 def matmul_fp16_fp32acc(a, b):

@@ -29,13 +29,17 @@ def _same_bits(got, want) -> bool:
 
 @st.composite
 def operands(draw):
+    """Batched a @ b, b a 2-D weight or a matching batch; either operand possibly a transposed view."""
     batch = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
     m, k, n = (draw(st.integers(1, 12)) for _ in range(3))
     rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
     scale = draw(st.sampled_from([1e-3, 1.0, 100.0]))
-    a = rng.standard_normal(batch + (m, k)) * scale
-    b_shape = (k, n) if draw(st.booleans()) else batch + (k, n)
-    return a, rng.standard_normal(b_shape)
+    b_batch = () if draw(st.booleans()) else batch
+    a = rng.standard_normal(batch + (k, m)).swapaxes(-1, -2) if draw(st.booleans()) \
+        else rng.standard_normal(batch + (m, k))
+    b = rng.standard_normal(b_batch + (n, k)).swapaxes(-1, -2) if draw(st.booleans()) \
+        else rng.standard_normal(b_batch + (k, n))
+    return a * scale, b
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 600, mm.CHUNK_BYTES])
@@ -54,17 +58,27 @@ def test_chunked_matmul_bits_equal_whole_batch(storage, chunk_bytes, ab):
 
 
 @pytest.mark.parametrize("storage", KERNELS)
-def test_other_layouts_take_the_whole_batch_form(storage):
+def test_other_layouts_bits_equal_whole_batch(storage):
     kernel, dtype = KERNELS[storage]
     rng = np.random.default_rng(3)
     a = rng.standard_normal((2, 3, 5, 4)).astype(dtype)
     cases = [(a, rng.standard_normal((1, 3, 4, 6)).astype(dtype)),  # broadcast batch
-             (a, rng.standard_normal((2, 3, 6, 4)).astype(dtype).swapaxes(-1, -2)),  # transposed view
+             (a, rng.standard_normal((2, 3, 6, 4)).astype(dtype).swapaxes(-1, -2)),  # small transposed view
+             (a, rng.standard_normal((4, 6)).astype(dtype)),  # 2-D weight
              (a[0, 0], rng.standard_normal((4, 6)).astype(dtype)),  # 2-D @ 2-D
              (a, rng.standard_normal(4).astype(dtype)),  # 1-D right operand
              (rng.standard_normal(5).astype(dtype), rng.standard_normal((2, 5, 3)).astype(dtype))]
     for x, y in cases:
         assert _same_bits(kernel(x, y), _definition(x, y, dtype))
+
+
+def test_whole_batch_upcast_layout_assumption():
+    """_upcast_is_c_order's premise: halfcast.to_f32 of a large non-contiguous fp16 array is C-contiguous (the
+    chunked path cuts C-order chunks to match it). If halfcast changes that, this fails before any bits do."""
+    x = np.ones((2, 64, 40), np.float16).swapaxes(-1, -2)
+    assert x.size >= mm.ORT_MIN_ELEMS and not x.flags.c_contiguous
+    assert mm.to_f32(x).flags.c_contiguous
+    assert mm._upcast_is_c_order(x) and not mm._upcast_is_c_order(x[:1, :4])
 
 
 SPECIALS = np.array([0.0, -0.0, 6e-8, -6e-8, 6.1e-5, 65504.0, -65504.0, np.inf, -np.inf, np.nan, 1.0, -2.5])
@@ -93,13 +107,16 @@ def test_bit_check_catches_planted_summation_order_change():
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, mm.CHUNK_BYTES])
-@pytest.mark.parametrize("shapes", [((1, 2, 256, 40), (1, 2, 40, 256)), ((1, 2, 256, 256), (1, 2, 256, 40)),
-                                    ((2, 128, 320), (320, 64))])
-def test_chunked_matmul_bits_on_attention_sized_operands(shapes, chunk_bytes, monkeypatch):
-    """Operands past halfcast's ORT_MIN_ELEMS, so the chunks take the onnxruntime cast route."""
+@pytest.mark.parametrize("transposed", ["none", "a", "b", "both"])
+@pytest.mark.parametrize("shapes", [((1, 2, 256, 40), (1, 2, 40, 256)), ((1, 2, 256, 256), (1, 2, 256, 40))])
+def test_chunked_matmul_bits_on_attention_sized_operands(shapes, transposed, chunk_bytes, monkeypatch):
+    """Attention-like operands past halfcast's ORT_MIN_ELEMS (the chunks take the onnxruntime cast route), as
+    the SD graph has them: q and k^T are transposed views, the softmax output is contiguous."""
     monkeypatch.setattr(mm, "CHUNK_BYTES", chunk_bytes)
     rng = np.random.default_rng(4)
-    a, b = (rng.standard_normal(s).astype(np.float16) for s in shapes)
+    a, b = (rng.standard_normal(s[:-2] + s[-2:][::-1]).astype(np.float16).swapaxes(-1, -2)
+            if transposed in (name, "both") else rng.standard_normal(s).astype(np.float16)
+            for s, name in zip(shapes, "ab"))
     whole_batch = mm._acc_fp32
     monkeypatch.setattr(mm, "_acc_fp32", lambda *_: pytest.fail("took the whole-batch form, not the chunks"))
     got = mm.matmul_fp16_fp32acc(a, b)
