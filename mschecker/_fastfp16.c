@@ -64,10 +64,11 @@ static inline float h2f(uint16_t h) {
     return u2f(sign | r);
 }
 
-/* float32 -> fp16 bits, round to nearest even. |f| * 2^112 * 2^-110 overflows to inf beyond the fp16 range and
- * otherwise equals 4|f| exactly; adding 2^(e+?) of the right binade (bias) makes the float32 addition round the
- * significand at the fp16 quantum (ties to even), subnormals included. NaN becomes the quiet NaN 0x7E00 (sign
- * kept). */
+/* float32 -> fp16 bits, round to nearest even. base = |f| * 2^112 * 2^-110 is 4|f| exactly, or inf where |f| >= 2^16
+ * (overflow). Adding 2^(e+15) (e = the binade of f, at least -14, the fp16 subnormal quantum's binade) makes the
+ * float32 addition round 4|f| at the fp16 quantum of f (ties to even, subnormals included); the sum's exponent
+ * and significand fields then are the fp16 encoding (a carry into the exponent, up to inf at 65520, included).
+ * NaN becomes the quiet NaN 0x7E00 (sign kept). */
 static inline uint16_t f2h(float f) {
     float base = (__builtin_fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
     const uint32_t w = f2u(f);

@@ -65,7 +65,8 @@ def softmax_fp16_fp16acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
     softmax_fp16_fp16acc_numpy, computed with the fast fp16 primitives of halfcast.py (2-10x faster): the exp is
     a table lookup of numpy's fp16 exp (held as float32, read once in the layout of the sum and once in place),
     the sum is halfcast.running_sum_f32, and the divide is the float32 quotient rounded once (numpy's fp16
-    divide)."""
+    divide). Where mschecker._fastfp16 is built, one compiled pass per block of 32 rows does all of it (~5x
+    faster, same bits; _softmax_fp16acc_c)."""
     x = np.asarray(x)
     x16 = to_f16(x) if x.dtype == np.float32 else x.astype(np.float16)
     if x16.size == 0:
