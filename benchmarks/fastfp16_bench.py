@@ -5,7 +5,8 @@ numpy's, read per call), best of --repeats after one warm-up call, with the outp
 * softmax_fp16_fp16acc on (2, 8, 1024, 1024) fp16 (fp16 max, x - max, exp, sequential fp16 sum, divide);
 * group_norm_fp16stats on (2, 320, 32, 32) fp16 with 32 groups (two sequential fp16 sums per row, fp16 ops);
 * fp16 Mul of (16, 1024, 1024) by a scalar, and fp16 Add of (2, 320, 32, 32) + (1, 320, 1, 1) (f16_binary);
-* fp16_running_sum of 64 rows x 10240 (GroupNorm's shape) and of one row of 2^20 (the latency-bound case).
+* fp16_running_sum of 64 rows x 10240 (GroupNorm's shape), of 8 long rows (their chains run side by side) and of
+  one row of 2^20 (one dependency chain: latency-bound on both routes).
 The ratio is numpy time / compiled time; the machine is shared, so both routes alternate within each repeat.
 Results go to benchmarks/results/fastfp16.json (or --out; --no-record only prints).
 
@@ -39,12 +40,14 @@ def cases(rng: np.random.Generator) -> dict:
     ch = rng.standard_normal((1, 320, 1, 1)).astype(np.float16)
     r64 = x_gn.reshape(64, -1)
     r1 = rng.standard_normal((1, 1 << 20)).astype(np.float16)
+    r8 = rng.standard_normal((8, 1 << 17)).astype(np.float16)
     return {
         "softmax_fp16_fp16acc (2,8,1024,1024)": lambda: softmax.softmax_fp16_fp16acc(x_sm),
         "group_norm_fp16stats (2,320,32,32) g32": lambda: norms.group_norm_fp16stats(x_gn, scale, bias, 32),
         "fp16 mul (16,1024,1024) * scalar": lambda: halfcast.f16_binary(np.multiply, x_mul, s),
         "fp16 add (2,320,32,32) + (1,320,1,1)": lambda: halfcast.f16_binary(np.add, x_gn, ch),
         "fp16_running_sum 64 x 10240": lambda: halfcast.fp16_running_sum(r64, 1),
+        "fp16_running_sum 8 x 131072": lambda: halfcast.fp16_running_sum(r8, 1),
         "fp16_running_sum 1 x 1048576": lambda: halfcast.fp16_running_sum(r1, 1),
     }
 

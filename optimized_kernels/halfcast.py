@@ -26,9 +26,9 @@ Compiled loops: where the optional C extension mschecker._fastfp16 is built, `fp
 run there, and so does softmax.softmax_fp16_fp16acc; the numpy code stays as the fallback (no compiler, more
 than 3 folded dims, or a NaN result, whose payload only numpy's route reproduces) and as the definition the
 tests compare bits against (tests/kernels/test_fastfp16.py). MSCHECKER_NO_FASTFP16=1 forces the numpy paths.
-Measured (benchmarks/fastfp16_bench.py, shared 2-core box): 64 sums of 10240 16x faster, fp16 softmax 5x,
-GroupNorm fp16stats 4.7x, fp16 multiply by a scalar 2.3x; one long row is latency-bound (~12-20 ns per add,
-numpy's speed).
+Measured (benchmarks/fastfp16_bench.py, shared 2-core box, two runs): 64 sums of 10240 5-16x faster, 8 rows
+of 131072 4x, fp16 softmax 5x, GroupNorm fp16stats 3-5x, fp16 multiply by a scalar 2.2x; one long row is
+latency-bound (~12-20 ns per add, numpy's speed).
 """
 from __future__ import annotations
 
