@@ -216,8 +216,9 @@ static int softmax_rows(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, cons
     float acc[LANES];
     /* e of the block's rows, one row every ld floats: the padding keeps the LANES rows read together in the
      * transposition off the same cache sets (a row stride of 4 KiB made it 2.5x slower) */
+    if (rows == 0) return 1;
     const Py_ssize_t ld = n + 16;
-    float *ebuf = (float *)malloc((size_t)LANES * (size_t)ld * sizeof(float));
+    float *ebuf = (float *)malloc((size_t)(rows < LANES ? rows : LANES) * (size_t)ld * sizeof(float));
     if (ebuf == NULL) return -1;
     for (Py_ssize_t r0 = 0; r0 < rows; r0 += LANES) {
         const int nl = rows - r0 < LANES ? (int)(rows - r0) : LANES;

@@ -110,7 +110,7 @@ def _softmax_fp16acc_c(fast, x16: np.ndarray, axis: int) -> np.ndarray | None:
     n = moved.shape[-1]
     if not fast.softmax_fp16acc(moved, moved.size // n, n, _exp_table(), out):
         return None
-    return np.moveaxis(out, -1, axis)
+    return out if axis in (-1, x16.ndim - 1) else np.ascontiguousarray(np.moveaxis(out, -1, axis))
 
 
 def softmax_fp16_nomax(x: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -141,7 +141,7 @@ def test_no_fastfp16_env_forces_numpy(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------- softmax
-@pytest.mark.parametrize("shape,axis", [((2, 3, 77, 200), -1), ((LANES + 3, TILE + 1), 1), ((1, 1), -1),
+@pytest.mark.parametrize("shape,axis", [((2, 3, 77, 200), -1), ((LANES + 3, TILE + 1), 1), ((1, 1), -1), ((1, 5000), -1),
                                         ((5, 300, 4), 1), ((130, 7), 0)])
 @pytest.mark.parametrize("scale", [0.5, 8.0, 3000.0])
 def test_c_softmax_is_its_numpy_definition(shape, axis, scale):
@@ -153,6 +153,11 @@ def test_c_softmax_is_its_numpy_definition(shape, axis, scale):
     assert y is not None
     assert same_bits(y, expected)
     assert same_bits(S.softmax_fp16_fp16acc(x.astype(F32), axis), expected)
+
+
+def test_c_softmax_of_no_rows():
+    x = np.zeros((0, 5), F16)
+    assert C.softmax_fp16acc(x, 0, 5, S._exp_table(), np.empty_like(x)) is True
 
 
 @pytest.mark.parametrize("special", [np.nan, np.inf, "all -inf"])
