@@ -133,3 +133,85 @@ def test_a_policy_that_overrides_finish_is_always_called(unet):
     ex = Executor(path, Counting())
     ex.run(feeds)
     assert len(calls) == sum(len(s.slots) for s in ex.steps)
+
+
+# ---------------------------------------------------------------- results computed into dying inputs
+N = 512  # (N, N) tensors: 262,144 elements, above REUSE_MIN_ELEMENTS
+
+
+def _aliasing_graph():
+    """t1 and t2 die at Add/Sub (reusable); v is a view of t2 that dies at a Mul while t2 is still read later (its
+    memory must not be reused); x is a graph input (the caller's array) that dies at the first Mul."""
+    rng = np.random.default_rng(8)
+    c = numpy_helper.from_array(rng.standard_normal((N, N)).astype(np.float32), "c")
+    shape = numpy_helper.from_array(np.array([N * N], np.int64), "flat")
+    back = numpy_helper.from_array(np.array([N, N], np.int64), "square")
+    g = h.make_graph([h.make_node("Mul", ["x", "c"], ["t1"]), h.make_node("Add", ["t1", "c"], ["t2"]),
+                      h.make_node("Reshape", ["t2", "flat"], ["v"]), h.make_node("Mul", ["v", "v2"], ["w"]),
+                      h.make_node("Reshape", ["w", "square"], ["w2"]), h.make_node("Sub", ["t2", "w2"], ["y"]),
+                      h.make_node("Div", ["y", "c"], ["z"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [N, N]), h.make_tensor_value_info("v2", T.FLOAT, [N * N])],
+                     [h.make_tensor_value_info("z", T.FLOAT, None)], initializer=[c, shape, back])
+    feeds = {"x": rng.standard_normal((N, N)).astype(np.float32), "v2": rng.standard_normal(N * N).astype(np.float32)}
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), feeds
+
+
+def _no_reuse(model, policy, monkeypatch, feeds):
+    with monkeypatch.context() as m:
+        m.setattr(executor_module, "REUSE_MIN_ELEMENTS", 1 << 62)
+        return _every_output(Executor(model, policy), feeds)
+
+
+@pytest.mark.parametrize("name", ["reference", "fp32"])
+def test_results_computed_into_dying_inputs_are_bit_identical(name, monkeypatch):
+    model, feeds = _aliasing_graph()
+    kept = {k: v.copy() for k, v in feeds.items()}
+    offered = []
+    real = executor_module._reusable
+    monkeypatch.setattr(executor_module, "_reusable", lambda a, k: offered.append(r := real(a, k)) or r)
+    ex = Executor(model, _policy(name))
+    assert [s.node.op_type for s in ex.steps if s.donate] == ["Add", "Mul", "Sub", "Div"]  # not x's Mul
+    out = _every_output(ex, feeds)
+    assert sum(offered) == 3  # t1 at Add, y at Div, and the Sub's t2 once v's view of it is gone; not v
+    assert _differing(out, _no_reuse(model, _policy(name), monkeypatch, feeds)) == []
+    assert all(np.array_equal(feeds[k], kept[k]) for k in feeds)  # the caller's arrays are never written
+
+
+def test_tensors_a_capture_callback_keeps_are_never_overwritten(monkeypatch):
+    """A capture callback holding a tensor is one more reference: that tensor is not private any more. Planted
+    bug: a refcount rule off by one (the callback's reference ignored) must be caught."""
+    model, feeds = _aliasing_graph()
+
+    def kept_values_intact():
+        kept = {}
+        Executor(model, ReferencePolicy()).run(feeds, capture=lambda node, n, v: kept.__setitem__(n, (v, v.copy())))
+        return all(np.array_equal(v, snapshot) for v, snapshot in kept.values())
+
+    assert kept_values_intact()
+    monkeypatch.setattr(executor_module, "_PRIVATE_REFS", executor_module._PRIVATE_REFS + 1)
+    assert not kept_values_intact()
+
+
+def test_a_view_of_a_live_tensor_is_never_overwritten(monkeypatch):
+    """v (a Reshape view of t2) dies at a Mul while t2 is read later: writing the Mul's result into v would change
+    t2. Planted bug: _reusable without the owns-its-memory check must be caught."""
+    model, feeds = _aliasing_graph()
+    expected = _no_reuse(model, ReferencePolicy(), monkeypatch, feeds)
+    ex = Executor(model, ReferencePolicy())
+    assert _differing(_every_output(ex, feeds), expected) == []
+
+    def without_base_check(args, k):
+        x = args[k]
+        return executor_module._refs_in(args, k) == executor_module._PRIVATE_REFS + 1 and x.flags.writeable \
+            and x.size >= executor_module.REUSE_MIN_ELEMENTS  # (+1: the local x)
+
+    monkeypatch.setattr(executor_module, "_reusable", without_base_check)
+    assert _differing(_every_output(Executor(model, ReferencePolicy()), feeds), expected)
+
+
+def test_run_node_never_writes_into_the_callers_arrays():
+    model, feeds = _aliasing_graph()
+    ex = Executor(model, ReferencePolicy())
+    inputs = {"t1": np.ones((N, N)), "c": np.full((N, N), 2.0)}
+    y = ex.run_node(1, inputs)["t2"]  # the Add, whose t1 dies there in a run
+    assert np.all(inputs["t1"] == 1.0) and np.all(y == 3.0) and not np.shares_memory(y, inputs["t1"])

@@ -31,6 +31,9 @@ class OpSpec:
     exact_inputs: tuple[int, ...] = ()  # float inputs that are shape-like (Resize scales): never rounded
     convert_inputs: bool = True  # False: inputs reach the op untouched (Shape, Cast, Identity-like ops)
     keeps_output_dtype: bool = False  # the op decides its float output dtype itself (Cast, CastLike)
+    # fn also takes `out=`, one of its input arrays (that object): the executor offers it only when that input dies
+    # at this node and no other name or array can see its memory, and fn may return its result in it (in place)
+    reuses_input: bool = False
     # Returns a reason string when an attribute combination is not supported (checked before running).
     check: Callable[[Mapping[str, Any], onnx.NodeProto, int], str | None] | None = None
     min_opset: int = 1
