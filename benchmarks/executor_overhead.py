@@ -41,10 +41,10 @@ feeds = dict(np.load(feeds_path))
 _load_all()
 recorded, replay = {}, [False]
 def recording(fn):
-    def op(ctx, attrs, *inputs):
+    def op(ctx, attrs, *inputs, **options):  # options: out= (an input offered for the result)
         if replay[0]:
             return recorded[id(ctx)]
-        out = recorded[id(ctx)] = fn(ctx, attrs, *inputs)
+        out = recorded[id(ctx)] = fn(ctx, attrs, *inputs, **options)
         return out
     return op
 real = dict(OPS)
