@@ -15,13 +15,17 @@ stride-1, unpadded conv needs no patch matrix: the image itself is the GEMM oper
 Bits: OpenBLAS's sgemm result depends on the GEMM's shape (measured: splitting or widening N changes the last
 bits of fp32 sums), so the GEMM calls stay exactly those of the original batched np.matmul: per image and
 group, (Cout/g, K) @ (K, OH*OW). That also means the patch matrix is one image's (K*OH*OW*4 bytes), not
-row-chunked like the float64 reference's; tests/kernels/test_conv_fastpath.py pins these bits against the batched
-np.matmul definition (`conv2d_definition`).
+row-chunked like the float64 reference's. The definition's patch matrices are C-contiguous except in some
+degenerate geometries (size-1 axes; `_definition_patches_are_c_order`), where BLAS gets a column-major operand
+and sums in another order: those convs take the definition itself. tests/kernels/test_conv_fastpath.py pins
+these bits against the batched np.matmul definition (`conv2d_definition`).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from ..dtypes import bfloat16
 from ..reference.conv import check_conv_args, conv_output_size, fill_patches, is_pointwise, workspace
@@ -49,8 +53,34 @@ def _finish(y, b, group, out):
     return to_f16(y) if np.dtype(out) == np.float16 else y.astype(out, copy=False)  # to_f16: astype's bits
 
 
+@functools.lru_cache(maxsize=1024)  # ~130 us per geometry; a model has a few dozen
+def _definition_patches_are_c_order(x_shape, kh, kw, strides, pads, dilations, group) -> bool:
+    """Whether the definition's im2col hands np.matmul C-contiguous patch matrices. Usually it does, but where
+    size-1 axes let the reshape after astype(order='K') stay a view (e.g. one output column and a row stride
+    above the dilation), the matrix is column-major and numpy/BLAS take another route (measured: other fp32
+    bits; hypothesis found x (1,1,4,3) w (1,1,2,3) strides (2,1)). Decided on a zero-byte stand-in with the
+    padded input's strides (views and an unwritten empty_like, nothing is read), for one image and group of at
+    most 2 channels: one (n, g) matrix's layout depends on the spatial sizes and on whether the channel axis
+    has size 1, not on the sizes of the outer axes."""
+    _, c_in, h, wd = x_shape
+    cg = min(c_in // group, 2)
+    padded = (1, cg, h + pads[0] + pads[2], wd + pads[1] + pads[3])
+    byte_strides = tuple(int(np.prod(padded[i + 1:])) * 4 for i in range(4))
+    stand_in = as_strided(np.empty(1, np.float32), shape=padded, strides=byte_strides, writeable=False)
+    (sh, sw), (dh, dw) = strides, dilations
+    oh = conv_output_size(h, kh, sh, pads[0], pads[2], dh)
+    ow = conv_output_size(wd, kw, sw, pads[1], pads[3], dw)
+    win = sliding_window_view(stand_in, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
+    win = win[:, :, : sh * (oh - 1) + 1: sh, : sw * (ow - 1) + 1: sw, ::dh, ::dw]
+    cols = win.reshape(1, 1, cg, oh, ow, kh, kw).transpose(0, 1, 2, 5, 6, 3, 4)
+    return np.empty_like(cols, order="K").reshape(1, 1, -1, oh * ow).flags.c_contiguous
+
+
 def _direct(x, w, b, strides, pads, dilations, group, compute, out):
     n, c_out, cg, kh, kw, oh, ow = _geometry(x, w, strides, pads, dilations, group)
+    if 0 in (n, oh, ow) or not _definition_patches_are_c_order(
+            tuple(x.shape), kh, kw, tuple(strides), tuple(pads), tuple(dilations), group):
+        return conv2d_definition(x, w, b, strides, pads, dilations, group, compute, out)
     cog, k = c_out // group, cg * kh * kw
     xc = np.ascontiguousarray(_upcast(x, compute))
     wm = _upcast(w, compute).reshape(group, cog, k)  # the definition's weight matrix, layout included

@@ -172,6 +172,19 @@ def test_npu_fast_path_bits_on_special_values(storage, params, k):
     assert _bits_differ(STORAGE[storage][0], storage, (tiny, np.full((2, 6) + k, 2.0 ** -12), None), params) == 0
 
 
+def test_definition_column_major_patches_are_followed(monkeypatch):
+    """Hypothesis found it: x (1,1,4,3) w (1,1,2,3) strides (2,1) makes the definition's patch matrix column-major
+    (a view after astype(order='K')), and numpy/BLAS then sum the fp32 products in another order. The fast path
+    must detect that layout and take the definition; with the check disabled (planted bug) the bits differ."""
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 1, 4, 3)), rng.standard_normal((1, 1, 2, 3))
+    params = dict(strides=(2, 1))
+    assert not direct._definition_patches_are_c_order((1, 1, 4, 3), 2, 3, (2, 1), (0, 0, 0, 0), (1, 1), 1)
+    assert _bits_differ(direct.conv2d_fp32, "fp32", (x, w, None), params) == 0
+    monkeypatch.setattr(direct, "_definition_patches_are_c_order", lambda *_: True)
+    assert _bits_differ(direct.conv2d_fp32, "fp32", (x, w, None), params) > 0
+
+
 def test_bit_check_catches_planted_bias_after_rounding():
     """Planted bug: bias added in fp16 after the output rounding (two roundings instead of one)."""
     def bias_late(x, w, b, **params):
