@@ -119,7 +119,7 @@ def _rounded_fp32_product(a, b, storage):
     and page-faulted, then a rounding pass over it); per chunk of a few matrices they stay in cache.
     Bits: np.matmul runs one sgemm per matrix of the batch, and each chunk makes exactly those calls: same
     shapes, same fp32 values, and the same C-contiguous layout the whole-batch upcast hands np.matmul (chunks
-    are cut from a C-order view or copy of each operand, which `_upcast_is_c_order` guarantees is that
+    are upcast into C order, and `_upcast_is_c_order` guarantees the whole-batch upcast has that
     layout). tests/kernels/test_matmul_fastpath.py compares the bits. Everything else takes the whole-batch
     form: 2-D weights (SD's linear layers, measured no faster chunked: the SD-1.5 UNet's MatMul time went up
     ~10% in a graph A/B), broadcast batch dimensions, 1-D operands, matrices too big to stay in cache.
@@ -132,7 +132,7 @@ def _rounded_fp32_product(a, b, storage):
     per_matrix = 4 * (m * k + m * n + k * n)
     if per_matrix > CHUNK_MAX_MATRIX_BYTES:  # one matrix's operands and product do not stay in cache anyway
         return _round(_acc_fp32(a, b), storage)
-    a3, b3 = a.reshape(-1, m, k), b.reshape(-1, k, n)  # views, or C-order copies of transposed operands
+    a3, b3 = a.reshape(-1, m, k), b.reshape(-1, k, n)  # views where possible; _c_order_f32 orders each chunk
     step = max(1, CHUNK_BYTES // max(per_matrix, 1))
     out = np.empty((a3.shape[0], m, n), dtype=storage)
     acc = np.empty((min(step, a3.shape[0]), m, n), dtype=F32)
