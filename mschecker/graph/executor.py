@@ -151,7 +151,7 @@ class Executor:
         self.input_infos = [i for i in graph.input if i.name not in self.initializers]
         self.output_names = [o.name for o in graph.output]
         policy.prepare(self.initializers)
-        # small float initializers already rounded to the dtype of the nodes that read them, (name, dtype) -> array
+        # float initializers already rounded to the dtype of the nodes that read them, (name, dtype) -> array
         self.rounded_constants: dict[tuple[str, np.dtype], np.ndarray] = {}
         self.steps = self._plan()
 
@@ -241,19 +241,21 @@ class Executor:
                     slots=tuple((k, n) for k, n in enumerate(outputs) if n), reads=tuple(reads),
                     round_to=round_to, finish=finish)
 
-    #: Initializers up to this many elements are rounded to a node's dtype once, at plan time, instead of on every
-    #: run. A rounding has a fixed cost (~1 us in numpy, ~6-20 us through the onnxruntime cast for fp16) that
-    #: dominates for small tensors (the SD UNets' biases and norm weights: 561 of the small UNet's 563 float
-    #: initializers); a large weight's rounding is a pass over data small next to the op reading it, and caching
-    #: it would hold a second copy of the weights (float64: 6.9 GB for the SD 1.5 UNet). At most 512 KB each; the
-    #: SD 1.5 UNet has 612 such tensors, 3.8 MB in float64.
-    ROUND_ONCE_MAX_ELEMENTS = 65536
+    #: Initializers are rounded to the dtype of the nodes that read them once, at plan time, instead of on every
+    #: run, as a deployment compiler converts weights offline. Small ones for the fixed cost of a rounding (~1 us in
+    #: numpy, ~6-20 us through the onnxruntime cast for fp16: the SD UNets' biases and norm weights), large ones for
+    #: their passes: converting the SD 1.5 UNet's 859 M weights costs ~0.6 s per run to fp16 and ~2 s to float64
+    #: (page faults included), 5-15% of a step. The price is memory: the rounded copies live as long as the
+    #: executor (fp16: 1.7 GB, float64: 6.9 GB for the SD 1.5 UNet; the fp32 originals of a model with external data
+    #: stay file-backed pages). A limit in elements (None: no limit; -1: round nothing at plan time) trades back.
+    ROUND_ONCE_MAX_ELEMENTS: int | None = None
 
     def _rounded_constant(self, name: str, dtype: np.dtype) -> tuple[str, np.dtype] | None:
         """The key of initializer `name` rounded to float `dtype` in rounded_constants (computed on first use),
         or None when the run must read it as is (not an initializer, not float, already `dtype`, or large)."""
         x = self.initializers.get(name)
-        if x is None or x.dtype == dtype or not is_float_dtype(x.dtype) or x.size > self.ROUND_ONCE_MAX_ELEMENTS:
+        limit = self.ROUND_ONCE_MAX_ELEMENTS
+        if x is None or x.dtype == dtype or not is_float_dtype(x.dtype) or (limit is not None and x.size > limit):
             return None
         key = (name, np.dtype(dtype))
         if key not in self.rounded_constants:
