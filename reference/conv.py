@@ -17,6 +17,12 @@ small cases and tests/kernels/test_conv_extra.py against onnxruntime's Conv (an 
 the ONNX geometry: pads order, dilation, groups), so a slip in `fill_patches`, which the NPU kernel (optimized_kernels/conv.py) shares, cannot hide
 behind agreement between the two.
 
+3x3 stride-1 undilated convs with enough tiles and input channels (`takes_winograd`) take a float64 Winograd
+F(2x2, 3x3) route instead (`_winograd_gemms`; transforms and their componentwise error bound
+gamma_{C_in/g + 20} |A^T|(sum_c |G||g||G^T| o |B^T||d||B|)|A| in reference/winograd64.py): 2.25x fewer GEMM
+multiplies, ~1.3-1.4x faster on SD's 32x32 and 16x16 stages. Its bound term is ~7x (6-14x measured) the direct
+sum |w||x|, and its measured error on SD-like data stays ~1e-15 of max|y| (tests/kernels/test_winograd64.py).
+
 conv_transpose2d is the scatter form: for each kernel tap a dgemm over the input channels, scattered into place.
 """
 from __future__ import annotations
@@ -24,6 +30,8 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+
+from . import winograd64
 
 #: Largest patch-matrix chunk of the float64 reference (bytes): big enough that a chunk is a full SD feature
 #: map (K*OH*OW*8 = 2880*2048*8 = 47 MB for a 320-channel 3x3 conv at 32x32, batch 2), small enough that a VAE
@@ -180,6 +188,68 @@ def _patch_gemms(x, wm, y, kernel, strides, pads, dilations) -> None:
             y[images, g * cog:(g + 1) * cog, rows] = prod.reshape(cog, nb, nr, ow).transpose(1, 0, 2, 3)
 
 
+#: The Winograd route (3x3, stride 1, dilation 1) saves 20 of 36 multiplies per output tile and channel pair
+#: but pays per call a filter transform (~O*C) and per tile input/output transforms (~C + O): it only wins
+#: with enough tiles and enough input channels. Measured (/work/scratch/Q_bench.py, one BLAS thread, CPU time,
+#: Winograd vs im2col): 320->320 @32 batch 2 (512 tiles) 1.41x faster, 640 @16 (128 tiles) 1.28x, 1920->640 @16
+#: 1.38x, 640 @16 batch 1 (64 tiles) 1.2x, 1280 @8 batch 4 (64 tiles) 1.15x, but 1280 @8 batch 2 (32 tiles)
+#: 0.78x, 1280 @4 0.49x; input channels at 512 tiles: 16 -> 0.35x, 32 -> 0.81x, 64 -> 1.05x, 128 -> 1.24x.
+WINOGRAD_MIN_TILES = 64
+WINOGRAD_MIN_CHANNELS = 64
+
+
+def takes_winograd(w, strides, dilations, n: int, oh: int, ow: int) -> bool:
+    """A 3x3, stride-1, undilated conv (any pads, any group) with at least WINOGRAD_MIN_TILES 2x2 output tiles
+    (images x tile rows x tile columns) and WINOGRAD_MIN_CHANNELS input channels per group."""
+    return (w.shape[2] == w.shape[3] == 3 and tuple(strides) == (1, 1) and tuple(dilations) == (1, 1)
+            and w.shape[1] >= WINOGRAD_MIN_CHANNELS and n * -(-oh // 2) * -(-ow // 2) >= WINOGRAD_MIN_TILES)
+
+
+#: Largest block of transformed filters (16 x C_out-block x C_in/g float64) computed at once (a dgemm with
+#: K = 9, rebuilt per chunk from w, so the big-map convs that need several chunks never hold U beside x, y and w
+#: for long; they recompute it per chunk, a small cost next to a chunk's GEMMs). Large blocks keep the channel
+#: GEMMs tall: 1920->640 @16 batch 2 took 669 / 356 / 282 / 239 ms with 2 / 8 / 32 / 128 MiB blocks.
+FILTER_BLOCK_BYTES = 128 << 20
+
+
+def _winograd_gemms(x, w, y, pads, group) -> None:
+    """y = 3x3 stride-1 conv of x by float64 Winograd F(2x2, 3x3) (reference/winograd64.py: transforms, bound).
+
+    The 4x4 input tiles (stride 2) are the im2col patches of a 4x4, stride-2 kernel (`fill_patches`, zero
+    padding included, so odd output sizes read zeros in their last tile row/column and are cropped), chunked
+    over images and tile rows so the tiles and their transform V (16 x C_in/g x tiles each) stay within
+    PATCH_CHUNK_BYTES. Per chunk, group and block of output channels: U = G g G^T of the block, then 16 GEMMs
+    (C_out block x C_in/g) @ (C_in/g x tiles) in one batched np.matmul, then Y = A^T M A per group.
+    """
+    w = np.ascontiguousarray(w)
+    c_out, cg = w.shape[:2]
+    cog = c_out // group
+    n, _, oh, ow = y.shape
+    th, tw = -(-oh // 2), -(-ow // 2)
+    ob = _even_step(cog, max(FILTER_BLOCK_BYTES // (16 * cg * 8), 1))
+    for images, rows in patch_chunks(n, th, tw, 16 * cg, 8, PATCH_CHUNK_BYTES):
+        nb, t0, nr = images.stop - images.start, rows.start, rows.stop - rows.start
+        p = nb * nr * tw
+        tiles = workspace("reference.winograd.tiles", (cg, 4, 4, nb, nr, tw), np.float64)
+        v = workspace("reference.winograd.v", (cg, 16, p), np.float64)
+        u = workspace("reference.winograd.u", (16 * ob * cg,), np.float64)
+        m = workspace("reference.winograd.m", (16, cog, p), np.float64)
+        out = workspace("reference.winograd.out", (2, 2, cog, nb, nr, tw), np.float64)
+        p_end = min(oh, 2 * (t0 + nr))
+        for g in range(group):
+            fill_patches(tiles, x, 4, 4, (2, 2), pads, (1, 1), images, slice(g * cg, (g + 1) * cg), rows)
+            vt = winograd64.input_transform(tiles.reshape(cg, 16, p), v).transpose(1, 0, 2)  # (16, C/g, P)
+            for o0 in range(0, cog, ob):
+                o1 = min(cog, o0 + ob)
+                ub = winograd64.filter_transform(w[g * cog + o0: g * cog + o1],
+                                                 u[:16 * (o1 - o0) * cg].reshape(16, o1 - o0, cg))
+                np.matmul(ub, vt, out=m[:, o0:o1])
+            winograd64.output_transform(m, out)
+            # out[r, s, o, n, i, j] is y[n, o, 2i + r, 2j + s]: interleave, crop odd sizes' padding tiles
+            full = out.transpose(3, 2, 4, 0, 5, 1).reshape(nb, cog, 2 * nr, 2 * tw)
+            y[images, g * cog:(g + 1) * cog, 2 * t0:p_end] = full[:, :, :p_end - 2 * t0, :ow]
+
+
 def conv2d(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1) -> np.ndarray:
     """y[n, o, p, q] = b[o] + sum_{c, i, j} x_pad[n, g*Cg + c, p*sh + i*dh, q*sw + j*dw] * w[o, c, i, j]."""
     x = np.asarray(x, dtype=np.float64)
@@ -195,6 +265,8 @@ def conv2d(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), gr
     y = np.empty((n, c_out, oh, ow))
     if is_pointwise(w, strides, pads) and oh * ow >= POINTWISE_MIN_PIXELS:
         _pointwise_gemms(x, wm, y)
+    elif takes_winograd(w, strides, dilations, n, oh, ow):
+        _winograd_gemms(x, w, y, pads, group)
     else:
         _patch_gemms(x, wm, y, (kh, kw), strides, pads, dilations)
     if b is not None:
