@@ -78,6 +78,11 @@ class Variant:
     bug_of: str | None = None  # the correct variant whose contract the bug must break
     catch_with: str | None = None  # the strategy name that exposes the bug (defaults to every strategy)
     doc: str = ""
+    # Positional operands the variant may receive as float32 arrays holding values of its storage dtype (a constant
+    # staged once by the graph executor instead of upcast on every call). Set only where the arithmetic upcasts
+    # that operand to fp32 exactly and reads nothing else from its dtype, so both forms give the same bits
+    # (tests/graph/test_weight_staging.py checks every variant that sets it).
+    staged_f32_operands: tuple[int, ...] = ()
 
     @property
     def is_planted_bug(self) -> bool:

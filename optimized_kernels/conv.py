@@ -29,7 +29,7 @@ from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from ..dtypes import bfloat16
 from ..reference.conv import check_conv_args, conv_output_size, fill_patches, is_pointwise, workspace
-from .halfcast import to_f16, to_f32
+from .halfcast import as_f32, to_f16
 
 
 def _geometry(x, w, strides, pads, dilations, group):
@@ -41,9 +41,11 @@ def _geometry(x, w, strides, pads, dilations, group):
     return n, c_out, cg, kh, kw, oh, ow
 
 
-def _upcast(a, compute):
-    """a in the compute dtype, exactly (to_f32: astype's bits, fast for fp16)."""
-    return to_f32(a) if np.dtype(compute) == np.float32 else np.asarray(a).astype(compute)
+def _upcast(a, compute, storage):
+    """a (storage dtype, or float32 holding storage values: a constant the graph executor staged, see
+    Variant.staged_f32_operands) in the compute dtype, exactly: as_f32 gives to_f32's values and layout (astype's
+    bits, fast for fp16), taking a staged operand as it is; it is only read from here on."""
+    return as_f32(a, storage) if np.dtype(compute) == np.float32 else np.asarray(a).astype(compute)
 
 
 def _finish(y, b, group, out):
@@ -82,8 +84,8 @@ def _direct(x, w, b, strides, pads, dilations, group, compute, out):
             tuple(x.shape), kh, kw, tuple(strides), tuple(pads), tuple(dilations), group):
         return conv2d_definition(x, w, b, strides, pads, dilations, group, compute, out)
     cog, k = c_out // group, cg * kh * kw
-    xc = np.ascontiguousarray(_upcast(x, compute))
-    wm = _upcast(w, compute).reshape(group, cog, k)  # the definition's weight matrix, layout included
+    xc = np.ascontiguousarray(_upcast(x, compute, out))
+    wm = _upcast(w, compute, out).reshape(group, cog, k)  # the definition's weight matrix, layout included
     y = np.empty((n, group, cog, oh * ow), dtype=compute)
     pointwise = is_pointwise(w, strides, pads)
     buf = None if pointwise else workspace("npu.patches", (cg, kh, kw, 1, oh, ow), compute)
@@ -121,8 +123,8 @@ def conv2d_definition(x, w, b, strides, pads, dilations, group, compute, out, ac
     rounding. `_direct` computes exactly these bits with fewer copies; `accumulate` replaces the GEMM (the
     planted fp16-accumulation bug)."""
     n, c_out, cg, kh, kw, oh, ow = _geometry(x, w, strides, pads, dilations, group)
-    cols, _ = im2col(_upcast(x, compute), kh, kw, strides, pads, dilations, group, compute)
-    wm = _upcast(w, compute).reshape(group, c_out // group, -1)
+    cols, _ = im2col(_upcast(x, compute, out), kh, kw, strides, pads, dilations, group, compute)
+    wm = _upcast(w, compute, out).reshape(group, c_out // group, -1)
     y = np.matmul(wm[None], cols) if accumulate is None else accumulate(wm, cols)
     return _finish(y, b, group, out).reshape(n, c_out, oh, ow)
 

@@ -130,6 +130,22 @@ def to_f32(x: np.ndarray) -> np.ndarray:
     return y
 
 
+def as_f32(x: np.ndarray, storage: np.dtype = F32) -> np.ndarray:
+    """to_f32(x) for a `storage`-dtype x; for a float32 x holding `storage` values (a constant the graph executor
+    staged in fp32, Variant.staged_f32_operands), what to_f32 returns for those values in `storage` with x's
+    strides: x itself where that result has x's layout (x is then shared, and never written by its readers),
+    else a copy in the layout to_f32 gives. The layout matters: BLAS sums in another order for another layout,
+    and to_f32 hands back a C-order array for large fp16 input (the onnxruntime route) but astype's order (K)
+    otherwise. to_f32 itself keeps its copy semantics."""
+    x = np.asarray(x)
+    if x.dtype != F32:
+        return to_f32(x)
+    c_order = np.dtype(storage) == F16 and x.size >= ORT_MIN_ELEMS  # to_f32's onnxruntime route
+    if x.flags.aligned and (x.flags.c_contiguous or (x.flags.f_contiguous and not c_order)):
+        return x  # astype(order="K") of an aligned C/F-contiguous array has its layout; so does the C-order route
+    return np.array(x, order="C") if c_order else x.astype(F32)  # fresh (aligned) copies, like to_f32's
+
+
 _EXP_MASK = np.uint32(0x7F800000)
 _E_LO = np.uint32((127 - 14) << 23)  # fp16 subnormals share the quantum of the lowest normal binade, 2^-24
 _E_HI = np.uint32((127 + 15) << 23)  # beyond 2^15 every value rounds to 65504 or overflows

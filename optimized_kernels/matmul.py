@@ -25,7 +25,7 @@ import numpy as np
 
 from ..dtypes import bfloat16
 from ..reference.linalg import gemm_operands
-from .halfcast import ORT_MIN_ELEMS, to_f16, to_f32
+from .halfcast import ORT_MIN_ELEMS, as_f32, to_f16, to_f32
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -44,8 +44,13 @@ CHUNK_BYTES = 4 << 20
 CHUNK_MAX_MATRIX_BYTES = 8 << 20
 
 
-def _acc_fp32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.matmul(to_f32(a), to_f32(b))  # to_f32: astype(float32), fast for fp16 (halfcast.py)
+def _acc_fp32(a: np.ndarray, b: np.ndarray, storage=None) -> np.ndarray:
+    """The fp32 product. storage: the operands' storage dtype where one may come staged as float32 holding
+    storage values (Variant.staged_f32_operands): as_f32 takes such an operand as it is (the values and layout
+    to_f32 gives its storage form, so the same sgemm and bits) and upcasts the others exactly like to_f32."""
+    if storage is None:
+        return np.matmul(to_f32(a), to_f32(b))  # to_f32: astype(float32), fast for fp16 (halfcast.py)
+    return np.matmul(as_f32(a, storage), as_f32(b, storage))
 
 
 def _acc_fp32_kblocked(a: np.ndarray, b: np.ndarray, kb: int = DEFAULT_KB) -> np.ndarray:
@@ -104,11 +109,13 @@ def _round(x, storage):
         return x.astype(storage)
 
 
-def _upcast_is_c_order(x: np.ndarray) -> bool:
-    """Whether to_f32(x), as _acc_fp32 calls it on the whole operand, is C-contiguous: x already is (astype keeps
-    the layout), or x is fp16 and large enough for halfcast's onnxruntime route, which casts a C-order copy.
+def _upcast_is_c_order(x: np.ndarray, storage=None) -> bool:
+    """Whether the upcast _acc_fp32 makes of the whole operand (to_f32, or as_f32 for a `storage` operand) is
+    C-contiguous: x already is (astype keeps the layout), or x is fp16 (or staged fp32 holding fp16 values,
+    `storage` fp16) and large enough for halfcast's onnxruntime route, which casts a C-order copy.
     Pinned by tests/kernels/test_matmul_fastpath.py (a halfcast change that broke it would fail there)."""
-    return x.flags.c_contiguous or (x.dtype == F16 and x.size >= ORT_MIN_ELEMS)
+    storage = x.dtype if storage is None else np.dtype(storage)
+    return x.flags.c_contiguous or (storage == F16 and x.size >= ORT_MIN_ELEMS)
 
 
 def _rounded_fp32_product(a, b, storage):
@@ -126,12 +133,12 @@ def _rounded_fp32_product(a, b, storage):
     """
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim < 3 or b.ndim != a.ndim or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2] \
-            or not (_upcast_is_c_order(a) and _upcast_is_c_order(b)):
-        return _round(_acc_fp32(a, b), storage)
+            or not (_upcast_is_c_order(a, storage) and _upcast_is_c_order(b, storage)):
+        return _round(_acc_fp32(a, b, storage), storage)
     (m, k), n = a.shape[-2:], b.shape[-1]
     per_matrix = 4 * (m * k + m * n + k * n)
     if per_matrix > CHUNK_MAX_MATRIX_BYTES:  # one matrix's operands and product do not stay in cache anyway
-        return _round(_acc_fp32(a, b), storage)
+        return _round(_acc_fp32(a, b, storage), storage)
     a3, b3 = a.reshape(-1, m, k), b.reshape(-1, k, n)  # views where possible; _c_order_f32 orders each chunk
     step = max(1, CHUNK_BYTES // max(per_matrix, 1))
     out = np.empty((a3.shape[0], m, n), dtype=storage)
@@ -139,14 +146,14 @@ def _rounded_fp32_product(a, b, storage):
     for i0 in range(0, a3.shape[0], step):
         i1 = min(a3.shape[0], i0 + step)
         part = acc[: i1 - i0]
-        np.matmul(_c_order_f32(a3[i0:i1]), _c_order_f32(b3[i0:i1]), out=part)
+        np.matmul(_c_order_f32(a3[i0:i1], storage), _c_order_f32(b3[i0:i1], storage), out=part)
         out[i0:i1] = _round(part, storage)
     return out.reshape(a.shape[:-2] + (m, n))
 
 
-def _c_order_f32(x: np.ndarray) -> np.ndarray:
-    """to_f32 of a chunk, C-contiguous whatever route the cast takes."""
-    return np.ascontiguousarray(to_f32(x))
+def _c_order_f32(x: np.ndarray, storage) -> np.ndarray:
+    """as_f32 of a chunk (to_f32 of its storage form), C-contiguous whatever route the cast takes."""
+    return np.ascontiguousarray(as_f32(x, storage))
 
 
 def matmul_fp16_fp32acc(a, b):
@@ -186,11 +193,11 @@ def gemm_fp32(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
 
 
 def gemm_fp16_fp32acc(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
-    return _gemm(_acc_fp32, F16, a, b, c, alpha, beta, trans_a, trans_b)
+    return _gemm(lambda x, y: _acc_fp32(x, y, F16), F16, a, b, c, alpha, beta, trans_a, trans_b)
 
 
 def gemm_bf16_fp32acc(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
-    return _gemm(_acc_fp32, BF16, a, b, c, alpha, beta, trans_a, trans_b)
+    return _gemm(lambda x, y: _acc_fp32(x, y, BF16), BF16, a, b, c, alpha, beta, trans_a, trans_b)
 
 
 def gemm_fp16_fp16acc(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):

@@ -24,6 +24,7 @@ from ..errors import InputError
 from .capture import CaptureFilter, CaptureFn
 from .loader import LoadedModel, from_proto, load_model
 from .ops import OpSpec, attribute_values, lookup
+from ..optimized_kernels.halfcast import to_f32
 from .policy import KernelUnavailable, NodeContext, Policy, convert_float, is_float_dtype
 
 
@@ -53,9 +54,11 @@ class Step:
     frees: list[str]
     convert: tuple[int, ...] = ()  # input positions whose float values are rounded to ctx.dtype
     slots: tuple[tuple[int, str], ...] = ()  # (position, name) of the outputs the graph names
-    # the keys run() reads the inputs under: the input's name, or (name, dtype) for an initializer rounded to
-    # the node dtype once at plan time (Executor.rounded_constants); "" (absent input) reads None
+    # the keys run() reads the inputs under: the input's name, (name, dtype) for an initializer rounded to the
+    # node dtype once at plan time, or (name, dtype, float32) for one staged in fp32 (Executor.rounded_constants);
+    # "" (absent input) reads None
     reads: tuple[Any, ...] = ()
+    staged: tuple[int, ...] = ()  # input positions read staged in fp32 (ctx.staged_f32 that are initializers)
     round_to: np.dtype | None = None  # float outputs are rounded to this dtype (None: the op fixed its own)
     finish: Callable[[np.ndarray], np.ndarray] | None = None  # the policy's finish, when it does more than round
     # input positions an op with reuses_input may write its result into when, at run time, the value is private
@@ -151,8 +154,9 @@ class Executor:
         self.input_infos = [i for i in graph.input if i.name not in self.initializers]
         self.output_names = [o.name for o in graph.output]
         policy.prepare(self.initializers)
-        # float initializers already rounded to the dtype of the nodes that read them, (name, dtype) -> array
-        self.rounded_constants: dict[tuple[str, np.dtype], np.ndarray] = {}
+        # float initializers already rounded to the dtype of the nodes that read them, (name, dtype) -> array, and
+        # those staged in fp32 for the kernels that take them so, (name, dtype, float32) -> array (_staged_constant)
+        self.rounded_constants: dict[tuple, np.ndarray] = {}
         self.steps = self._plan()
 
     # ------------------------------------------------------------------ planning
@@ -233,13 +237,19 @@ class Executor:
         else:
             round_to, finish = None, partial(self.policy.finish, ctx, keep_dtype=spec.keeps_output_dtype)
         reads = list(inputs)
+        staged = []
         for k in convert:
-            key = self._rounded_constant(inputs[k], ctx.dtype)
+            key = self._staged_constant(inputs[k], ctx.dtype) if k in ctx.staged_f32 else None
+            if key is not None:
+                staged.append(k)
+            else:
+                key = self._rounded_constant(inputs[k], ctx.dtype)
             if key is not None:
                 reads[k] = key
+        convert = tuple(k for k in convert if k not in staged)  # a staged operand is read as it is
         return Step(pos, node, label, spec, attrs, ctx, inputs, outputs, [], convert=convert,
                     slots=tuple((k, n) for k, n in enumerate(outputs) if n), reads=tuple(reads),
-                    round_to=round_to, finish=finish)
+                    round_to=round_to, finish=finish, staged=tuple(staged))
 
     #: Initializers are rounded to the dtype of the nodes that read them once, at plan time, instead of on every
     #: run, as a deployment compiler converts weights offline. Small ones for the fixed cost of a rounding (~1 us in
@@ -263,6 +273,27 @@ class Executor:
                 y = convert_float(np.asarray(x), np.dtype(dtype))
             y.flags.writeable = False  # shared by every run: an op writing into its input would be caught here
             self.rounded_constants[key] = y
+        return key
+
+    #: Constant operands of kernels that upcast them to fp32 anyway (NodeContext.staged_f32, from the variants'
+    #: staged_f32_operands: the fp32-accumulating cube kernels) are staged once, at plan time, as float32 arrays
+    #: holding the node dtype's values, what the kernel's own upcast (halfcast.to_f32) makes of the rounded
+    #: constant: the SD 1.5 UNet's 859 M weights were upcast again on every run (~1 s per step). The kernels take
+    #: them without a copy (halfcast.as_f32). Memory: 4 bytes per parameter instead of the fp16 copy's 2 (the fp16
+    #: copy is not kept unless another node reads it). False stages nothing (every constant rounded as above).
+    STAGE_F32: bool = True
+
+    def _staged_constant(self, name: str, dtype: np.dtype) -> tuple[str, np.dtype, np.dtype] | None:
+        """The key of initializer `name` rounded to float `dtype` then upcast exactly to float32 in
+        rounded_constants (computed on first use), or None when it is not staged (not an initializer, not float,
+        staging off, or larger than ROUND_ONCE_MAX_ELEMENTS)."""
+        x = self.initializers.get(name)
+        limit = self.ROUND_ONCE_MAX_ELEMENTS
+        if not self.STAGE_F32 or x is None or not is_float_dtype(x.dtype) or (limit is not None and x.size > limit):
+            return None
+        key = (name, np.dtype(dtype), _F32)
+        if key not in self.rounded_constants:
+            self.rounded_constants[key] = stage_f32(np.asarray(x), np.dtype(dtype))
         return key
 
     @property
@@ -370,9 +401,20 @@ class Executor:
         missing = [n for n in st.inputs if n and n not in inputs and n not in self.initializers]
         if missing:
             raise InputError(f"{self.where}: node {st.label!r} needs input(s) {missing}")
+        args = []
+        for k, n in enumerate(st.inputs):
+            if not n:
+                args.append(None)
+            elif n not in inputs:  # the model's constant: as run() reads it where it is staged
+                args.append(self.rounded_constants[st.reads[k]] if k in st.staged else self.initializers[n])
+            else:
+                x = np.asarray(inputs[n])
+                if k in st.staged and is_float_dtype(x.dtype) and x.dtype != st.ctx.dtype:
+                    with np.errstate(all="ignore"):
+                        x = convert_float(x, st.ctx.dtype)  # the kernel takes the unstaged form too
+                args.append(x)
         with np.errstate(all="ignore"):  # reuse=False: the caller's arrays are never written into
-            return self._execute(st, [(np.asarray(inputs[n]) if n in inputs else self.initializers[n]) if n else None
-                                      for n in st.inputs], reuse=False)
+            return self._execute(st, args, reuse=False)
 
     def run(self, feeds: Mapping[str, np.ndarray], *, capture: CaptureFn | None = None,
             capture_filter: CaptureFilter | None = None,
@@ -411,6 +453,21 @@ def _hand_over(capture: CaptureFn, rx, node: onnx.NodeProto, produced: dict[str,
     for name, v in produced.items():
         if rx is None or rx.search(name) or rx.search(node.name):
             capture(node, name, v)
+
+
+_F32 = np.dtype(np.float32)
+
+
+def stage_f32(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A constant as a staging kernel takes it: rounded to the node dtype (as every run would round it), then
+    upcast exactly to float32 by the kernels' own upcast (to_f32: same values, C order for an initializer), read-only
+    (shared by every run: a kernel writing into it fails loudly)."""
+    with np.errstate(all="ignore"):
+        y = to_f32(x if x.dtype == dtype else convert_float(x, dtype))
+    if y is x:  # pragma: no cover - to_f32 always copies; never mark the model's own array read-only
+        y = x.copy()
+    y.flags.writeable = False
+    return y
 
 
 def _clip(items: list[str], n: int = 6) -> list[str]:

@@ -65,6 +65,10 @@ class NodeContext:
     # lossy storage of float outputs (4-bit compressed intermediates): value -> value as read back
     compress: Callable[[np.ndarray], np.ndarray] | None = None
     state: dict = field(default_factory=dict)  # per-node cache an op may keep (e.g. a delegated op object)
+    # node input positions whose kernel takes a constant operand staged as float32 holding ctx.dtype values
+    # (Variant.staged_f32_operands): the executor stages such initializers once at plan time and skips their
+    # per-run rounding; other inputs at these positions are rounded to ctx.dtype as usual
+    staged_f32: tuple[int, ...] = ()
     description: str = ""  # human summary (dtype, variants) for logs and reports
 
     def kernel(self, name: str) -> Callable:

@@ -183,10 +183,13 @@ register_kernel(KernelInfo(
     family="conv",
     reference=ref.conv2d,
     variants={
+        # x, w and b may come staged in fp32 (Variant.staged_f32_operands): x and w are upcast exactly by
+        # halfcast.as_f32, b by astype, and nothing else reads their dtype
         "fp16_fp32acc": Variant("fp16_fp32acc", direct.conv2d_fp16_fp32acc, "float16", CONV_CONTRACT,
-                                doc="im2col + GEMM, fp32 accumulation (cube unit)"),
+                                doc="im2col + GEMM, fp32 accumulation (cube unit)", staged_f32_operands=(0, 1, 2)),
         "bf16_fp32acc": Variant("bf16_fp32acc", direct.conv2d_bf16_fp32acc, "bfloat16", CONV_CONTRACT,
-                                doc="im2col + GEMM, bf16 storage, fp32 accumulation"),
+                                doc="im2col + GEMM, bf16 storage, fp32 accumulation",
+                                staged_f32_operands=(0, 1, 2)),
         "fp32": Variant("fp32", direct.conv2d_fp32, "float32", CONV_CONTRACT, doc="im2col + GEMM in fp32"),
         "bug_fp16acc": Variant("bug_fp16acc", direct.conv2d_bug_fp16acc, "float16", None, accumulate="float16",
                                planted_bug="fp16 running accumulation sold as fp32 accumulation",

@@ -184,15 +184,19 @@ def _gemm_golden():
     ]
 
 
-def _variants(fns: dict, contract, bug_fn, bug_kind):
-    """The five variants plus the planted bug, shared by matmul and gemm."""
+def _variants(fns: dict, contract, bug_fn, bug_kind, staged: tuple[int, ...]):
+    """The five variants plus the planted bug, shared by matmul and gemm. `staged`: the operands (every float one:
+    A, B and Gemm's C) the fp32-accumulating fp16/bf16 variants take staged in fp32 (Variant.staged_f32_operands):
+    they upcast A and B to fp32 exactly (halfcast.as_f32) and C with astype, and read nothing else from their dtype.
+    Not the fp16-accumulating, K-blocked or planted-bug variants: their arithmetic was not audited for it."""
     return {
         "fp32": Variant("fp32", fns["fp32"], "float32", contract, accumulate="float32",
                         doc="fp32 storage and accumulation (BLAS sgemm)"),
         "fp16_fp32acc": Variant("fp16_fp32acc", fns["fp16_fp32acc"], "float16", contract, accumulate="float32",
-                                doc="cube unit: fp16 in, exact products, fp32 accumulation, fp16 out"),
+                                doc="cube unit: fp16 in, exact products, fp32 accumulation, fp16 out",
+                                staged_f32_operands=staged),
         "bf16_fp32acc": Variant("bf16_fp32acc", fns["bf16_fp32acc"], "bfloat16", contract, accumulate="float32",
-                                doc="bf16 in, fp32 accumulation, bf16 out"),
+                                doc="bf16 in, fp32 accumulation, bf16 out", staged_f32_operands=staged),
         "fp16_fp16acc": Variant("fp16_fp16acc", fns["fp16_fp16acc"], "float16", contract, accumulate="float16",
                                 implmode="high_performance",
                                 doc="fp16 running sum rounded after every add (stalls past 2048 x 1.0)"),
@@ -215,7 +219,7 @@ register_kernel(KernelInfo(
     variants=_variants({
         "fp32": opt.matmul_fp32, "fp16_fp32acc": opt.matmul_fp16_fp32acc, "bf16_fp32acc": opt.matmul_bf16_fp32acc,
         "fp16_fp16acc": opt.matmul_fp16_fp16acc, "fp16_fp32acc_kblocked": opt.matmul_fp16_fp32acc_kblocked,
-    }, MATMUL_CONTRACT, opt.matmul_fp16_fp16acc, "generic"),
+    }, MATMUL_CONTRACT, opt.matmul_fp16_fp16acc, "generic", staged=(0, 1)),
     strategies={kind: functools.partial(_matmul_case, kind) for kind in _STRATEGY_KINDS},
     golden_cases=_matmul_golden,
     doc="np.matmul / ONNX MatMul: batched, broadcast batch dims, 1-D operands promoted.",
@@ -228,7 +232,7 @@ register_kernel(KernelInfo(
     variants=_variants({
         "fp32": opt.gemm_fp32, "fp16_fp32acc": opt.gemm_fp16_fp32acc, "bf16_fp32acc": opt.gemm_bf16_fp32acc,
         "fp16_fp16acc": opt.gemm_fp16_fp16acc, "fp16_fp32acc_kblocked": opt.gemm_fp16_fp32acc_kblocked,
-    }, GEMM_CONTRACT, opt.gemm_fp16_fp16acc, "generic"),
+    }, GEMM_CONTRACT, opt.gemm_fp16_fp16acc, "generic", staged=(0, 1, 2)),
     strategies={kind: functools.partial(_gemm_case, kind) for kind in _STRATEGY_KINDS},
     golden_cases=_gemm_golden,
     doc="ONNX Gemm: Y = alpha A' B' + beta C, C unidirectionally broadcast.",

@@ -59,6 +59,11 @@ def select_variant(info: KernelInfo, dtype: str, implmode: str, *, cube: bool, c
     return min(pool, key=rank)
 
 
+#: Op types whose adapter (graph/ops/compute.py) hands node input k to its kernel as positional operand k, so
+#: the kernel variant's staged_f32_operands are node input positions: op type -> that kernel.
+OPERANDS_IN_NODE_ORDER = {"MatMul": "matmul", "Gemm": "gemm", "Conv": "conv2d"}
+
+
 class NpuPolicy(Policy):
     """Emulated NPU numerics from a NumericsProfile (a preset name, a file path or a profile object)."""
 
@@ -142,7 +147,7 @@ class NpuPolicy(Policy):
         dtype = np.dtype(np.float32) if foldable else self.node_dtype(node, cube)
         dname = dtype_name(dtype)
         implmode = self.implmode_of(node)
-        kernels, chosen = {}, []
+        kernels, chosen, staged = {}, [], ()
         for k in kernel_names:
             try:
                 int8 = self._int8_weight_kernel(node, dname, implmode) if k in ("matmul", "gemm") else None
@@ -160,6 +165,8 @@ class NpuPolicy(Policy):
                 raise KernelUnavailable(str(exc).strip('"')) from None
             kernels[k] = v.fn
             chosen.append(f"{k}:{v.name}")
+            if OPERANDS_IN_NODE_ORDER.get(node.op_type) == k:
+                staged = v.staged_f32_operands
         compress = None
         if p.int4_intermediates and dtype != np.float32 and not foldable:
             try:
@@ -170,7 +177,7 @@ class NpuPolicy(Policy):
             compress = v4.fn
             chosen.append(f"bitpack4:{v4.name}")
         keep_casts = p.precision_mode == "must_keep_origin_dtype" or foldable
-        return NodeContext(node=node, opset=opset, dtype=dtype, implmode=implmode, kernels=kernels,
+        return NodeContext(node=node, opset=opset, dtype=dtype, implmode=implmode, kernels=kernels, staged_f32=staged,
                            cast_float=(lambda t: t) if keep_casts else (lambda t, d=dtype: d),
                            saturate=p.overflow_mode == "saturation" and not foldable, compress=compress,
                            description=("host-folded " if foldable else "") + f"{dname} {implmode} " + " ".join(chosen))
