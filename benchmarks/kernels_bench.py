@@ -17,8 +17,12 @@ Part 2, showcases at Stable Diffusion 1.5 sizes (first UNet stage: 64x64 latent 
 
 Part 3, SD layers (`sd_layers`): the Conv and MatMul shapes of the SD-1.5 UNet at a 32x32 latent, batch 2 (the
 sd15_l32 model of the executor benchmark), each timed in one run for onnxruntime fp32 (one node, one thread:
-the executor's peer), the float64 reference, the emulated NPU's fp16 kernel, and that kernel's definition (the
-implementation before the copy-saving fast path; the fast path's bits equal it, checked here too). Times are
+the executor's peer), the float64 reference (the route conv2d picks; for 3x3 stride-1 convs also each route
+forced: im2col "direct" and Winograd F(2x2,3x3), with the largest difference between the two relative to
+max|y|), the emulated NPU's fp16 kernel, and that kernel's definition (the implementation before the
+copy-saving fast path; the fast path's bits equal it, checked here too). The inputs are fp16 values, whose
+products and sums fit float64's 53 bits here, so both reference routes are usually exact and their difference
+0; the routes' errors on non-fp16 data are measured in tests/kernels/test_winograd64.py. Times are
 the minimum CPU time over interleaved repeats: on a shared 2-core machine the least disturbed run.
 
     python benchmarks/kernels_bench.py            # prints a Rich table, writes benchmarks/results/kernels_bench.json
@@ -203,7 +207,10 @@ SD_CONVS = [
     ("downsample 320 s2 @32", (2, 320, 32, 32), (320, 320, 3, 3), {"pads": (1, 1, 1, 1), "strides": (2, 2)}),
     ("resnet 640 3x3 @16", (2, 640, 16, 16), (640, 640, 3, 3), {"pads": (1, 1, 1, 1)}),
     ("resnet 1280 3x3 @8", (2, 1280, 8, 8), (1280, 1280, 3, 3), {"pads": (1, 1, 1, 1)}),
+    ("resnet 1280 3x3 @4", (2, 1280, 4, 4), (1280, 1280, 3, 3), {"pads": (1, 1, 1, 1)}),
+    ("up resnet 2560->1280 @8", (2, 2560, 8, 8), (1280, 2560, 3, 3), {"pads": (1, 1, 1, 1)}),
     ("up resnet 2560->1280 @4", (2, 2560, 4, 4), (1280, 2560, 3, 3), {"pads": (1, 1, 1, 1)}),
+    ("up resnet 1920->640 @16", (2, 1920, 16, 16), (640, 1920, 3, 3), {"pads": (1, 1, 1, 1)}),
     ("up skip 1x1 2560->1280 @4", (2, 2560, 4, 4), (1280, 2560, 1, 1), {}),
     ("up resnet 960->320 @32", (2, 960, 32, 32), (320, 960, 3, 3), {"pads": (1, 1, 1, 1)}),
 ]
@@ -258,6 +265,16 @@ def _min_interleaved(fns: dict, reps: int) -> dict:
     return {k: min(v) for k, v in times.items()}
 
 
+def _reference_route(ref_conv, route: str, fn):
+    """fn() with the float64 reference conv forced onto one route ("direct": im2col, "winograd": F(2x2,3x3))."""
+    saved = ref_conv.WINOGRAD_MIN_TILES, ref_conv.WINOGRAD_MIN_CHANNELS
+    ref_conv.WINOGRAD_MIN_TILES = ref_conv.WINOGRAD_MIN_CHANNELS = 1 if route == "winograd" else 1 << 62
+    try:
+        return fn()
+    finally:
+        ref_conv.WINOGRAD_MIN_TILES, ref_conv.WINOGRAD_MIN_CHANNELS = saved
+
+
 def sd_layers(reps: int = 5) -> list[dict]:
     """Part 3: onnxruntime vs float64 reference vs NPU fp16 kernel (and its definition) per SD layer shape."""
     from mschecker.optimized_kernels import conv as npu_conv
@@ -278,8 +295,18 @@ def sd_layers(reps: int = 5) -> list[dict]:
                "npu_fp16": lambda: npu_conv.conv2d_fp16_fp32acc(x, w, b, **kw),
                "npu_fp16_definition": lambda: npu_conv.conv2d_definition(
                    x, w, b, kw["strides"], kw["pads"], (1, 1), 1, np.float32, np.float16)}
+        extra = {}
+        if ws[2:] == (3, 3) and kw["strides"] == (1, 1):
+            call = fns["reference_f64"]
+            fns["reference_direct_f64"] = lambda: _reference_route(ref_conv, "direct", call)
+            fns["reference_winograd_f64"] = lambda: _reference_route(ref_conv, "winograd", call)
+            y_direct = fns["reference_direct_f64"]()
+            extra["winograd_vs_direct_max_rel_diff"] = float(
+                np.max(np.abs(fns["reference_winograd_f64"]() - y_direct)) / np.max(np.abs(y_direct)))
+            extra["reference_route"] = ("winograd" if ref_conv.takes_winograd(w64, (1, 1), (1, 1), xs[0], xs[2], xs[3])
+                                        else "direct")
         same = np.array_equal(fns["npu_fp16"]().view(np.uint16), fns["npu_fp16_definition"]().view(np.uint16))
-        rows.append(_sd_row("Conv", name, f"x {xs} w {ws} {attrs}", _min_interleaved(fns, reps), same))
+        rows.append(_sd_row("Conv", name, f"x {xs} w {ws} {attrs}", _min_interleaved(fns, reps), same) | extra)
     for name, sa, sb, weight, views in SD_MATMULS:
         a = _maybe_transposed(rng, sa, "a" in views)
         b = (_maybe_transposed(rng, sb, "b" in views) / np.float16(np.sqrt(sb[-2]))).astype(np.float16)
@@ -299,7 +326,9 @@ def _sd_row(op: str, name: str, shape: str, secs: dict, same_bits: bool) -> dict
     ort_s = secs["ort_fp32"]
     return {"op": op, "layer": name, "shape": shape, **{f"{k}_ms": v * 1e3 for k, v in secs.items()},
             "reference_vs_ort": secs["reference_f64"] / ort_s, "npu_vs_ort": secs["npu_fp16"] / ort_s,
-            "npu_vs_definition": secs["npu_fp16"] / secs["npu_fp16_definition"], "npu_bits_equal_definition": same_bits}
+            "npu_vs_definition": secs["npu_fp16"] / secs["npu_fp16_definition"], "npu_bits_equal_definition": same_bits,
+            **{f"{k[:-4]}_vs_ort": secs[k] / ort_s for k in ("reference_direct_f64", "reference_winograd_f64")
+               if k in secs}}
 
 
 def render_sd_layers(rows: list[dict]) -> None:
@@ -307,12 +336,14 @@ def render_sd_layers(rows: list[dict]) -> None:
     from rich.table import Table
 
     t = Table(title="SD-1.5 layers at a 32x32 latent, batch 2 (CPU ms, min of interleaved repeats, one thread)")
-    for col in ("op", "layer", "ORT fp32", "ref f64", "NPU fp16", "NPU def.", "ref/ORT", "NPU/ORT", "NPU/def.",
-                "same bits"):
+    for col in ("op", "layer", "ORT fp32", "ref f64", "ref direct", "ref Winograd", "W-D rel", "NPU fp16",
+                "NPU def.", "ref/ORT", "NPU/ORT", "NPU/def.", "same bits"):
         t.add_column(col, justify="left" if col in ("op", "layer") else "right")
     for r in rows:
+        opt = {k: f"{r[k]:.1f}" if k in r else "" for k in ("reference_direct_f64_ms", "reference_winograd_f64_ms")}
+        diff = f"{r['winograd_vs_direct_max_rel_diff']:.1e}" if "winograd_vs_direct_max_rel_diff" in r else ""
         t.add_row(r["op"], r["layer"], f"{r['ort_fp32_ms']:.1f}", f"{r['reference_f64_ms']:.1f}",
-                  f"{r['npu_fp16_ms']:.1f}", f"{r['npu_fp16_definition_ms']:.1f}", f"{r['reference_vs_ort']:.2f}",
+                  opt["reference_direct_f64_ms"], opt["reference_winograd_f64_ms"], diff, f"{r['npu_fp16_ms']:.1f}", f"{r['npu_fp16_definition_ms']:.1f}", f"{r['reference_vs_ort']:.2f}",
                   f"{r['npu_vs_ort']:.2f}", f"{r['npu_vs_definition']:.2f}", str(r["npu_bits_equal_definition"]))
     Console(width=None if sys.stdout.isatty() else 150).print(t)
 
