@@ -8,6 +8,8 @@ with both shortcuts switched off (every initializer rounded per run, every outpu
 code path the shortcuts replace), under the reference policy and NPU profiles that exercise each branch: fp16
 storage, fp32, mixed cube/vector dtypes, saturation (finish does more than round) and 4-bit intermediates
 (compress). Planted bugs (a truncating plan-time rounding, skipped inline output rounding) must be caught.
+The shortcut-free executor (ROUND_ONCE_MAX_ELEMENTS = -1) stages no constant in fp32 either, so this comparison
+covers weight staging too; tests/graph/test_weight_staging.py isolates it (STAGE_F32 on/off) and plants its bugs.
 """
 import dataclasses
 

@@ -164,7 +164,8 @@ def test_special_valued_weights_stage_bit_identically(name, monkeypatch):
     ex = Executor(model, _policy(name))
     assert sorted(s.node.op_type for s in ex.steps if s.staged) == ["Conv", "Gemm", "MatMul"]
     assert sorted(k for s in ex.steps for k in s.staged) == [1, 1, 1, 2, 2]  # weights, conv bias, Gemm's C
-    assert _differing(_every_output(ex, feeds), _every_output(_unstaged(model, _policy(name), monkeypatch), feeds)) == []
+    want = _every_output(_unstaged(model, _policy(name), monkeypatch), feeds)
+    assert _differing(_every_output(ex, feeds), want) == []
 
 
 def test_run_node_reads_staged_constants_and_callers_weights_alike():
@@ -227,7 +228,7 @@ def test_planted_flag_on_a_dtype_reading_variant_is_caught(tiny, monkeypatch):
 
 # ------------------------------------------------------------------ kernel audit of the flag
 def _stages_bit_identically(v: Variant, inputs, params) -> bool:
-    """v on its storage-dtype inputs == v with every flagged float operand staged (astype float32, C order, read-only)."""
+    """v on its storage-dtype inputs == v with every flagged float operand staged (float32, C order, read-only)."""
     staged = list(inputs)
     for k in v.staged_f32_operands:
         if k < len(staged) and staged[k] is not None:
