@@ -217,9 +217,10 @@ def _winograd_gemms(x, w, y, pads, group) -> None:
 
     The 4x4 input tiles (stride 2) are the im2col patches of a 4x4, stride-2 kernel (`fill_patches`, zero
     padding included, so odd output sizes read zeros in their last tile row/column and are cropped), chunked
-    over images and tile rows so the tiles and their transform V (16 x C_in/g x tiles each) stay within
-    PATCH_CHUNK_BYTES. Per chunk, group and block of output channels: U = G g G^T of the block, then 16 GEMMs
-    (C_out block x C_in/g) @ (C_in/g x tiles) in one batched np.matmul, then Y = A^T M A per group.
+    over images and tile rows so the tiles, their transform V (16 x C_in/g x tiles each) and the GEMM product M
+    (16 x C_out/g x tiles) stay within PATCH_CHUNK_BYTES. Per chunk, group and block of output channels:
+    U = G g G^T of the block, then 16 GEMMs (C_out block x C_in/g) @ (C_in/g x tiles) in one batched np.matmul;
+    then Y = A^T M A per group.
     """
     w = np.ascontiguousarray(w)
     c_out, cg = w.shape[:2]
@@ -227,7 +228,7 @@ def _winograd_gemms(x, w, y, pads, group) -> None:
     n, _, oh, ow = y.shape
     th, tw = -(-oh // 2), -(-ow // 2)
     ob = _even_step(cog, max(FILTER_BLOCK_BYTES // (16 * cg * 8), 1))
-    for images, rows in patch_chunks(n, th, tw, 16 * cg, 8, PATCH_CHUNK_BYTES):
+    for images, rows in patch_chunks(n, th, tw, 16 * max(cg, cog), 8, PATCH_CHUNK_BYTES):
         nb, t0, nr = images.stop - images.start, rows.start, rows.stop - rows.start
         p = nb * nr * tw
         tiles = workspace("reference.winograd.tiles", (cg, 4, 4, nb, nr, tw), np.float64)
