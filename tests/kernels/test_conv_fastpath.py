@@ -172,6 +172,24 @@ def test_npu_fast_path_bits_on_special_values(storage, params, k):
     assert _bits_differ(STORAGE[storage][0], storage, (tiny, np.full((2, 6) + k, 2.0 ** -12), None), params) == 0
 
 
+@pytest.mark.parametrize("storage", STORAGE)
+@pytest.mark.parametrize("shape,pads", [((2, 24, 4, 4), (1, 1, 1, 1)), ((3, 16, 8, 8), (1, 1, 1, 1)),
+                                        ((2, 16, 9, 9), (0, 0, 1, 1))])
+def test_small_images_share_one_gemm_with_the_definitions_bits(storage, shape, pads):
+    """SD's deep layers (8x8, 4x4 images, batch 2): the images side by side in one GEMM per group, in the fast path
+    and in the definition alike; the route is really taken, and fast path and definition agree bit for bit."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((8, shape[1] // 2, 3, 3)) / 6
+    params = dict(pads=pads, group=2)
+    n, _, h, wd = shape
+    assert direct._images_share_gemm(n, h + pads[0] + pads[2] - 2, wd + pads[1] + pads[3] - 2, 9 * shape[1] // 2,
+                                     False)
+    assert _bits_differ(STORAGE[storage][0], storage, (x, w, rng.standard_normal(8)), params) == 0
+    assert not direct._images_share_gemm(1, 4, 4, 9, False)  # one image: nothing to share
+    assert not direct._images_share_gemm(2, 16, 16, 9, False)  # 256 pixels: the per-image GEMM is wide enough
+
+
 def test_definition_column_major_patches_are_followed(monkeypatch):
     """Hypothesis found it: x (1,1,4,3) w (1,1,2,3) strides (2,1) makes the definition's patch matrix column-major
     (a view after astype(order='K')), and numpy/BLAS then sum the fp32 products in another order. The fast path
