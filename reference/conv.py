@@ -21,7 +21,8 @@ behind agreement between the two.
 F(2x2, 3x3) route instead (`_winograd_gemms`; transforms and their componentwise error bound
 gamma_{C_in/g + 20} |A^T|(sum_c |G||g||G^T| o |B^T||d||B|)|A| in reference/winograd64.py): 2.25x fewer GEMM
 multiplies, ~1.2-1.5x faster on SD's 32x32 and 16x16 stages (kernels_bench.json, sd_layers); the whole SD-1.5
-UNet at a 32x32 latent (sd15_l32, one BLAS thread, /work/scratch/Q_prof.py, same process): Conv 7.5 -> 5.9 s,
+UNet at a 32x32 latent (sd15_256 of benchmarks/executor_bench.py, one BLAS thread, per-op timers, routes
+alternated in one process): Conv 7.5 -> 5.9 s,
 total 14.9 -> 13.0 s. Its bound term is ~7x (6-14x measured) the direct sum |w||x|; measured against fsum on
 SD-like data (C_in = 320, 2000 sampled outputs) its max error is 7.9e-16 of max|y| vs im2col's 5.0e-16.
 
@@ -192,7 +193,8 @@ def _patch_gemms(x, wm, y, kernel, strides, pads, dilations) -> None:
 
 #: The Winograd route (3x3, stride 1, dilation 1) saves 20 of 36 multiplies per output tile and channel pair
 #: but pays per call a filter transform (~O*C) and per tile input/output transforms (~C + O): it only wins
-#: with enough tiles and enough input channels. Measured (/work/scratch/Q_bench.py, one BLAS thread, CPU time,
+#: with enough tiles and enough input channels. Measured (one BLAS thread, CPU time, forced routes as in
+#: benchmarks/kernels_bench.py --only-sd-layers,
 #: Winograd vs im2col): 320->320 @32 batch 2 (512 tiles) 1.41x faster, 640 @16 (128 tiles) 1.28x, 1920->640 @16
 #: 1.38x, 640 @16 batch 1 (64 tiles) 1.2x, 1280 @8 batch 4 (64 tiles) 1.15x, but 1280 @8 batch 2 (32 tiles)
 #: 0.78x, 1280 @4 0.49x; input channels at 512 tiles: 16 -> 0.35x, 32 -> 0.81x, 64 -> 1.05x, 128 -> 1.24x.

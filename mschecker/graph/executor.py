@@ -22,7 +22,7 @@ import onnx
 
 from ..errors import InputError
 from .capture import CaptureFilter, CaptureFn
-from .loader import LoadedModel, from_proto, load_model
+from .loader import LoadedModel, from_proto, load_model, release_file_pages
 from .ops import OpSpec, attribute_values, lookup
 from ..optimized_kernels.halfcast import to_f32
 from .policy import KernelUnavailable, NodeContext, Policy, convert_float, is_float_dtype
@@ -273,6 +273,7 @@ class Executor:
                 y = convert_float(np.asarray(x), np.dtype(dtype))
             y.flags.writeable = False  # shared by every run: an op writing into its input would be caught here
             self.rounded_constants[key] = y
+            release_file_pages(x)
         return key
 
     #: Constant operands of kernels that upcast them to fp32 anyway (NodeContext.staged_f32, from the variants'
@@ -294,6 +295,7 @@ class Executor:
         key = (name, np.dtype(dtype), _F32)
         if key not in self.rounded_constants:
             self.rounded_constants[key] = stage_f32(np.asarray(x), np.dtype(dtype))
+            release_file_pages(x)
         return key
 
     @property

@@ -7,6 +7,7 @@ models larger than protobuf's 2 GB limit load without copying their weights into
 """
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,21 @@ def external_array(tensor: onnx.TensorProto, model_dir: Path, model_path: Path) 
     if count == 0:
         return np.zeros(shape, dtype)
     return np.memmap(path, dtype=dtype.newbyteorder("<"), mode="r", offset=offset, shape=shape)
+
+
+def release_file_pages(x: np.ndarray) -> None:
+    """Drop the resident pages of an external-data initializer (a read-only memmap of the model's data file).
+
+    Why: once the executor holds a converted copy of a weight (rounded to fp16, float64 for the reference), the
+    original's pages only inflate the process's resident set (the SD 1.5 UNet: 3.4 GB). They are clean file
+    pages, so nothing is lost: a later read faults them back in from the page cache or the file. A no-op for
+    in-memory arrays and where madvise is unavailable."""
+    mapping = getattr(x, "_mmap", None)
+    if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            mapping.madvise(mmap.MADV_DONTNEED)
+        except (OSError, ValueError):  # closed or not advisable: residency is only an optimisation
+            pass
 
 
 def tensor_to_array(tensor: onnx.TensorProto, model_dir: Path | None = None,
