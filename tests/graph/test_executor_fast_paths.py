@@ -24,6 +24,9 @@ from mschecker.graph import executor as executor_module
 from mschecker.npu import NpuPolicy
 from mschecker.npu.profile import load_profile
 
+from .node_outputs import differing as _differing
+from .node_outputs import every_output as _every_output
+
 
 @pytest.fixture(scope="module")
 def unet(tmp_path_factory):
@@ -59,17 +62,6 @@ def _plain(path, policy, monkeypatch) -> Executor:
         ex = Executor(path, policy)
     assert not ex.rounded_constants and all(s.finish is not None for s in ex.steps)
     return ex
-
-
-def _every_output(ex: Executor, feeds) -> dict[str, bytes]:
-    out = {}
-    ex.run(feeds, capture=lambda node, name, v: out.__setitem__(name, f"{v.dtype}{v.shape}".encode() + v.tobytes()))
-    return out
-
-
-def _differing(a: dict, b: dict) -> list[str]:
-    assert a.keys() == b.keys()
-    return [k for k in a if a[k] != b[k]]
 
 
 @pytest.mark.parametrize("name", ["reference", "ascend910b", "fp32", "mixed", "saturation", "int4"])

@@ -33,6 +33,9 @@ from mschecker.optimized_kernels import halfcast
 from mschecker.optimized_kernels.halfcast import as_f32, to_f32
 from mschecker.registry import Variant, get_kernel
 
+from .node_outputs import differing as _differing
+from .node_outputs import every_output as _every_output
+
 F32 = np.dtype(np.float32)
 
 
@@ -74,17 +77,6 @@ def _unstaged(model, policy, monkeypatch) -> Executor:
         ex = Executor(model, policy)
     assert not any(s.staged for s in ex.steps)
     return ex
-
-
-def _every_output(ex: Executor, feeds) -> dict[str, bytes]:
-    out = {}
-    ex.run(feeds, capture=lambda node, name, v: out.__setitem__(name, f"{v.dtype}{v.shape}".encode() + v.tobytes()))
-    return out
-
-
-def _differing(a: dict, b: dict) -> list[str]:
-    assert a.keys() == b.keys()
-    return [k for k in a if a[k] != b[k]]
 
 
 def _check_staged_plan(ex: Executor, name: str) -> None:
