@@ -26,21 +26,12 @@ from mschecker.npu.profile import load_profile
 
 from .node_outputs import differing as _differing
 from .node_outputs import every_output as _every_output
+from .bundled_unet import unet_step
 
 
 @pytest.fixture(scope="module")
 def unet(tmp_path_factory):
-    from mschecker.sd.modelfile import save_model
-    from mschecker.sd.presets import get_preset
-    from mschecker.sd.unet import build_unet
-
-    p = get_preset("tiny")
-    path = save_model(build_unet(p), tmp_path_factory.mktemp("unet") / "unet.onnx")
-    rng = np.random.default_rng(5)
-    c, s, _ = p.latent_shape
-    feeds = {"sample": rng.standard_normal((2, c, s, s)).astype(np.float32),
-             "timestep": np.array([500.0, 500.0], np.float32),
-             "encoder_hidden_states": rng.standard_normal((2, p.clip.max_length, p.unet.cross_dim)).astype(np.float32)}
+    path, feeds = unet_step("tiny", tmp_path_factory.mktemp("unet"), seed=5)
     return path, feeds
 
 

@@ -35,22 +35,13 @@ from mschecker.registry import Variant, get_kernel
 
 from .node_outputs import differing as _differing
 from .node_outputs import every_output as _every_output
+from .bundled_unet import unet_step
 
 F32 = np.dtype(np.float32)
 
 
 def _unet(preset: str, tmp_path_factory):
-    from mschecker.sd.modelfile import save_model
-    from mschecker.sd.presets import get_preset
-    from mschecker.sd.unet import build_unet
-
-    p = get_preset(preset)
-    path = save_model(build_unet(p), tmp_path_factory.mktemp(preset) / "unet.onnx")
-    rng = np.random.default_rng(7)
-    c, s, _ = p.latent_shape
-    feeds = {"sample": rng.standard_normal((2, c, s, s)).astype(np.float32),
-             "timestep": np.array([500.0, 500.0], np.float32),
-             "encoder_hidden_states": rng.standard_normal((2, p.clip.max_length, p.unet.cross_dim)).astype(np.float32)}
+    path, feeds = unet_step(preset, tmp_path_factory.mktemp(preset), seed=7)
     return path, feeds
 
 
