@@ -70,8 +70,9 @@ def _inputs(seed, c_in=4, c_out=8, k=(3, 2), shape=(3, 7, 6), group=1, bias=True
     return x, w, b
 
 
-def _excess(conv, attrs, x, w, b):
-    """max |conv - exact| / bound (<= 1 passes), bound as in the module docstring."""
+def _excess(conv, attrs, x, w, b, u=U64):
+    """max |conv - exact| / bound (<= 1 passes), bound as in the module docstring, for unit roundoff u (the float64
+    reference: 2^-53; an fp32-accumulating kernel with fp32 output: 2^-24)."""
     full = dict(strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1) | attrs
     want = exact_conv(x, w, b, **full)
     got = conv(x, w, b, **attrs)
@@ -79,7 +80,7 @@ def _excess(conv, attrs, x, w, b):
         return np.inf
     absb = np.abs(b) if b is not None else None
     abs_ref = exact_conv(np.abs(x), np.abs(w), absb, **full)
-    bound = gamma(w[0].size + 1, U64) * abs_ref + U64 * np.abs(want) + 1e-300
+    bound = gamma(w[0].size + 1, u) * abs_ref + u * np.abs(want) + 1e-300
     return float(np.max(np.abs(got - want) / bound))
 
 
@@ -179,13 +180,17 @@ def test_small_images_share_one_gemm_with_the_definitions_bits(storage, shape, p
     """SD's deep layers (8x8, 4x4 images, batch 2): the images side by side in one GEMM per group, in the fast path
     and in the definition alike; the route is really taken, and fast path and definition agree bit for bit."""
     rng = np.random.default_rng(3)
-    x = rng.standard_normal(shape)
-    w = rng.standard_normal((8, shape[1] // 2, 3, 3)) / 6
+    x = rng.standard_normal(shape).astype(np.float32).astype(np.float64)
+    w = (rng.standard_normal((8, shape[1] // 2, 3, 3)) / 6).astype(np.float32).astype(np.float64)
+    b = rng.standard_normal(8).astype(np.float32).astype(np.float64)
     params = dict(pads=pads, group=2)
     n, _, h, wd = shape
     assert direct._images_share_gemm(n, h + pads[0] + pads[2] - 2, wd + pads[1] + pads[3] - 2, 9 * shape[1] // 2,
                                      False)
-    assert _bits_differ(STORAGE[storage][0], storage, (x, w, rng.standard_normal(8)), params) == 0
+    assert _bits_differ(STORAGE[storage][0], storage, (x, w, b), params) == 0
+    # and the shared GEMM is the convolution (not merely the definition's twin): the fp32 kernel within fp32
+    # accumulation's summation bound of the exactly rounded conv
+    assert _excess(direct.conv2d_fp32, params, x, w, b, u=2.0 ** -24) <= 1
     assert not direct._images_share_gemm(1, 4, 4, 9, False)  # one image: nothing to share
     assert not direct._images_share_gemm(2, 16, 16, 9, False)  # 256 pixels: the per-image GEMM is wide enough
 
