@@ -20,16 +20,12 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import onnx
 
-from ..errors import InputError
+from ..errors import ExecutionError, InputError
 from .capture import CaptureFilter, CaptureFn
 from .loader import LoadedModel, from_proto, load_model, release_file_pages
 from .ops import OpSpec, attribute_values, lookup
 from ..optimized_kernels.halfcast import to_f32
 from .policy import KernelUnavailable, NodeContext, Policy, convert_float, is_float_dtype
-
-
-class ExecutionError(InputError):
-    """A node failed while running (usually: the inputs' shapes do not fit the graph). Names the node."""
 
 
 def node_label(node: onnx.NodeProto, index: int) -> str:
