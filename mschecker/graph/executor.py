@@ -445,6 +445,28 @@ class Executor:
         return {n: env[n] for n in self.output_names}
 
 
+    def walk(self, feeds: Mapping[str, np.ndarray]):
+        """run() one node at a time, as a generator: yields (step, args, produced) after each node, where args are
+        the node's input values (None for absent ones) and produced its outputs by name; tensors are freed after
+        their last consumer as in run(). Lets a caller advance two executors in lockstep over the same
+        topological order (mschecker.bisect) and compare every tensor as it appears. No input is ever written
+        into (reuse off), so the yielded args still hold the values the node read. The caller must drop its
+        references before the next iteration to keep memory at the live set. Same values, bit for bit, as run()."""
+        env: dict[Any, Any] = dict(self.initializers)
+        env.update(self.rounded_constants)
+        env.update(self._check_feeds(feeds))
+        env[""] = None
+        for step in self.steps:
+            args = [env[key] for key in step.reads]
+            with np.errstate(all="ignore"):  # per node: an errstate held across a yield would leak to the caller
+                produced = self._execute(step, list(args), reuse=False)
+            env.update(produced)
+            yield step, args, produced
+            del args, produced
+            for name in step.frees:
+                env.pop(name, None)
+
+
 def _hand_over(capture: CaptureFn, rx, node: onnx.NodeProto, produced: dict[str, np.ndarray]) -> None:
     """The captured outputs of one node to the callback (a function of its own: no loop variable of run() keeps
     a tensor referenced, which would stop _reusable from reusing it)."""
