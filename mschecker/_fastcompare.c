@@ -267,4 +267,13 @@ static struct PyModuleDef module = {
     "Optional fused one-pass kernel for the streaming comparison (see mschecker/compare.py).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__fastcompare(void) { return PyModule_Create(&module); }
+/* The sizes the Python side allocates (mschecker/compare.py), compared at import by mschecker/native.py. */
+PyMODINIT_FUNC PyInit__fastcompare(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && (PyModule_AddIntConstant(m, "EXACT_BINS", EXACT_BINS) < 0 || PyModule_AddIntConstant(m, "NEDGES", NEDGES) < 0 ||
+              PyModule_AddIntConstant(m, "LANES", LANES) < 0)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

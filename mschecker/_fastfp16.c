@@ -486,4 +486,12 @@ static struct PyModuleDef module = {
     "Optional compiled fp16 loops of the emulated NPU (see optimized_kernels/halfcast.py).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__fastfp16(void) { return PyModule_Create(&module); }
+/* The interleaving widths, for the tests that probe their boundaries (tests/kernels/test_fastfp16.py). */
+PyMODINIT_FUNC PyInit__fastfp16(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && (PyModule_AddIntConstant(m, "LANES", LANES) < 0 || PyModule_AddIntConstant(m, "TILE", TILE) < 0)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -254,4 +254,26 @@ static struct PyModuleDef module = {
     "Optional C loops of the float64 reference: exp64 and the fused softmax (see reference/exp64.py).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__fastref(void) { return PyModule_Create(&module); }
+/* Adds `value` (a new reference, or NULL after a failed build) to the module under `name`. */
+static int add_object(PyObject *m, const char *name, PyObject *value) {
+    if (!value) return -1;
+    if (PyModule_AddObject(m, name, value) < 0) {
+        Py_DECREF(value);
+        return -1;
+    }
+    return 0;
+}
+
+/* The constants reference/exp64.py and reference/softmax.py also hold, compared at import by mschecker/native.py:
+ * a one-digit slip on either side is caught before anything is computed. */
+PyMODINIT_FUNC PyInit__fastref(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && (add_object(m, "EXP_COEFFS", Py_BuildValue("(dddddddddddd)", C13, C12, C11, C10, C9, C8, C7, C6, C5, C4,
+                                                        C3, C2)) < 0 ||
+              add_object(m, "REDUCTION", Py_BuildValue("(dddddd)", CLAMP_LO, CLAMP_HI, LOG2E, SHIFT, LN2_HI, LN2_LO)) < 0 ||
+              PyModule_AddIntConstant(m, "LANES", LANES) < 0)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -32,26 +32,24 @@ latency-bound (~12-20 ns per add, numpy's speed).
 """
 from __future__ import annotations
 
-import os
 import threading
 from typing import Callable
 
 import numpy as np
 
-try:  # optional compiled loops (mschecker/_fastfp16.c, setup.py); without them numpy computes the same bits
-    from .. import _fastfp16
-except ImportError:  # pragma: no cover - depends on whether a C compiler was available at install time
-    _fastfp16 = None
+from .. import native
+
+#: Optional compiled loops (mschecker/_fastfp16.c, loaded by mschecker/native.py); without them numpy computes the
+#: same bits.
+_fastfp16 = native.load("_fastfp16")
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 
 
 def fast_fp16():
-    """The compiled module, or None when it is not built or MSCHECKER_NO_FASTFP16=1 forces the numpy paths (read
+    """The compiled module, or None when it is not usable or MSCHECKER_NO_FASTFP16=1 forces the numpy paths (read
     per call, so that tests compare both routes in one process)."""
-    if _fastfp16 is None or os.environ.get("MSCHECKER_NO_FASTFP16", "") not in ("", "0"):
-        return None
-    return _fastfp16
+    return native.active("_fastfp16")
 
 #: Below this many elements numpy's own conversion is faster than an onnxruntime session call (~6 us fixed).
 ORT_MIN_ELEMS = 2048

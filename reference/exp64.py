@@ -38,14 +38,9 @@ truncation 0.05. Without the rl term (plain r = (x - k LN2_HI) - k LN2_LO) the m
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-try:  # optional C loop (setup.py); without it the numpy function below computes the same bits
-    from mschecker import _fastref
-except ImportError:  # pragma: no cover - depends on whether a C compiler was available at install time
-    _fastref = None
+from mschecker import native
 
 CLAMP_LO = -746.0
 CLAMP_HI = 710.0
@@ -62,12 +57,16 @@ _SHIFT_BITS = 0x4338000000000000  # bits of SHIFT; bits(t) - _SHIFT_BITS = k
 _U64 = np.uint64
 
 
+#: Optional C loop (mschecker/_fastref.c, loaded by mschecker/native.py), checked at import against the constants
+#: above; without it the numpy function below computes the same bits.
+_fastref = native.load("_fastref", EXP_COEFFS=EXP_COEFFS[:-2],
+                       REDUCTION=(CLAMP_LO, CLAMP_HI, LOG2E, SHIFT, LN2_HI, LN2_LO))
+
+
 def fast_module():
-    """The C module, or None when it is not built or MSCHECKER_NO_FASTREF=1 forces the numpy path (read per call,
+    """The C module, or None when it is not usable or MSCHECKER_NO_FASTREF=1 forces the numpy path (read per call,
     so tests can compare both paths)."""
-    if os.environ.get("MSCHECKER_NO_FASTREF", "") not in ("", "0"):
-        return None
-    return _fastref
+    return native.active("_fastref")
 
 
 #: Elements per block of exp64_numpy: its ~40 passes then run on cache-resident temporaries (~4x faster than

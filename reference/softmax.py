@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from mschecker import native
+
 from .exp64 import exp64_numpy, fast_module
 
-SUM_LANES = 8  # LANES in mschecker/_fastref.c; a power of two (the pairwise combine below)
+SUM_LANES = 8  # LANES in mschecker/_fastref.c (checked at import); a power of two (the pairwise combine below)
+native.load("_fastref", LANES=SUM_LANES)
 
 
 #: Elements per block of rows in softmax_numpy: its passes then run on cache-resident temporaries; blocking
