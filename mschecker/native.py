@@ -117,7 +117,7 @@ def status() -> dict[str, str]:
             importlib.import_module(consumer)
     lines = {}
     for name, path in FAST_PATHS.items():
-        if name in _problems:
+        if load(name) is None:
             lines[name] = _problems[name]
         elif _flag(path.disable_env):
             lines[name] = f"built, off ({path.disable_env}=1: numpy twin)"

@@ -24,7 +24,7 @@ from .test_halfcast import ALL_F16, f32_samples, same_bits, same_or_both_nan  # 
 
 C = pytest.importorskip("mschecker._fastfp16", reason="the optional C extension is not built (no compiler)")
 F16, F32 = np.float16, np.float32
-LANES, TILE = 32, 64  # _fastfp16.c's interleaving widths: the boundaries tested below
+LANES, TILE = C.LANES, C.TILE  # _fastfp16.c's interleaving widths (the module exports them): the boundaries below
 
 # fp16 values where rounding rules differ: zeros, the smallest/largest subnormal, the smallest normal, 1 and its
 # neighbours, the largest finite values, infinities, a quiet NaN
