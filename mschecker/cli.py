@@ -1,16 +1,25 @@
-"""The `mschecker` command: a thin dispatcher over the library.
+"""mschecker: accuracy verification for NN operators and ONNX models run in reduced precision on NPUs and GPUs.
 
-`mschecker --model ... --input ... --golden ...` (no subcommand) is the check command. Each subcommand lives in
-mschecker/commands/<name>.py and exposes `main(argv: list[str]) -> int`; this module only picks one, turns
-InputError into one line on stderr with exit code 2, and never shows a traceback for bad input.
-Exit codes: 0 pass, 1 a mismatch / failed check, 2 bad input or usage.
+Usage: mschecker [SUBCOMMAND] [--traceback] ...   (no subcommand: the check command, `mschecker check --help`)
+Each subcommand lives in mschecker/commands/<name>.py and exposes `main(argv) -> int`; `mschecker SUBCOMMAND
+--help` lists its options. `--traceback` (anywhere on the line) shows the Python traceback of an internal error.
+
+Exit codes (the CLI's API; CI can tell a regression from a broken input from a broken tool):
+  0    pass
+  1    numerical mismatch / failed check
+  2    bad input or usage: one line on stderr naming the file, tensor, node or flag; nothing written
+  3    internal error in mschecker: one line "internal error in <where>, rerun with --traceback to see it"
+  130  interrupted (Ctrl-C): one line; nothing half-written
+  141  stdout closed by its reader (e.g. `| head`), as a shell reports SIGPIPE
 """
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
-from .errors import InputError
+from .errors import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, ExecutionError,
+                     InputError)
 
 SUBCOMMANDS = {
     "check": "mschecker.commands.check",
@@ -21,33 +30,115 @@ SUBCOMMANDS = {
     "demo": "mschecker.commands.demo",
 }
 
-EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+TRACEBACK_FLAG = "--traceback"
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in SUBCOMMANDS:
-        name, rest = argv[0], argv[1:]
-    elif argv and argv[0] in ("-h", "--help"):
+def _say(message: str) -> None:
+    """One line on stderr: untrusted text made inert (control characters escaped), never more than one line."""
+    from .untrusted import plain
+
+    try:
+        print(f"mschecker: {plain(message)}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # stderr closed: the exit code still tells
+        pass
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame of the traceback inside the mschecker package, as module.function:line."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ours = [f for f in frames if os.path.abspath(f.filename).startswith(root + os.sep)]
+    frame = (ours or frames or [None])[-1]
+    if frame is None:
+        return "mschecker"
+    rel = os.path.relpath(os.path.abspath(frame.filename), root) if ours else os.path.basename(frame.filename)
+    module = rel[:-3].replace(os.sep, ".") if rel.endswith(".py") else rel
+    return f"{module}.{frame.name}:{frame.lineno}"
+
+
+def _internal(exc: BaseException, show_traceback: bool) -> int:
+    if show_traceback:
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    detail = str(exc).strip().splitlines()
+    detail = f"{type(exc).__name__}: {detail[0][:300]}" if detail else type(exc).__name__
+    if isinstance(exc, ExecutionError):  # names the node that failed in one of our ops
+        where = "the graph executor"
+    else:
+        where = _where(exc)
+    hint = "" if show_traceback else f", rerun with {TRACEBACK_FLAG} to see it"
+    _say(f"internal error in {where} ({detail}){hint}")
+    return EXIT_INTERNAL
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
         print(__doc__.strip() + "\n\nsubcommands: " + ", ".join(SUBCOMMANDS))
         return EXIT_PASS
+    if argv and argv[0] in SUBCOMMANDS:
+        name, rest = argv[0], argv[1:]
+    elif argv and not argv[0].startswith("-"):
+        raise InputError(f"unknown subcommand {argv[0]!r} (subcommands: {', '.join(SUBCOMMANDS)}; "
+                         f"see mschecker --help)")
     else:
         name, rest = "check", argv
     try:
         module = importlib.import_module(SUBCOMMANDS[name])
     except ModuleNotFoundError as exc:
         if exc.name == SUBCOMMANDS[name]:
-            print(f"mschecker: error: subcommand {name!r} is not available in this build", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            raise InputError(f"subcommand {name!r} is not available in this build") from None
         raise
+    return int(module.main(rest))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; never lets an exception out (see the exit codes in the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = TRACEBACK_FLAG in argv
+    argv = [a for a in argv if a != TRACEBACK_FLAG]
     try:
-        return int(module.main(rest))
+        try:
+            return _dispatch(argv)
+        finally:
+            _flush_stdout()
     except InputError as exc:
-        print(f"mschecker: error: {exc}", file=sys.stderr)
+        if show_traceback:
+            import traceback
+
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        _say(f"error: {exc}")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("mschecker: interrupted", file=sys.stderr)
-        return 130
+        _say("interrupted")
+        return EXIT_INTERRUPTED
+    except SystemExit as exc:  # a library's own sys.exit / argparse --help
+        return exc.code if isinstance(exc.code, int) else (EXIT_PASS if exc.code is None else EXIT_BAD_INPUT)
+    except BrokenPipeError:  # the reader of our stdout went away (`| head`): nothing more to say
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except BaseException as exc:  # noqa: BLE001 - the exit code is the API: an internal error is exit 3
+        return _internal(exc, show_traceback)
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    except (OSError, ValueError):
+        pass
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not print a BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

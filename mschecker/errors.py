@@ -17,3 +17,15 @@ class UsageError(InputError):
 
 class ExecutionError(Exception):
     """A node failed while running inside one of our own ops. Names the node; exit 3 (internal error)."""
+
+
+# The CLI's exit codes (its API: CI tells a regression from a broken input from a broken tool).
+EXIT_PASS = 0  # every check passed
+EXIT_FAIL = 1  # a numerical mismatch / failed check
+EXIT_BAD_INPUT = 2  # InputError / usage: one line naming the file, tensor, node or flag
+EXIT_INTERNAL = 3  # a failure inside mschecker (ExecutionError or any other exception)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, the shell's convention)
+EXIT_BROKEN_PIPE = 141  # our stdout's reader went away (128 + SIGPIPE, what a shell reports for `| head`)
+
+EXIT_CODES_HELP = ("exit codes: 0 pass, 1 numerical mismatch / failed check, 2 bad input or usage (one line naming "
+                   "the file, tensor, node or flag), 3 internal error (rerun with --traceback), 130 interrupted")

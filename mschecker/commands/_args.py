@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..dtypes import resolve_dtype
-from ..errors import UsageError
+from ..errors import EXIT_CODES_HELP, UsageError
 from ..runners import DEVICES, TensorMeta
 
 
@@ -24,6 +24,7 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("epilog", EXIT_CODES_HELP)
         super().__init__(*args, **kwargs)
 
     def error(self, message):  # noqa: D401 - argparse hook

@@ -1,0 +1,232 @@
+"""File-system access for untrusted paths: every OS fault becomes one InputError line, nothing is left behind.
+
+Why one module: mschecker gates CI, so a full disk, a read-only mount, a missing permission or a FIFO given as a
+tensor must end as exit 2 with one line naming the path and the OS reason, never as a traceback (exit 3) and
+never as a hang or a half-written file under the final name. Every reader and writer goes through here:
+
+- `check_readable(path, what)`: os.stat BEFORE open, so a FIFO (open would block forever), socket or device is
+  refused without touching it; a directory, a missing file and a permission problem are named.
+- `read_bytes` / `read_text`: the same check, then the read; OSError and invalid UTF-8 become InputError.
+- `atomic_write(path, write)` (+ `_bytes`, `_text`): a temp file next to the target, fsync, os.replace. On any
+  failure (ENOSPC, EROFS, EACCES, an exception in `write`, KeyboardInterrupt) the temp file is removed and the
+  old file, if any, is untouched. OSError becomes InputError("cannot write PATH: REASON").
+- `safe_component(name)`: a file-name component derived from an untrusted name (no separators, no `..`, no
+  control characters), for every file whose name comes from a tensor, node or stage name.
+
+The SD images and any future writer should use `atomic_write_bytes` / `atomic_write` from here.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+import tempfile
+from pathlib import Path
+from typing import Callable, BinaryIO
+
+from .errors import InputError
+
+TEMP_SUFFIX = ".tmp"
+
+
+def os_reason(exc: OSError) -> str:
+    """The OS's own words for an OSError ("No space left on device"), without Python's [Errno N] decoration."""
+    if exc.strerror:
+        return exc.strerror
+    if exc.errno is not None:
+        return os.strerror(exc.errno)
+    return str(exc) or type(exc).__name__
+
+
+def _kind(mode: int) -> str | None:
+    """The name of a special file kind that must never be opened as data (None for a regular file)."""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if not stat.S_ISREG(mode):
+        return "not a regular file"
+    return None
+
+
+def check_readable(path, what: str = "file") -> os.stat_result:
+    """os.stat of a file about to be read; InputError (naming `what` and the path) unless it is a regular file.
+
+    Checked with stat, not open: opening a FIFO for reading blocks until a writer appears, i.e. forever in CI."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{what} {os.fspath(path)}: file not found") from None
+    except OSError as exc:
+        raise InputError(f"{what} {os.fspath(path)}: cannot read ({os_reason(exc)})") from None
+    kind = _kind(st.st_mode)
+    if kind is not None:
+        raise InputError(f"{what} {os.fspath(path)}: is {kind}, expected a regular file")
+    return st
+
+
+def read_bytes(path, what: str = "file") -> bytes:
+    """The bytes of a regular file; InputError naming the path and the OS reason on any problem."""
+    check_readable(path, what)
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise InputError(f"{what} {os.fspath(path)}: cannot read ({os_reason(exc)})") from None
+    except MemoryError:
+        raise InputError(f"{what} {os.fspath(path)}: too large to read into memory") from None
+
+
+def read_text(path, what: str = "file") -> str:
+    """A regular file as UTF-8 text; invalid UTF-8 is an InputError naming the byte offset."""
+    data = read_bytes(path, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} {os.fspath(path)}: not UTF-8 text (invalid byte at offset {exc.start})") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_error(path, exc: OSError) -> InputError:
+    """The one-line InputError for a failed write of `path`."""
+    return InputError(f"cannot write {os.fspath(path)}: {os_reason(exc)}")
+
+
+def check_write_target(path) -> None:
+    """InputError when `path` exists as something a file write must not replace (a directory, FIFO, device)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return  # a dangling link: os.replace replaces the link itself
+    kind = _kind(st.st_mode)
+    if kind is not None:
+        raise InputError(f"cannot write {os.fspath(path)}: it is {kind}, expected a regular file path")
+
+
+def atomic_write(path, write: Callable[[BinaryIO], object]) -> None:
+    """Write a file atomically: `write(fileobj)` fills a temp file in the same directory, fsync, os.replace.
+
+    A crash or kill leaves the old file or the new one under `path`, never a half-written one; a failure removes
+    the temp file. OSError (disk full, read-only, permission denied, missing directory) -> InputError."""
+    path = Path(path)
+    check_write_target(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    try:
+        try:
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the permissions open() would
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise write_error(path, exc) from None
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def atomic_write_bytes(path, data: bytes) -> None:
+    atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def fsync_directory(directory) -> None:
+    """Make renames inside `directory` durable (a power cut after os.replace keeps the new name). Best effort."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def make_directory(directory) -> list[Path]:
+    """mkdir -p that returns the directories it created (deepest last), so a failed write can remove them."""
+    directory = Path(directory)
+    missing = []
+    p = directory
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    created = []
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:
+            if not d.is_dir():
+                remove_directories(created)
+                raise InputError(f"cannot create directory {d}: a file of that name exists") from None
+            continue
+        except OSError as exc:
+            remove_directories(created)
+            raise InputError(f"cannot create directory {d}: {os_reason(exc)}") from None
+        created.append(d)
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"{directory}: exists and is not a directory")
+    return created
+
+
+def remove_directories(created: list[Path]) -> None:
+    """Remove directories `make_directory` created (only if still empty), deepest first."""
+    for d in reversed(created):
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
+def unlink_quietly(path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def safe_component(name: str, default: str = "tensor") -> str:
+    """A file-name component derived from an untrusted name: characters outside [A-Za-z0-9._-] become '_', leading
+    dots are dropped (no `..`, no hidden files), at most 200 characters (file systems cap a name at 255 bytes)."""
+    stem = _UNSAFE.sub("_", str(name)).lstrip(".")[:200]
+    return stem or default
+
+
+def is_temp_leftover(name: str) -> bool:
+    """A temp file of `atomic_write` (".<target>.<random>.tmp") left by a killed writer."""
+    return name.startswith(".") and name.endswith(TEMP_SUFFIX)
+
+
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "check_readable", "check_write_target",
+           "fsync_directory", "is_temp_leftover", "make_directory", "os_reason", "read_bytes", "read_text",
+           "remove_directories", "safe_component", "unlink_quietly", "write_error"]
