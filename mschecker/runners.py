@@ -83,23 +83,39 @@ def _check_model_path(model_path) -> Path:
     return path
 
 
-class OrtRunner:
-    """onnxruntime on the CPU: the fp32 peer and the default runner for `--model` checks."""
+def model_label(model, label: str | None = None) -> str:
+    """How errors name a model: ``label`` when given (an in-memory model has no file), else its path."""
+    if label:
+        return label
+    if isinstance(model, (str, Path)):
+        return f"model {model}"
+    path = getattr(model, "path", None)  # mschecker.graph.loader.LoadedModel
+    return f"model {path}" if path is not None and Path(path).is_file() else "in-memory model"
 
-    def __init__(self, model_path, *, intra_op_threads: int | None = None):
+
+class OrtRunner:
+    """onnxruntime on the CPU: the fp32 peer and the default runner for `--model` checks.
+
+    ``model``: an .onnx path, an onnx.ModelProto (over protobuf's 2 GB: its large initializers are handed to the
+    session as OrtValues, no file is written) or a mschecker.graph.loader.LoadedModel."""
+
+    def __init__(self, model, *, intra_op_threads: int | None = None, label: str | None = None):
         import onnxruntime as ort
 
-        self.path = _check_model_path(model_path)
+        self.path = _check_model_path(model) if isinstance(model, (str, Path)) else None
+        where = self.label = model_label(model, label)
         self.name = f"onnxruntime {ort.__version__} (CPUExecutionProvider)"
         opts = ort.SessionOptions()
         opts.log_severity_level = 3  # errors only: warnings would break the one-line contract on stderr
         if intra_op_threads:
             opts.intra_op_num_threads = int(intra_op_threads)
         try:
-            self._session = ort.InferenceSession(str(self.path), sess_options=opts, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # InvalidProtobuf, Fail, NotImplemented...: the model file is the problem
-            raise InputError(f"model {self.path}: onnxruntime cannot load it ({_first_line(exc)})") from None
-        where = f"model {self.path}"
+            source, self._external_values = _ort_source(model, opts)
+            self._session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+        except InputError:
+            raise
+        except Exception as exc:  # InvalidProtobuf, Fail, NotImplemented...: the model is the problem
+            raise InputError(f"{where}: onnxruntime cannot load it ({_first_line(exc)})") from None
         self._inputs = [TensorMeta(a.name, tuple(a.shape), _ort_dtype(a.type, f"{where} input {a.name!r}"))
                         for a in self._session.get_inputs()]
         self._outputs = [TensorMeta(a.name, tuple(a.shape), _ort_dtype(a.type, f"{where} output {a.name!r}"))
@@ -112,13 +128,46 @@ class OrtRunner:
         return list(self._outputs)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        check_feeds(feeds, self._inputs, f"model {self.path}")
+        check_feeds(feeds, self._inputs, self.label)
         names = [m.name for m in self._outputs]
+        # np.require keeps a 0-d feed 0-d (np.ascontiguousarray would make it shape (1,): a rank-0 timestep fails)
+        contiguous = {k: np.require(np.asarray(v), requirements="C") for k, v in feeds.items()}
         try:
-            values = self._session.run(names, {k: np.ascontiguousarray(v) for k, v in feeds.items()})
+            values = self._session.run(names, contiguous)
         except Exception as exc:  # shapes the model cannot take (e.g. a Reshape that does not fit the input)
-            raise InputError(f"model {self.path}: onnxruntime failed on these inputs ({_first_line(exc)})") from None
+            raise InputError(f"{self.label}: onnxruntime failed on these inputs ({_first_line(exc)})") from None
         return dict(zip(names, values))
+
+
+def _ort_source(model, opts) -> tuple[object, list]:
+    """(what onnxruntime.InferenceSession takes for ``model``: a path string or serialized bytes, the OrtValues
+    the session reads from and the runner must keep alive). A ModelProto over protobuf's limit is serialized
+    without its initializers over 1 MiB, which go to the session options as OrtValues."""
+    import onnx
+
+    if isinstance(model, (str, Path)):
+        return str(model), []
+    path = getattr(model, "path", None)
+    if not isinstance(model, onnx.ModelProto):  # LoadedModel: its file when it has one, else its proto
+        if path is not None and Path(path).is_file():
+            return str(path), []
+        model = model.proto
+    if sum(len(t.raw_data) for t in model.graph.initializer) < 2**31 - 2**26:
+        return model.SerializeToString(), []
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    graph = model.graph
+    small = [t for t in graph.initializer if len(t.raw_data) <= 2**20]
+    large = [t for t in graph.initializer if len(t.raw_data) > 2**20]
+    stripped = onnx.helper.make_model(
+        onnx.helper.make_graph(list(graph.node), graph.name, list(graph.input), list(graph.output), small,
+                               value_info=list(graph.value_info)),
+        opset_imports=list(model.opset_import))
+    stripped.ir_version = model.ir_version
+    values = [ort.OrtValue.ortvalue_from_numpy(numpy_helper.to_array(t)) for t in large]
+    opts.add_external_initializers([t.name for t in large], values)
+    return stripped.SerializeToString(), values
 
 
 def _first_line(exc: BaseException) -> str:
@@ -126,15 +175,20 @@ def _first_line(exc: BaseException) -> str:
     return (lines[0] if lines else type(exc).__name__)[:300]
 
 
-def make_runner(model_path, device: str = "ort", profile: str | None = None, **options) -> Runner:
+def make_runner(model, device: str = "ort", profile: str | None = None, *, label: str | None = None,
+                **options) -> Runner:
     """The runner for a device: "ort" (onnxruntime CPU), "reference" (float64 graph executor) or "npu" (the
-    emulated NPU with numerics `profile`). InputError for an unknown device or a device this build lacks."""
+    emulated NPU with numerics `profile`). InputError for an unknown device or a device this build lacks.
+
+    ``model`` is an .onnx path, an onnx.ModelProto or a mschecker.graph.loader.LoadedModel: in-memory models
+    (the bundled SD graphs) run without a temporary file; ``label`` names such a model in error messages."""
     if device == "ort":
         if profile is not None:
             raise InputError(f"--profile {profile} applies to --device npu or reference, not ort")
-        return OrtRunner(model_path, **options)
+        return OrtRunner(model, label=label, **options)
     if device in ("reference", "npu"):
-        _check_model_path(model_path)
+        if isinstance(model, (str, Path)):
+            _check_model_path(model)
         try:
             from .graph.runner import make_graph_runner
         except ModuleNotFoundError as exc:
@@ -142,5 +196,5 @@ def make_runner(model_path, device: str = "ort", profile: str | None = None, **o
                 raise InputError(f"--device {device} needs the graph executor (mschecker.graph), "
                                  f"which is not in this build") from None
             raise
-        return make_graph_runner(model_path, device, profile, **options)
+        return make_graph_runner(model, device, profile, label=label, **options)
     raise InputError(f"unknown --device {device!r} (choose from {', '.join(DEVICES)})")

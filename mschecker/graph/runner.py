@@ -1,6 +1,7 @@
 """Graph runners: the executor behind the Runner protocol (mschecker.runners) for --device reference / npu."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Callable
 
@@ -10,7 +11,7 @@ import onnx
 from ..errors import InputError
 from .capture import CaptureFilter, CaptureFn
 from .executor import Executor
-from .loader import load_model
+from .loader import from_proto, load_model
 from .policy import KernelUnavailable, Policy, ReferencePolicy
 
 
@@ -24,12 +25,23 @@ def _meta(info: onnx.ValueInfoProto):
 
 
 class GraphRunner:
-    """Runs a model with the graph executor under a policy; `run_captured` exposes the capture hooks."""
+    """Runs a model with the graph executor under a policy; `run_captured` exposes the capture hooks.
 
-    def __init__(self, model_path, policy: Policy):
-        self.path = Path(model_path)
+    ``model``: an .onnx path, an onnx.ModelProto (held in memory, no file written) or a LoadedModel."""
+
+    def __init__(self, model, policy: Policy, *, label: str | None = None):
+        from ..runners import model_label
+
+        self.label = model_label(model, label)
+        if isinstance(model, onnx.ModelProto):
+            model = from_proto(model)
+        elif isinstance(model, (str, Path)):
+            model = load_model(model)
+        self.path = model.path
         self.policy = policy
-        self.executor = Executor(load_model(self.path), policy)
+        # the executor names the model by its path in every error: an in-memory model by its label instead
+        named = model if label is None else dataclasses.replace(model, path=Path(label))
+        self.executor = Executor(named, policy)
         self.name = f"mschecker graph executor ({policy.name})"
         self.progress: Callable[[int, int], None] | None = None
 
@@ -81,12 +93,14 @@ def npu_profile(profile=None, *, precision_mode: str | None = None, keep_dtype=N
     return prof.replace(**changes) if changes else prof
 
 
-def make_graph_runner(model_path, device: str, profile: str | None = None, **options) -> GraphRunner:
-    """GraphRunner for device "reference" (float64) or "npu" (emulated; profile + options as npu_profile)."""
+def make_graph_runner(model, device: str, profile: str | None = None, *, label: str | None = None,
+                      **options) -> GraphRunner:
+    """GraphRunner for device "reference" (float64) or "npu" (emulated; profile + options as npu_profile);
+    ``model`` and ``label`` as GraphRunner takes them."""
     if device == "reference":
         if profile is not None or any(v for v in options.values()):
             raise InputError("--device reference is the float64 truth: it takes no --profile or precision options")
-        return GraphRunner(model_path, ReferencePolicy())
+        return GraphRunner(model, ReferencePolicy(), label=label)
     if device == "npu":
         from ..npu import NpuPolicy
 
@@ -94,5 +108,5 @@ def make_graph_runner(model_path, device: str, profile: str | None = None, **opt
             policy = NpuPolicy(npu_profile(profile, **options))
         except KernelUnavailable as exc:
             raise InputError(f"--device npu: {exc}") from None
-        return GraphRunner(model_path, policy)
+        return GraphRunner(model, policy, label=label)
     raise InputError(f"unknown graph device {device!r} (reference or npu)")
