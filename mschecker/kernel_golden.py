@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import golden
+from . import golden, golden_data
 from .errors import InputError
 from .kernelcheck import CheckResult, check_outputs, run_reference, run_variant
 from .registry import Case, KernelInfo, Variant, registry
 
-GOLDEN_ROOT = Path(__file__).resolve().parent.parent / "golden" / "kernels"
+GOLDEN_ROOT = golden_data.path("kernels")  # the repository's golden/kernels, installed as package data
 PRODUCER = "mschecker.kernel_golden (float64 reference)"
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import golden_data
 from ..errors import InputError
 from ._args import Parser, _int, add_device_args, add_tolerance_args, tolerance_rule
 from .check import (add_report_args, check_report_paths, emit_report, golden_tolerance_hint, run_check,
                     tolerance_source)
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "golden" / "default"
+DEFAULT_DIR = golden_data.path("default")  # the repository's golden/default, installed as package data
 MODEL, INPUTS, GOLDEN = "model.onnx", ("x.bin", "t.bin"), "expected"
 
 
@@ -21,7 +22,7 @@ def default_paths(directory: Path = DEFAULT_DIR) -> tuple[Path, str, Path]:
     """(model, comma list of inputs, golden directory) of the bundled default."""
     model = directory / MODEL
     if not model.is_file():
-        raise InputError(f"bundled default not found at {directory} (install from a source checkout: pip install -e .)")
+        raise InputError(f"bundled default not found at {directory} (a damaged install: reinstall mschecker)")
     return model, ",".join(str(directory / n) for n in INPUTS), directory / GOLDEN
 
 

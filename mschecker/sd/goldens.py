@@ -27,11 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import golden_data
 from .check import STAGES, per_stage_factory, stage_feeds
 from .pipeline import SDModels, run_pipeline
 from .presets import get_preset
 
-GOLDEN_DIR = Path(__file__).resolve().parents[2] / "golden" / "sd" / "tiny"
+GOLDEN_DIR = golden_data.path("sd", "tiny")  # the repository's golden/sd/tiny, installed as package data
 SETTINGS = {"preset": "tiny", "steps": 3, "scheduler": "ddim", "seed": 0, "guidance_scale": 7.5,
             "prompt": "a photo of an astronaut riding a horse", "weights_seed": 0}
 PROFILE = "ascend910b"
