@@ -83,6 +83,14 @@ class Variant:
     # that operand to fp32 exactly and reads nothing else from its dtype, so both forms give the same bits
     # (tests/graph/test_weight_staging.py checks every variant that sets it).
     staged_f32_operands: tuple[int, ...] = ()
+    # Two-sided emulation check (mschecker/kernels/definitions.py): an independently written definition of the
+    # documented algorithm (accumulation order, rounding points) the variant must match bit for bit; None where
+    # the variant has none yet (tests/kernels/test_emulation.py lists those).
+    definition: KernelFn | None = None
+    # What sets the variant's last bits besides our own code, where something does ("fp32 BLAS summation order"):
+    # such bits differ between CPUs, so goldens hold the variant to its contract, not to stored bits. None: the
+    # bits are ours, and the golden pins them exactly.
+    platform_bits: str | None = None
 
     @property
     def is_planted_bug(self) -> bool:
@@ -104,6 +112,10 @@ class KernelInfo:
     strategies: Mapping[str, StrategyFactory]  # "generic" first, then adversarial ones by name
     golden_cases: Callable[[], Sequence[Case]]  # fixed seeds: inputs stored in golden/kernels/
     doc: str = ""
+    # For a reference backed by BLAS (float64 GEMMs whose summation order is the CPU's BLAS kernel's): the
+    # elementwise bound (case, reference outputs) -> bound(s) within which two evaluations may differ; its golden
+    # outputs are compared within it. None: the reference is our own code path and its goldens are bit-exact.
+    reference_bits_bound: Callable[["Case", Any], Any] | None = None
 
     def variant(self, name: str) -> Variant:
         try:
