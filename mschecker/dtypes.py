@@ -127,7 +127,7 @@ def ordinal(x: np.ndarray) -> np.ndarray:
     maps a negative bit pattern s to -magnitude - 1; subtracting the sign (s >> (b-1) = -1) adds the 1 back.
     """
     fmt = float_format(x.dtype)
-    s = np.ascontiguousarray(x).view(np.dtype(f"int{fmt.bits}"))
+    s = np.require(x, requirements="C").view(np.dtype(f"int{fmt.bits}"))  # keeps 0-d 0-d (ascontiguousarray won't)
     sign = s >> (fmt.bits - 1)  # 0 or -1
     out = sign & np.array((1 << (fmt.bits - 1)) - 1, dtype=s.dtype)
     out ^= s
@@ -158,8 +158,8 @@ def ulp_distance(a: np.ndarray, b: np.ndarray, dtype=None) -> np.ndarray:
     """
     dtype = resolve_dtype(dtype if dtype is not None else np.asarray(a).dtype)
     fmt = float_format(dtype)
-    fa = np.ascontiguousarray(round_to(a, dtype))
-    fb = np.ascontiguousarray(round_to(b, dtype))
+    fa = np.require(round_to(a, dtype), requirements="C")  # keeps 0-d 0-d (ascontiguousarray won't)
+    fb = np.require(round_to(b, dtype), requirements="C")
     fa, fb = np.broadcast_arrays(fa, fb)
     d = ulp_distance_exact(np.array(fa), np.array(fb), fmt)
     imax = np.iinfo(np.int64).max

@@ -118,3 +118,12 @@ def test_run_command_feeds_rank0_inputs_end_to_end(device, model_path, tmp_path,
     from mschecker import golden
 
     np.testing.assert_array_equal(golden.load(out)["y"], EXPECTED)
+
+
+def test_ulp_helpers_keep_rank0():
+    from mschecker.dtypes import ordinal, ulp_distance
+
+    x = np.array(1.5, np.float16)
+    assert ordinal(x).shape == ()
+    d = ulp_distance(x, np.array(1.5009765625, np.float16))
+    assert d.shape == () and int(d) == 1
