@@ -127,12 +127,13 @@ def ordinal(x: np.ndarray) -> np.ndarray:
     maps a negative bit pattern s to -magnitude - 1; subtracting the sign (s >> (b-1) = -1) adds the 1 back.
     """
     fmt = float_format(x.dtype)
-    s = np.require(x, requirements="C").view(np.dtype(f"int{fmt.bits}"))  # keeps 0-d 0-d (ascontiguousarray won't)
+    x = np.asarray(x)
+    s = np.ascontiguousarray(x).view(np.dtype(f"int{fmt.bits}"))  # 1-d for a 0-d x: reshaped back below
     sign = s >> (fmt.bits - 1)  # 0 or -1
     out = sign & np.array((1 << (fmt.bits - 1)) - 1, dtype=s.dtype)
     out ^= s
     out -= sign
-    return out
+    return out.reshape(x.shape)
 
 
 def ulp_distance_exact(a: np.ndarray, b: np.ndarray, fmt: FloatFormat) -> np.ndarray:
@@ -161,7 +162,7 @@ def ulp_distance(a: np.ndarray, b: np.ndarray, dtype=None) -> np.ndarray:
     fa = np.require(round_to(a, dtype), requirements="C")  # keeps 0-d 0-d (ascontiguousarray won't)
     fb = np.require(round_to(b, dtype), requirements="C")
     fa, fb = np.broadcast_arrays(fa, fb)
-    d = ulp_distance_exact(np.array(fa), np.array(fb), fmt)
+    d = ulp_distance_exact(np.array(fa, ndmin=1), np.array(fb, ndmin=1), fmt).reshape(fa.shape)
     imax = np.iinfo(np.int64).max
     d = np.minimum(d.astype(np.uint64), np.uint64(imax)).astype(np.int64)
     nan = np.isnan(fa.astype(np.float64)) | np.isnan(fb.astype(np.float64))

@@ -15,6 +15,7 @@ import numpy as np
 
 from .dtypes import float_format, round_to, ulp_distance
 from .registry import Case, KernelInfo, Variant
+from .twosided import emulation_problems
 
 
 @dataclass
@@ -42,10 +43,11 @@ class CheckResult:
     dtype: str
     outputs: list[OutputCheck] = field(default_factory=list)
     label: str = ""
+    emulation: list[str] = field(default_factory=list)  # two-sided check problems (twosided.emulation_problems)
 
     @property
     def passed(self) -> bool:
-        return all(o.passed for o in self.outputs)
+        return all(o.passed for o in self.outputs) and not self.emulation
 
     @property
     def max_abs_err(self) -> float:
@@ -73,6 +75,7 @@ class CheckResult:
                 f"at {o.worst_index} (bound there {o.bound_at_worst:.3e}), {o.violations}/{o.size} over bound, "
                 f"{o.nonfinite_mismatches} non-finite mismatches, ULP p99 {o.ulp_p99:g}"
             )
+        parts += [f"  two-sided: {p}" for p in self.emulation]
         return "\n".join(parts)
 
 
@@ -174,7 +177,9 @@ def check_case(info: KernelInfo, variant: Variant | str, case: Case) -> CheckRes
     if isinstance(variant, str):
         variant = info.variant(variant)
     rounded, outs = run_variant(variant, case)
-    return check_outputs(info, variant, rounded, outs, run_reference(info, rounded))
+    result = check_outputs(info, variant, rounded, outs, run_reference(info, rounded))
+    result.emulation = emulation_problems(info, variant, rounded, outs)
+    return result
 
 
 def assert_meets_contract(info: KernelInfo, variant: Variant | str, case: Case) -> CheckResult:
