@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "run": "mschecker.commands.run",
     "sd": "mschecker.commands.sd",
     "demo": "mschecker.commands.demo",
+    "bisect": "mschecker.commands.bisect",
 }
 
 TRACEBACK_FLAG = "--traceback"
