@@ -1,0 +1,187 @@
+"""bisect_model: localize precision loss in an ONNX model, find the smallest fix, prove it (library entry).
+
+Phases (each one module): the lockstep pass (lockstep.analyse) gives every node's accumulated and own error
+and headroom on every sample; the culprit ranking orders candidates by own error; the fix search
+(search.search) finds the smallest passing set of moves with group testing; the written form of that set
+(writers.Recommendation) is proven by a second lockstep pass under it on every sample, and the patched ONNX
+model is checked with onnxruntime. Nothing here writes a file: report.write_outputs does, after the run.
+
+Verdicts and exit codes: PASS (0) the model meets the tolerance as given; FIXED (0) a fix was found and its
+proof re-run passed on every sample; FAIL (1) no configuration within the budget passes (or, with device dumps,
+the dumped outputs miss the tolerance: dumps localize, they cannot test a fix).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import onnx
+
+from ..compare import ToleranceRule
+from ..errors import InputError
+from ..graph.executor import Executor
+from ..graph.loader import LoadedModel, load_model
+from ..graph.policy import KernelUnavailable
+from ..graph.runner import npu_profile
+from ..npu import NumericsProfile
+from .lockstep import Analysis, DumpFolder, NodeRecord, analyse, reference_executor
+from .policy import npu_policy
+from .samples import Sample, check_same_shapes
+from .search import LAYER_OPS, Budget, Evaluation, Evaluator, FixConfig, SearchResult, high_precision_capable, \
+    rank_candidates, search
+from .writers import OnnxCheck, Recommendation, check_with_onnxruntime, patched_onnx
+
+Progress = Callable[[str, int, int | None], None]
+EXIT_CODES = {"PASS": 0, "FIXED": 0, "FAIL": 1}
+
+
+def tolerance_rule(tolerance) -> ToleranceRule:
+    """atol = rtol = tolerance (the project's --tolerance convention); must be a positive finite number."""
+    try:
+        value = float(tolerance)
+    except (TypeError, ValueError):
+        raise InputError(f"--tolerance: expected a positive number, got {tolerance!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"--tolerance: expected a positive number, got {tolerance!r}")
+    return ToleranceRule.from_args(tolerance=value)
+
+
+@dataclass
+class Attribution:
+    """Effect of one move of the fix on the outputs: the worst output error with that move left out."""
+
+    node: str
+    without_rel_l2: float
+    passes_without: bool
+
+
+@dataclass
+class BisectResult:
+    model: str
+    profile: NumericsProfile
+    rule: ToleranceRule
+    samples: list[Sample]
+    analysis: Analysis
+    ranking: list[NodeRecord]                       # candidates by own error (the culprit ranking)
+    search: SearchResult | None = None
+    recommendation: Recommendation | None = None
+    proof: Analysis | None = None                   # the lockstep pass under the recommendation
+    onnx_check: OnnxCheck | None = None
+    onnx_bytes: bytes | None = None
+    attribution: list[Attribution] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    npu_side: str = "emulator"
+
+    @property
+    def verdict(self) -> str:
+        if self.npu_side == "dump" or self.search is None:
+            return "PASS" if self.analysis.passed else "FAIL"
+        if self.search.baseline is not None and self.search.baseline.passed and self.analysis.passed:
+            return "PASS"
+        if self.recommendation is not None and self.proof is not None and self.proof.passed:
+            return "FIXED"
+        return "FAIL"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def culprits(self) -> list[NodeRecord]:
+        """The nodes the fix moves, in ranking order (empty without a fix)."""
+        if self.recommendation is None:
+            return []
+        chosen = self.recommendation.config.keep_dtype | self.recommendation.config.high_precision
+        return [n for n in self.ranking if n.name in chosen]
+
+
+def _load(model: str | Path | LoadedModel) -> LoadedModel:
+    return model if isinstance(model, LoadedModel) else load_model(model)
+
+
+def _plan(model: LoadedModel, profile: NumericsProfile) -> tuple[Executor, Executor]:
+    reference = reference_executor(model)
+    try:
+        npu = Executor(model, npu_policy(profile))
+    except KernelUnavailable as exc:
+        raise InputError(f"profile {profile.name}: {exc}") from None
+    return reference, npu
+
+
+def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, profile="ascend910b",
+                 tolerance=1e-2, budget: Budget | None = None, npu_dump: str | Path | None = None,
+                 check_onnx: bool = True, progress: Progress | None = None) -> BisectResult:
+    """The whole bisection (module docstring). `samples`: input sets (samples.read_samples); `profile`: a preset
+    name, profile file or NumericsProfile; `npu_dump`: a folder of device dumps replacing the emulator."""
+    rule = tolerance_rule(tolerance)
+    if not samples:
+        raise InputError("--input: no input set given")
+    check_same_shapes(samples)
+    base = npu_profile(profile) if not isinstance(profile, NumericsProfile) else profile
+    loaded = _load(model)
+    timings: dict[str, float] = {}
+    reference, npu = _plan(loaded, base)
+    dump = None
+    if npu_dump is not None:
+        if len(samples) != 1:
+            raise InputError(f"--npu-dump {npu_dump}: a dump folder holds one run; give exactly one input set "
+                             f"(got {len(samples)})")
+        produced = [o for st in reference.steps for o in st.outputs if o]
+        dump = DumpFolder(npu_dump, produced)
+    t0 = time.perf_counter()
+    analysis = analyse(reference, None if dump else npu, list(samples), rule, dump=dump, progress=progress)
+    timings["lockstep_pass"] = time.perf_counter() - t0
+    records = {n.name: n for n in analysis.nodes}
+    ranking = [records[name] for name in rank_candidates(analysis)]
+    result = BisectResult(str(loaded.path), base, rule, list(samples), analysis, ranking, timings=timings,
+                          npu_side="dump" if dump else "emulator")
+    if dump is not None:
+        return result
+    t0 = time.perf_counter()
+    evaluator = Evaluator(loaded, base, list(samples), analysis, rule, budget, progress)
+    names = [n.name for n in ranking]
+    layers = [n.name for n in analysis.nodes if n.op_type in LAYER_OPS and not n.folded] or names
+    result.search = search(evaluator, names, high_precision_capable(npu, base, names), layers)
+    timings["fix_search"] = time.perf_counter() - t0
+    config = result.search.recommended
+    if config is None or not config.changes:
+        return result
+    rec = Recommendation.from_config(config, analysis)
+    result.recommendation = rec
+    t0 = time.perf_counter()
+    fixed_npu = Executor(loaded, npu_policy(rec.profile(base)))
+    result.proof = analyse(reference, fixed_npu, list(samples), rule, own_error=False, progress=progress)
+    timings["proof"] = time.perf_counter() - t0
+    if len(result.culprits) <= 16:
+        t0 = time.perf_counter()
+        result.attribution = _attribute(evaluator, config)
+        timings["attribution"] = time.perf_counter() - t0
+    if check_onnx and result.proof.passed:
+        t0 = time.perf_counter()
+        result.onnx_check, result.onnx_bytes = _patched_check(loaded, config, list(samples), analysis, rule)
+        timings["onnx_check"] = time.perf_counter() - t0
+    return result
+
+
+def _attribute(evaluator: Evaluator, config: FixConfig) -> list[Attribution]:
+    """Leave-one-out over the fix's moves: how much each one matters for the outputs (uncounted evaluations)."""
+    out = []
+    for name in sorted(config.keep_dtype | config.high_precision):
+        trial = FixConfig(config.keep_dtype - {name}, config.high_precision - {name})
+        ev: Evaluation = evaluator(trial, f"attribution: without {name}", counted=False)
+        out.append(Attribution(name, ev.worst_rel_l2, ev.passed))
+    return out
+
+
+def _patched_check(loaded: LoadedModel, config: FixConfig, samples, analysis, rule):
+    try:
+        full = onnx.load(str(loaded.path))
+        proto = patched_onnx(full, set(config.keep_dtype | config.high_precision))
+        from .writers import serialize
+        data = serialize(proto)
+    except Exception as exc:  # noqa: BLE001 - a converter failure is reported; the emulator's proof stands
+        return OnnxCheck(False, False, error=f"fp16 conversion failed: {type(exc).__name__}: {exc}"), None
+    return check_with_onnxruntime(proto, samples, analysis, rule), data

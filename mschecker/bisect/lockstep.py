@@ -1,0 +1,279 @@
+"""One streamed side-by-side pass: the float64 reference and the NPU side walk the same topological order.
+
+For every node, in execution order and for every sample:
+  * the reference executes it (Executor.walk) and the NPU side produces the same tensors: the emulator executes
+    it too (its own walk), or, with real-device dumps, the dumped tensor of that name is read;
+  * own error: the emulator runs the node alone on the *reference's* inputs (Executor.run_node), so the error
+    it adds is separated from the error it inherited; with dumps, the reference runs the node on the dumped
+    inputs, and the dumped output is compared with that (the same quantity seen from the other side);
+  * every float output is compared with the reference value as it appears (ErrorStats) and its headroom taken
+    (Headroom); then both sides drop it (the executors free each tensor after its last consumer; nothing here
+    keeps a tensor beyond its node, except the graph outputs of the reference, which the fix search needs).
+Per-sample stats merge into the worst over the samples (ErrorStats.worst), so results do not depend on sample
+order and a problem shows on whichever sample has it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..compare import ToleranceRule
+from ..errors import InputError
+from ..graph.executor import Executor
+from ..graph.policy import ReferencePolicy, is_float_dtype
+from ..tensorio import read_tensor, safe_filename
+from .policy import RecordingNpuPolicy
+from .samples import Sample
+from .stats import ErrorStats, Headroom, ReferenceRange, is_overflow
+
+Progress = Callable[[str, int, int | None], None]  # (what, done, total)
+
+
+class StreamingReference(Executor):
+    """The float64 reference as the lockstep pass runs it: float initializers are converted per node, not held
+    converted for the executor's life (a float64 copy of every weight would be 2x the fp32 model alone), so the
+    pass's memory stays near two plain runs."""
+
+    ROUND_ONCE_MAX_ELEMENTS = -1
+
+
+def reference_executor(model) -> Executor:
+    return StreamingReference(model, ReferencePolicy())
+
+
+@dataclass
+class OutputRecord:
+    """One float output of one node, worst over the samples."""
+
+    tensor: str
+    shape: tuple
+    error: ErrorStats | None = None        # NPU value vs reference (accumulated: own + inherited)
+    own: ErrorStats | None = None          # the node's own error (see module docstring)
+    headroom: Headroom | None = None
+    reference: ReferenceRange = field(default_factory=ReferenceRange)
+
+    @property
+    def overflow(self) -> bool:
+        return self.headroom is not None and is_overflow(self.headroom, self.reference)
+
+    def to_dict(self) -> dict:
+        return {"tensor": self.tensor, "shape": [int(s) for s in self.shape],
+                "error": self.error.to_dict() if self.error else None,
+                "own_error": self.own.to_dict() if self.own else None,
+                "headroom": self.headroom.to_dict() if self.headroom else None,
+                "reference_peak": self.reference.peak, "overflow": self.overflow}
+
+
+@dataclass
+class NodeRecord:
+    index: int          # position in execution order
+    name: str           # the model's node name ("#i:OpType" when unnamed)
+    op_type: str
+    npu: str            # what the NPU side bound (dtype, implmode, kernel variants) or "device dump"
+    folded: bool        # constant-foldable (shape arithmetic, weight preprocessing): no device precision applies
+    outputs: list[OutputRecord] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.op_type})"
+
+    @property
+    def error(self) -> float:
+        return max((o.error.rel_l2 for o in self.outputs if o.error), default=0.0)
+
+    @property
+    def own_error(self) -> float:
+        return max((o.own.rel_l2 for o in self.outputs if o.own), default=0.0)
+
+    @property
+    def overflow(self) -> bool:
+        return any(o.overflow for o in self.outputs)
+
+    @property
+    def passed(self) -> bool:
+        return all(o.error.passed for o in self.outputs if o.error)
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "name": self.name, "op_type": self.op_type, "npu": self.npu,
+                "folded": self.folded, "outputs": [o.to_dict() for o in self.outputs]}
+
+
+@dataclass
+class DumpCoverage:
+    """How a real-device dump folder matched the model's tensors."""
+
+    folder: str
+    matched: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)      # tensors the model produces that have no dump
+    extra: list[str] = field(default_factory=list)        # dump files that name no tensor of the model
+    misshaped: list[str] = field(default_factory=list)    # "name: dump (shape) vs model (shape)"
+
+    def to_dict(self) -> dict:
+        return {"folder": self.folder, "matched": len(self.matched), "missing": self.missing, "extra": self.extra,
+                "misshaped": self.misshaped}
+
+
+@dataclass
+class Analysis:
+    """The lockstep pass over every sample: per-node records and the graph outputs' verdicts."""
+
+    nodes: list[NodeRecord]
+    outputs: dict[str, ErrorStats]                       # graph output -> worst over samples
+    per_sample: list[dict[str, ErrorStats]]              # sample -> graph output -> stats
+    reference_outputs: list[dict[str, np.ndarray]]       # kept for the fix search's evaluations
+    reference_ranges: dict[str, ReferenceRange]          # every float tensor's reference range
+    dump: DumpCoverage | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(s.passed for s in self.outputs.values()) and not any(n.overflow for n in self.nodes)
+
+    def first_crossing(self) -> NodeRecord | None:
+        """The first node (execution order) whose output breaks the tolerance rule or overflows."""
+        return next((n for n in self.nodes if not n.folded and (not n.passed or n.overflow)), None)
+
+    def node(self, name: str) -> NodeRecord:
+        return next(n for n in self.nodes if n.name == name)
+
+
+class DumpFolder:
+    """Per-tensor dumps taken on a device: <safe tensor name>.npy, or .bin with a sidecar (x.bin.json)."""
+
+    SUFFIXES = (".npy", ".bin")
+
+    def __init__(self, folder, tensor_names: list[str]):
+        self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise InputError(f"--npu-dump {folder}: not a directory")
+        files = {p.name: p for p in self.folder.iterdir() if p.is_file() and p.suffix.lower() in self.SUFFIXES}
+        self.paths: dict[str, Path] = {}
+        for name in tensor_names:
+            stem = safe_filename(name)
+            path = next((files[stem + s] for s in self.SUFFIXES if stem + s in files), None)
+            if path is not None:
+                self.paths[name] = path
+        used = {p.name for p in self.paths.values()}
+        self.coverage = DumpCoverage(str(folder), extra=sorted(n for n in files if n not in used))
+        if not self.paths:
+            shown = ", ".join(sorted(files)[:5]) or "no .npy/.bin file"
+            raise InputError(f"--npu-dump {folder}: holds no tensor of the model (files: {shown}; expected one "
+                             f"<tensor name>.npy or .bin + sidecar per tensor, e.g. {safe_filename(tensor_names[-1])}.npy)")
+
+    def load(self, name: str, shape: tuple, *, produced: bool = True) -> np.ndarray | None:
+        """The dump of tensor `name` (None when absent or misshaped: listed, not fatal). produced=False: an
+        input read for the own-error run, whose absence is listed where it is produced (graph inputs: never)."""
+        path = self.paths.get(name)
+        if path is None:
+            if produced and name not in self.coverage.missing:
+                self.coverage.missing.append(name)
+            return None
+        x = read_tensor(path, name=name)
+        if tuple(x.shape) != tuple(shape):
+            if x.size == int(np.prod(shape)):
+                x = x.reshape(shape)  # a flat .bin dump of the right size
+            else:
+                note = f"{name}: dump {tuple(x.shape)} vs model {tuple(shape)}"
+                if note not in self.coverage.misshaped:
+                    self.coverage.misshaped.append(note)
+                return None
+        if name not in self.coverage.matched:
+            self.coverage.matched.append(name)
+        return x
+
+
+def _float_outputs(produced: dict) -> Iterator[tuple[str, np.ndarray]]:
+    for name, v in produced.items():
+        if isinstance(v, np.ndarray) and is_float_dtype(v.dtype) and v.size:
+            yield name, v
+
+
+def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], rule: ToleranceRule, *,
+            dump: DumpFolder | None = None, own_error: bool = True,
+            progress: Progress | None = None) -> Analysis:
+    """The lockstep pass (module docstring). `npu` is the emulator's executor, or None with `dump` (one sample)."""
+    steps = reference.steps
+    records = [NodeRecord(st.index, st.label, st.node.op_type,
+                          "device dump" if npu is None else npu.steps[k].ctx.description,
+                          st.ctx.description.startswith("host-folded") if npu is None else
+                          npu.steps[k].ctx.description.startswith("host-folded"))
+               for k, st in enumerate(steps)]
+    by_tensor: dict[str, OutputRecord] = {}
+    ranges: dict[str, ReferenceRange] = {}
+    outputs: dict[str, ErrorStats] = {}
+    per_sample: list[dict[str, ErrorStats]] = []
+    ref_outputs: list[dict[str, np.ndarray]] = []
+    graph_outputs = set(reference.output_names)
+    recording = npu.policy if npu is not None and isinstance(npu.policy, RecordingNpuPolicy) else None
+    total = len(steps) * len(samples)
+    for si, sample in enumerate(samples):
+        sample_out: dict[str, ErrorStats] = {}
+        kept: dict[str, np.ndarray] = {}
+        ref_walk = reference.walk(sample.feeds)
+        npu_walk = npu.walk(sample.feeds) if npu is not None else None
+        for k, (rstep, rargs, rout) in enumerate(ref_walk):
+            record = records[k]
+            if npu_walk is not None:
+                nstep, _nargs, nout = next(npu_walk)
+                del _nargs
+                hidden = recording.take_hidden(nstep.node.name) if recording else 0
+                ref_inputs = {n: a for n, a in zip(rstep.inputs, rargs) if n and n not in reference.initializers}
+                own_out = npu.run_node(k, ref_inputs) if own_error and not record.folded else None
+                own_hidden = recording.take_hidden(nstep.node.name) if recording else 0
+                del own_hidden  # the own run's clamps are the node's, already counted by the walk's
+            else:
+                hidden = 0
+                nout = {name: dump.load(name, np.shape(v)) for name, v in rout.items()
+                        if isinstance(v, np.ndarray) and is_float_dtype(v.dtype)}
+                own_out = _reference_on_dumps(reference, k, rstep, rargs, dump) if own_error else None
+            for name, ref in _float_outputs(rout):
+                rng = ranges.setdefault(name, ReferenceRange())
+                rng.add(ref)
+                actual = nout.get(name)
+                rec = by_tensor.get(name)
+                if rec is None:
+                    rec = by_tensor[name] = OutputRecord(name, tuple(ref.shape), reference=rng)
+                    record.outputs.append(rec)
+                if actual is None or not is_float_dtype(actual.dtype):
+                    continue
+                where = f"{record.label} output {name!r}"
+                err = ErrorStats.of(actual, ref, rule, where)
+                rec.error = err.worst(rec.error)
+                rec.headroom = Headroom.of(actual, hidden).worst(rec.headroom)
+                if own_out is not None and own_out.get(name) is not None:
+                    if npu is not None:
+                        own = ErrorStats.of(own_out[name], ref, rule, where)
+                    else:  # device dump vs the reference run on the dumped inputs
+                        own = ErrorStats.of(actual, own_out[name], rule, where)
+                    rec.own = own.worst(rec.own)
+                elif npu is None and own_error:  # no dumped input: everything this output carries is its own
+                    rec.own = err.worst(rec.own)
+                if name in graph_outputs:
+                    sample_out[name] = err
+                    outputs[name] = err.worst(outputs.get(name))
+            for name in graph_outputs.intersection(rout):
+                kept[name] = rout[name]
+            del rargs, rout, nout, own_out
+            if progress is not None:
+                progress("lockstep pass", si * len(steps) + k + 1, total)
+        per_sample.append(sample_out)
+        ref_outputs.append({n: kept[n] for n in reference.output_names if n in kept})
+    return Analysis(records, outputs, per_sample, ref_outputs, ranges,
+                    dump.coverage if dump is not None else None)
+
+
+def _reference_on_dumps(reference: Executor, k: int, step, rargs, dump: DumpFolder) -> dict | None:
+    """The reference's value of node k computed from the device's dumped inputs (reference inputs where a dump
+    is missing); None when the node reads no dumped tensor (then the whole error is the node's own)."""
+    inputs, any_dumped = {}, False
+    for n, a in zip(step.inputs, rargs):
+        if not n or n in reference.initializers:
+            continue
+        d = dump.load(n, np.shape(a), produced=False) if isinstance(a, np.ndarray) and is_float_dtype(a.dtype) else None
+        any_dumped |= d is not None
+        inputs[n] = d if d is not None else a
+    if not any_dumped:
+        return None
+    return reference.run_node(k, inputs)

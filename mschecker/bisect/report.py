@@ -1,0 +1,270 @@
+"""The bisection's report: JSON document (schema in docs/BISECT.md), Rich console view, error-vs-depth plot,
+HTML page, and write_outputs, which puts every file into --out (each atomically; fix files only for a fix
+whose proof re-run passed: an unproven recommendation is never written or printed as a fix).
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from pathlib import Path
+
+from ..fsio import atomic_write_bytes, atomic_write_text, make_directory
+from .engine import BisectResult
+from .islands import islands
+from .stats import _num
+from .writers import FILES, write_fix
+
+SCHEMA_VERSION = 1
+PLOT_FILE = "error_by_depth.png"
+JSON_FILE = "bisect_report.json"
+HTML_FILE = "bisect_report.html"
+TOP = 10
+
+
+def _islands(result: BisectResult):
+    rec = result.recommendation
+    if rec is None or not rec.config.keep_dtype:
+        return []
+    from ..graph.loader import load_model
+    graph = load_model(result.model).graph if Path(result.model).is_file() else None
+    if graph is None:
+        return []
+    floats = {o.tensor for n in result.analysis.nodes for o in n.outputs} | set(result.samples[0].feeds)
+    return islands(graph, set(rec.config.keep_dtype), [n.name for n in result.analysis.nodes], floats)
+
+
+def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
+    a, s = result.analysis, result.search
+    first = a.first_crossing()
+    attribution = {x.node: x for x in result.attribution}
+    culprits = []
+    for rank, n in enumerate(result.ranking[:max(TOP, len(result.culprits))], 1):
+        att = attribution.get(n.name)
+        culprits.append({"rank": rank, "name": n.name, "op_type": n.op_type, "own_rel_l2": _num(n.own_error),
+                         "rel_l2": _num(n.error), "overflow": n.overflow, "in_fix": n in result.culprits,
+                         "output_rel_l2_without_its_move": _num(att.without_rel_l2) if att else None,
+                         "fix_passes_without_it": att.passes_without if att else None})
+    doc = {
+        "schema_version": SCHEMA_VERSION, "tool": "mschecker bisect", "verdict": result.verdict,
+        "exit_code": result.exit_code, "model": result.model, "profile": result.profile.name,
+        "overflow_mode": result.profile.overflow_mode, "npu_side": result.npu_side,
+        "tolerance": result.rule.to_dict(), "samples": [x.label for x in result.samples],
+        "outputs": {name: st.to_dict() for name, st in a.outputs.items()},
+        "first_crossing": ({"name": first.name, "op_type": first.op_type, "index": first.index,
+                            "overflow": first.overflow, "rel_l2": _num(first.error)} if first else None),
+        "culprits": culprits,
+        "nodes": [n.to_dict() for n in a.nodes],
+        "search": None, "recommendation": None, "islands": [], "rule_of_thumb": None, "proof": None,
+        "onnx_check": result.onnx_check.to_dict() if result.onnx_check else None,
+        "dump": a.dump.to_dict() if a.dump else None,
+        "timings_s": {k: round(v, 3) for k, v in result.timings.items()}, "files": files or {},
+    }
+    if s is not None:
+        doc["search"] = {"candidates": len(s.candidates), "culprits_found": s.culprits, "evaluations": s.evaluations,
+                         "bound": s.bound, "budget_exhausted": s.exhausted,
+                         "log": [e.to_dict() for e in s.log]}
+        if s.rule_of_thumb is not None:
+            t = s.rule_of_thumb
+            doc["rule_of_thumb"] = {"rule": "fp32 after every 5 fp16 layers", "layers": len(s.layers),
+                                    "changes": t.config.changes, "passed": t.passed,
+                                    "worst_rel_l2": _num(t.worst_rel_l2), "overflow_nodes": t.overflow_nodes[:20]}
+        if s.best is not None and result.verdict == "FAIL":
+            doc["closest"] = s.best.to_dict()
+    if result.recommendation is not None and result.proof is not None:
+        proven = result.proof.passed
+        doc["proof"] = {"passed": proven, "samples": _before_after(result)}
+        if proven:
+            doc["recommendation"] = result.recommendation.to_dict()
+            doc["islands"] = [i.to_dict() for i in _islands(result)]
+    return doc
+
+
+def _before_after(result: BisectResult) -> list[dict]:
+    rows = []
+    for label, before, after in zip([x.label for x in result.samples], result.analysis.per_sample,
+                                    result.proof.per_sample):
+        rows.append({"sample": label, "outputs": [{"name": k, "before": before[k].to_dict(),
+                                                   "after": after[k].to_dict()} for k in before]})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------- console
+def render_console(result: BisectResult, console=None, files: dict[str, str] | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    a, s = result.analysis, result.search
+    style = {"PASS": "bold green", "FIXED": "bold yellow", "FAIL": "bold red"}[result.verdict]
+    console.print(Text.assemble(("bisect ", "bold"), (result.verdict, style), "  ", Text(result.model),
+                                f"  profile {result.profile.name}  tolerance {result.rule.describe()}"))
+    first = a.first_crossing()
+    if first is not None:
+        why = "overflows" if first.overflow else f"breaks the tolerance (rel L2 {first.error:.3g})"
+        console.print(Text.assemble("first node past the threshold: ", (first.label, "bold"), f" {why}"))
+    table = Table(title="culprits by own error (own = the node on the reference's inputs)")
+    for col in ("#", "node (op type)", "own rel L2", "rel L2", "peak/max", "overflow", "in fix",
+                "outputs without it"):
+        table.add_column(col)
+    attribution = {x.node: x for x in result.attribution}
+    culprit_names = {c.name for c in result.culprits}
+    for rank, n in enumerate(result.ranking[:TOP], 1):
+        head = max((o.headroom.fraction_of_max for o in n.outputs if o.headroom), default=0.0)
+        att = attribution.get(n.name)
+        table.add_row(str(rank), Text(n.label), f"{n.own_error:.3g}", f"{n.error:.3g}", f"{head:.3g}",
+                      "yes" if n.overflow else "", "yes" if n.name in culprit_names else "",
+                      "" if att is None else f"{att.without_rel_l2:.3g}" + ("" if att.passes_without else " fail"))
+    console.print(table)
+    if a.dump is not None:
+        d = a.dump
+        console.print(f"device dump {d.folder}: {len(d.matched)} tensors matched, {len(d.missing)} missing, "
+                      f"{len(d.extra)} extra, {len(d.misshaped)} misshaped")
+        for label, items in (("missing", d.missing), ("extra", d.extra), ("misshaped", d.misshaped)):
+            if items:
+                console.print(Text(f"  {label}: " + ", ".join(items[:8]) + (" ..." if len(items) > 8 else "")))
+    if s is not None:
+        console.print(f"fix search: {s.evaluations} evaluations (bound 2 + k*ceil(log2 n) = {s.bound} for k = "
+                      f"{len(s.culprits)} among n = {len(s.candidates)} candidates)"
+                      + (f"; stopped: {s.exhausted}" if s.exhausted else ""))
+    if result.verdict == "FIXED":
+        rec = result.recommendation
+        console.print(Text("fix (proven on every sample):", style="bold"))
+        for e in rec.keep_dtype:
+            console.print(Text(f"  keep_dtype fp32: {e}"))
+        for k, v in {**rec.by_op_type}.items():
+            console.print(Text(f"  op_precision_mode [ByOpType] {k}={v}"))
+        for k, v in rec.by_node.items():
+            console.print(Text(f"  op_precision_mode [ByNodeName] {k}={v}"))
+        ba = Table(title="before / after (worst over samples)")
+        for col in ("output", "rel L2 before", "rel L2 after", "max abs before", "max abs after", "after passes"):
+            ba.add_column(col)
+        for name, before in a.outputs.items():
+            after = result.proof.outputs[name]
+            ba.add_row(Text(name), f"{before.rel_l2:.3g}", f"{after.rel_l2:.3g}", f"{before.max_abs or 0:.3g}",
+                       f"{after.max_abs or 0:.3g}", "yes" if after.passed else "no")
+        console.print(ba)
+        isl = _islands(result)
+        if isl:
+            console.print(f"fp32 islands: {len(isl)} ({sum(len(i.nodes) for i in isl)} nodes, "
+                          f"{sum(len(i.cast_in) + len(i.cast_out) for i in isl)} cast points)")
+        if result.onnx_check is not None:
+            oc = result.onnx_check
+            console.print("patched ONNX on onnxruntime: " + (
+                f"{'meets' if oc.passed else 'MISSES'} the tolerance (worst rel L2 {oc.worst_rel_l2:.3g})"
+                if oc.ran else f"not run ({oc.error})"))
+    elif s is not None and result.verdict == "FAIL" and s.best is not None:
+        console.print(Text(f"no passing configuration; closest: {s.best.config.describe()}, worst output rel L2 "
+                           f"{s.best.worst_rel_l2:.3g}, failing outputs {', '.join(s.best.failing_outputs) or '-'}, "
+                           f"overflowing nodes {', '.join(s.best.overflow_nodes[:5]) or '-'}"))
+    if s is not None and s.rule_of_thumb is not None:
+        t = s.rule_of_thumb
+        mine = result.recommendation.changes if result.verdict == "FIXED" else None
+        console.print(f"rule of thumb (fp32 after every 5 fp16 layers): {t.config.changes} nodes in fp32, "
+                      f"{'passes' if t.passed else 'fails'} (worst rel L2 {t.worst_rel_l2:.3g})"
+                      + (f"; the minimal set found: {mine} change(s)" if mine is not None else ""))
+    if files:
+        console.print(Text("written: " + ", ".join(files.values())))
+
+
+# ------------------------------------------------------------------------------------------- plot
+def plot_png(result: BisectResult) -> bytes:
+    """Accumulated error (worst output rel L2 per node) along execution order, before and after the fix, with the
+    culprits marked."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(analysis):
+        xs, ys = [], []
+        for n in analysis.nodes:
+            if n.outputs and not n.folded:
+                e = n.error
+                xs.append(n.index)
+                ys.append(min(e, 1e3) if math.isfinite(e) else 1e3)
+        return xs, [max(y, 1e-12) for y in ys]
+
+    fig, ax = plt.subplots(figsize=(10, 4.2), dpi=100)
+    xs, ys = series(result.analysis)
+    ax.plot(xs, ys, lw=1, color="tab:red", label="before (profile as given)")
+    if result.proof is not None:
+        xa, ya = series(result.proof)
+        ax.plot(xa, ya, lw=1, color="tab:green", label="after the fix")
+    tol = result.rule.rtol
+    ax.axhline(tol, ls="--", color="gray", lw=0.8, label=f"tolerance {tol:g}")
+    marked = result.culprits or result.ranking[:3]
+    for n in marked[:12]:
+        e = n.error if math.isfinite(n.error) else 1e3
+        ax.scatter([n.index], [max(min(e, 1e3), 1e-12)], color="black", zorder=3, s=18)
+        ax.annotate(n.name[:28], (n.index, max(min(e, 1e3), 1e-12)), fontsize=7, rotation=30,
+                    xytext=(3, 4), textcoords="offset points")
+    ax.set_yscale("log")
+    ax.set_xlabel("node (execution order)")
+    ax.set_ylabel("relative L2 error vs float64 (worst output, worst sample)")
+    ax.set_title(f"{Path(result.model).name}: error along graph depth ({result.profile.name}); "
+                 "culprits marked", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------------------------- html
+def render_html(doc: dict, png: bytes | None) -> str:
+    e = html.escape
+    rows = "".join(f"<tr><td>{c['rank']}</td><td>{e(c['name'])}</td><td>{e(c['op_type'])}</td>"
+                   f"<td>{c['own_rel_l2']}</td><td>{c['rel_l2']}</td><td>{'yes' if c['overflow'] else ''}</td>"
+                   f"<td>{'yes' if c['in_fix'] else ''}</td></tr>" for c in doc["culprits"])
+    rec = doc.get("recommendation")
+    fix = "<p>no proven fix</p>" if not rec else (
+        "<ul>" + "".join(f"<li>keep_dtype {e(x)}</li>" for x in rec["keep_dtype"])
+        + "".join(f"<li>[ByOpType] {e(k)}={e(v)}</li>" for k, v in rec["op_precision"]["ByOpType"].items())
+        + "".join(f"<li>[ByNodeName] {e(k)}={e(v)}</li>" for k, v in rec["op_precision"]["ByNodeName"].items())
+        + "</ul>")
+    img = f'<img alt="error by depth" src="data:image/png;base64,{base64.b64encode(png).decode()}">' if png else ""
+    search = doc.get("search") or {}
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>mschecker bisect</title>
+<style>body{{font-family:sans-serif;margin:2em}}td,th{{border:1px solid #ccc;padding:2px 6px}}
+table{{border-collapse:collapse}}</style></head><body>
+<h1>mschecker bisect: {e(doc['verdict'])}</h1>
+<p>model {e(doc['model'])}, profile {e(doc['profile'])}, {e(doc['tolerance']['text'])}</p>
+<p>fix search: {search.get('evaluations', '-')} evaluations (bound {search.get('bound', '-')})</p>
+<h2>Culprits by own error</h2><table><tr><th>#</th><th>node</th><th>op type</th><th>own rel L2</th>
+<th>rel L2</th><th>overflow</th><th>in fix</th></tr>{rows}</table>
+<h2>Fix</h2>{fix}{img}
+<h2>Report (JSON)</h2><pre>{e(json.dumps(doc, indent=1)[:200000])}</pre></body></html>
+"""
+
+
+# ------------------------------------------------------------------------------------------- files
+def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_report: bool = False) -> dict:
+    """Everything into `out`: the plot always; the fix files when the verdict is FIXED (proven); the JSON and
+    HTML reports when asked. Returns kind -> path (also recorded in the JSON)."""
+    out = Path(out)
+    make_directory(out)
+    files: dict[str, str] = {}
+    if result.verdict == "FIXED":
+        fixed_profile = result.recommendation.profile(result.profile)
+        files.update(write_fix(out, result.recommendation, result.profile, fixed_profile, result.model,
+                               result.onnx_bytes if result.onnx_check and result.onnx_check.ran else None))
+    png = plot_png(result)
+    atomic_write_bytes(out / PLOT_FILE, png)
+    files["plot"] = str(out / PLOT_FILE)
+    if json_report:
+        files["json"] = str(out / JSON_FILE)
+    if html_report:
+        files["html"] = str(out / HTML_FILE)
+    doc = to_dict(result, files)
+    if json_report:
+        atomic_write_text(out / JSON_FILE, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    if html_report:
+        atomic_write_text(out / HTML_FILE, render_html(doc, png))
+    return files
+
+
+__all__ = ["FILES", "JSON_FILE", "HTML_FILE", "PLOT_FILE", "render_console", "to_dict", "write_outputs"]

@@ -1,0 +1,284 @@
+"""The fix search: which nodes to move out of the profile's defaults, in the NPU compiler's own vocabulary.
+
+Moves (per node; op-type entries are a rewrite of a set that covers every node of the type, see writers):
+  * keep_dtype      the node computes and stores in fp32 (ATC --keep_dtype): an fp32 island, delimited by Cast
+                    points where it meets fp16 neighbours; consecutive kept nodes form one island, islands need
+                    not be contiguous;
+  * high_precision  the node's implmode (ATC --op_precision_mode): fp32 statistics / accumulation / accurate
+                    activation, fp16 storage. Cheaper than keep_dtype, so the search prefers it where it suffices.
+
+A configuration passes when, on every input sample, every graph output meets the tolerance rule AND no tensor
+inside the graph overflowed (stats.is_overflow: an inf inside is a failure even when the outputs look fine).
+
+Group testing guided by the own-error ranking (candidates: non-folded nodes with nonzero own error or an
+overflow, most own error first). With the ranking r_1..r_n and F the culprits found so far:
+  1. the profile as given (1 evaluation); passing means nothing to fix;
+  2. every candidate kept in fp32 (1 evaluation); failing means no precision move fixes it (exit 1);
+  3. binary search for the shortest prefix r_1..r_p such that F + r_1..r_p passes; r_p is a culprit (F needs
+     it, given the monotonicity "keeping more in fp32 never hurts"), added to F; repeat on r_1..r_{p-1}
+     until F alone passes. Each culprit costs at most ceil(log2 n) evaluations: 2 + k*ceil(log2 n) in all.
+  4. refinement: culprits whose high_precision implmode binds another kernel try it instead of fp32 storage
+     (all at once, then one by one if that fails): the cheaper move wins where it passes.
+The search is anytime: the last passing configuration is always known, so an exhausted budget still returns
+the best fix found (or, with none, the closest configuration and what still fails).
+
+The rule of thumb "a cast point every 5-6 fp16 layers" (an fp32 layer after every five fp16 ones; layers =
+MatMul/Gemm/Conv/ConvTranspose nodes, or every candidate when the model has none) is evaluated once and
+reported next to the minimal set.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..compare import ToleranceRule
+from ..graph.executor import Executor
+from ..graph.policy import is_float_dtype
+from ..npu import NumericsProfile
+from .lockstep import Analysis
+from .policy import RecordingNpuPolicy, npu_policy
+from .samples import Sample
+from .stats import ErrorStats, Headroom, is_overflow
+
+LAYER_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose")
+RULE_OF_THUMB_EVERY = 6  # "a cast point every 5-6 fp16 layers": five fp16 layers, then one in fp32
+
+
+@dataclass(frozen=True)
+class FixConfig:
+    """A set of per-node moves on top of the profile as given."""
+
+    keep_dtype: frozenset = frozenset()       # node names computed and stored in fp32
+    high_precision: frozenset = frozenset()   # node names with implmode high_precision
+
+    @property
+    def changes(self) -> int:
+        return len(self.keep_dtype) + len(self.high_precision)
+
+    def profile(self, base: NumericsProfile) -> NumericsProfile:
+        if not self.changes:
+            return base
+        return base.replace(
+            keep_dtype=tuple(base.keep_dtype) + tuple(n for n in sorted(self.keep_dtype) if n not in base.keep_dtype),
+            implmode_by_node={**base.implmode_by_node, **{n: "high_precision" for n in sorted(self.high_precision)}})
+
+    def describe(self) -> str:
+        parts = []
+        if self.high_precision:
+            parts.append(f"high_precision {len(self.high_precision)} node(s)")
+        if self.keep_dtype:
+            parts.append(f"fp32 {len(self.keep_dtype)} node(s)")
+        return " + ".join(parts) or "as given"
+
+    def to_dict(self) -> dict:
+        return {"keep_dtype": sorted(self.keep_dtype), "high_precision": sorted(self.high_precision)}
+
+
+@dataclass
+class Evaluation:
+    """One model evaluation: the NPU run under a configuration on every sample, judged."""
+
+    purpose: str
+    config: FixConfig
+    passed: bool
+    worst_rel_l2: float
+    failing_outputs: list[str]
+    overflow_nodes: list[str]
+    seconds: float
+    per_sample: list[dict[str, ErrorStats]] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        from .stats import _num
+        return {"purpose": self.purpose, "changes": self.config.changes, "config": self.config.to_dict(),
+                "passed": self.passed, "worst_rel_l2": _num(self.worst_rel_l2),
+                "failing_outputs": self.failing_outputs, "overflow_nodes": self.overflow_nodes[:20],
+                "seconds": round(self.seconds, 4)}
+
+
+class BudgetExhausted(Exception):
+    """The evaluation or time budget ran out; the search returns what it has."""
+
+
+@dataclass
+class Budget:
+    evaluations: int | None = None
+    seconds: float | None = None
+
+
+class Evaluator:
+    """Runs the NPU side under a FixConfig on every sample and judges it against the analysis' reference."""
+
+    def __init__(self, model, base: NumericsProfile, samples: list[Sample], analysis: Analysis,
+                 rule: ToleranceRule, budget: Budget | None = None,
+                 progress: Callable[[str, int, int | None], None] | None = None):
+        self.model, self.base, self.samples, self.analysis, self.rule = model, base, samples, analysis, rule
+        self.budget = budget or Budget()
+        self.progress = progress
+        self.log: list[Evaluation] = []
+        self.count = 0            # counted evaluations (the search's)
+        self.started = time.monotonic()
+        self.outputs_of = {n.name: [o for o in n.output if o] for n in model.graph.node}
+
+    def __call__(self, config: FixConfig, purpose: str, *, counted: bool = True) -> Evaluation:
+        if counted:
+            b = self.budget
+            if b.evaluations is not None and self.count >= b.evaluations:
+                raise BudgetExhausted(f"evaluation budget {b.evaluations} used")
+            if b.seconds is not None and time.monotonic() - self.started > b.seconds:
+                raise BudgetExhausted(f"time budget {b.seconds:g} s used")
+            self.count += 1
+        t0 = time.perf_counter()
+        result = self.run(config, purpose)
+        result.seconds = time.perf_counter() - t0
+        self.log.append(result)
+        if self.progress is not None:
+            self.progress(f"fix search: {purpose}", self.count, self.budget.evaluations)
+        return result
+
+    def run(self, config: FixConfig, purpose: str) -> Evaluation:
+        policy = npu_policy(config.profile(self.base))
+        executor = Executor(self.model, policy)
+        ranges = self.analysis.reference_ranges
+        overflow: dict[str, None] = {}
+
+        def watch(node, name, value):
+            if isinstance(value, np.ndarray) and is_float_dtype(value.dtype) and value.size:
+                x = value.astype(np.float32, copy=False) if value.dtype.itemsize <= 2 else value
+                if not np.isfinite(x).all() and is_overflow(Headroom.of(value), ranges.get(name)):
+                    overflow[node.name] = None
+        per_sample, failing, worst = [], {}, 0.0
+        for sample, ref_out in zip(self.samples, self.analysis.reference_outputs):
+            out = executor.run(sample.feeds, capture=watch)
+            if isinstance(policy, RecordingNpuPolicy):
+                for node_name, count in sorted(policy.hidden.items()):
+                    head = Headroom("float16", 0.0, 0.0, 0, 0, 0, count, 0.0) if count else None
+                    if head and any(is_overflow(head, ranges.get(o)) for o in self.outputs_of.get(node_name, [])):
+                        overflow[node_name] = None
+                policy.hidden.clear()
+            stats = {}
+            for name, ref in ref_out.items():
+                s = stats[name] = ErrorStats.of(out[name], ref, self.rule, name)
+                worst = max(worst, s.rel_l2)
+                if not s.passed:
+                    failing[name] = None
+            per_sample.append(stats)
+            del out
+        passed = not failing and not overflow
+        return Evaluation(purpose, config, passed, worst, list(failing), list(overflow), 0.0, per_sample)
+
+
+@dataclass
+class SearchResult:
+    baseline: Evaluation | None
+    recommended: FixConfig | None          # the passing configuration with the fewest changes found
+    best: Evaluation | None                # the evaluation of `recommended`, else the closest failing one
+    culprits: list[str]                    # in the order the search found them
+    candidates: list[str]                  # the ranking it searched (own error, descending)
+    evaluations: int
+    bound: int                             # 2 + k*ceil(log2 n) for the k culprits found among n candidates
+    exhausted: str | None                  # why the budget stopped the search, if it did
+    rule_of_thumb: Evaluation | None = None
+    layers: list[str] = field(default_factory=list)
+    log: list[Evaluation] = field(default_factory=list)   # every evaluation, in order
+
+
+def rank_candidates(analysis: Analysis) -> list[str]:
+    """Nodes a move can change, most own error first (overflowing ones before all; ties in execution order)."""
+    nodes = [n for n in analysis.nodes if not n.folded and (n.own_error > 0 or n.overflow)]
+    nodes.sort(key=lambda n: (not n.overflow, -n.own_error if not math.isnan(n.own_error) else -math.inf, n.index))
+    return [n.name for n in nodes]
+
+
+def high_precision_capable(executor: Executor, base: NumericsProfile, names: list[str]) -> set[str]:
+    """Nodes whose high_precision implmode binds other kernels than the profile as given (for the others the
+    move changes nothing, so only fp32 storage can help them)."""
+    if not names:
+        return set()
+    probe = npu_policy(base.replace(implmode_by_node={**base.implmode_by_node,
+                                                      **{n: "high_precision" for n in names}}))
+    wanted = set(names)
+    out = set()
+    for st in executor.steps:
+        if st.label not in wanted or st.ctx.implmode == "high_precision":
+            continue
+        kernels = list(st.spec.kernel_names(st.attrs, executor.model.opset))
+        ctx = probe.bind(st.node, executor.model.opset, kernels, st.spec.cube, foldable=False)
+        if ctx.description != st.ctx.description:
+            out.add(st.label)
+    return out
+
+
+def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], layers: list[str]) -> SearchResult:
+    """The group testing described in the module docstring."""
+    n = len(candidates)
+    log2n = max(1, math.ceil(math.log2(n))) if n > 1 else 1
+    state = {"best_pass": None, "closest": None}
+
+    def note(ev: Evaluation) -> Evaluation:
+        bp = state["best_pass"]
+        if ev.passed and (bp is None or ev.config.changes < bp.config.changes):
+            state["best_pass"] = ev
+        cl = state["closest"]
+        if cl is None or (len(ev.overflow_nodes), ev.worst_rel_l2) < (len(cl.overflow_nodes), cl.worst_rel_l2):
+            state["closest"] = ev
+        return ev
+
+    culprits: list[str] = []
+    baseline = exhausted = None
+    try:
+        baseline = note(evaluate(FixConfig(), "profile as given"))
+        if baseline.passed:
+            return SearchResult(baseline, FixConfig(), baseline, [], candidates, evaluate.count, 1, None,
+                                log=list(evaluate.log))
+        if n:
+            everything = note(evaluate(FixConfig(keep_dtype=frozenset(candidates)), f"all {n} candidates in fp32"))
+            if everything.passed:
+                pool, low, high = list(candidates), 0, n   # prefix `low` fails (baseline), `high` passes
+                while True:
+                    while high - low > 1:
+                        mid = (low + high) // 2
+                        cfg = FixConfig(keep_dtype=frozenset(culprits + pool[:mid]))
+                        if note(evaluate(cfg, f"{len(culprits)} culprit(s) + top {mid} of {len(pool)}")).passed:
+                            high = mid
+                        else:
+                            low = mid
+                    if high == 0:
+                        break
+                    culprits.append(pool[high - 1])
+                    pool = pool[:high - 1]
+                    low, high = -1, len(pool)  # F + the whole remaining prefix passes; F alone is untested
+                hp = [c for c in culprits if c in hp_capable]
+                if hp:
+                    keep = [c for c in culprits if c not in hp_capable]
+                    cfg = FixConfig(keep_dtype=frozenset(keep), high_precision=frozenset(hp))
+                    if not note(evaluate(cfg, f"high_precision instead of fp32 for {len(hp)} culprit(s)")).passed \
+                            and len(hp) > 1:
+                        chosen: set[str] = set()
+                        for c in hp:
+                            trial = FixConfig(keep_dtype=frozenset(set(culprits) - chosen - {c}),
+                                              high_precision=frozenset(chosen | {c}))
+                            if note(evaluate(trial, f"high_precision instead of fp32 for {c}")).passed:
+                                chosen.add(c)
+    except BudgetExhausted as exc:
+        exhausted = str(exc)
+    best_pass = state["best_pass"]
+    if best_pass is not None:  # prefer the cheapest move at equal size: the refinement's config when it passed
+        ties = [e for e in evaluate.log if e.passed and e.config.changes == best_pass.config.changes]
+        best_pass = max(ties, key=lambda e: len(e.config.high_precision))
+    thumb = None
+    if layers and exhausted is None:
+        every = layers[RULE_OF_THUMB_EVERY - 1::RULE_OF_THUMB_EVERY]
+        if every:
+            try:
+                thumb = evaluate(FixConfig(keep_dtype=frozenset(every)),
+                                 f"rule of thumb: fp32 every {RULE_OF_THUMB_EVERY}th layer", counted=False)
+            except BudgetExhausted:  # pragma: no cover - uncounted evaluations never exhaust
+                thumb = None
+    k = len(culprits)
+    return SearchResult(baseline, best_pass.config if best_pass else None, best_pass or state["closest"],
+                        culprits, candidates, evaluate.count, 2 + k * log2n, exhausted, thumb, layers,
+                        list(evaluate.log))

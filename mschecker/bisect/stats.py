@@ -1,0 +1,154 @@
+"""What one produced tensor looks like next to the float64 reference: error metrics and fp16/bf16 headroom.
+
+ErrorStats wraps mschecker.compare.compare_arrays (the project's one metrics engine) and keeps the numbers the
+bisection ranks and reports on: relative L2 error, max abs / max rel error, cosine, ULP p99 (in the coarser
+format: the NPU's storage format against float64) and msprobe's thousandth / five-thousandth ratios (share of
+elements with relative error below 1e-3 / 5e-3). A NaN or inf where the reference is finite makes rel_l2 inf:
+an error metric over the finite pairs alone would call a half-NaN tensor accurate.
+
+Headroom describes the NPU tensor alone: its largest finite |x| as a fraction of the format's max, NaN / inf
+counts, elements sitting at +-max (what saturation mode turns an overflow into), overflows a saturation-mode
+policy clamped away (counted before the clamp, see policy.RecordingNpuPolicy) and the share of nonzero elements
+below the smallest normal (flushed or subnormal: precision loss at the small end).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..compare import ToleranceRule, compare_arrays
+from ..dtypes import dtype_name, float_format
+
+
+def _num(v):
+    """A float for JSON: None stays None, inf/NaN become strings (strict JSON has no inf)."""
+    if v is None:
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else ("inf" if v > 0 else "-inf" if v < 0 else "nan")
+
+
+@dataclass
+class ErrorStats:
+    """Error of one tensor against its reference value (worst over the input samples once merged)."""
+
+    rel_l2: float
+    max_abs: float | None
+    max_rel: float | None
+    cosine: float | None
+    ulp_p99: int | None
+    ratio_1e3: float | None  # share of elements with relative error < 1e-3 (msprobe's thousandth ratio)
+    ratio_5e3: float | None  # share of elements with relative error < 5e-3
+    passed: bool             # the tolerance rule (mschecker.compare.ToleranceRule) holds for every element
+
+    @classmethod
+    def of(cls, actual: np.ndarray, expected: np.ndarray, rule: ToleranceRule, name: str) -> "ErrorStats":
+        c = compare_arrays(actual, expected, rule, name=name, topk=1)
+        rel = c.rel_euclidean
+        if c.nonfinite_mismatches or rel is None:
+            rel = math.inf if (c.nonfinite_mismatches or c.finite_pairs == 0 and c.size) else 0.0
+        return cls(rel_l2=float(rel), max_abs=c.max_abs_err, max_rel=c.max_rel_err, cosine=c.cosine,
+                   ulp_p99=c.ulp_p99, ratio_1e3=c.frac_rel_lt_1e3, ratio_5e3=c.frac_rel_lt_5e3, passed=c.passed)
+
+    def worst(self, other: "ErrorStats | None") -> "ErrorStats":
+        """Field by field the worse of two samples' stats (larger errors, smaller cosine and ratios)."""
+        if other is None:
+            return self
+
+        def hi(a, b):
+            return b if a is None else a if b is None else max(a, b)
+
+        def lo(a, b):
+            return b if a is None else a if b is None else min(a, b)
+        return ErrorStats(max(self.rel_l2, other.rel_l2), hi(self.max_abs, other.max_abs),
+                          hi(self.max_rel, other.max_rel), lo(self.cosine, other.cosine),
+                          hi(self.ulp_p99, other.ulp_p99), lo(self.ratio_1e3, other.ratio_1e3),
+                          lo(self.ratio_5e3, other.ratio_5e3), self.passed and other.passed)
+
+    def to_dict(self) -> dict:
+        return {"rel_l2": _num(self.rel_l2), "max_abs": _num(self.max_abs), "max_rel": _num(self.max_rel),
+                "cosine": _num(self.cosine), "ulp_p99": self.ulp_p99, "ratio_1e3": _num(self.ratio_1e3),
+                "ratio_5e3": _num(self.ratio_5e3), "passed": self.passed}
+
+
+@dataclass
+class Headroom:
+    """Range use of one NPU tensor in its storage format."""
+
+    dtype: str
+    peak: float               # max |finite x|
+    fraction_of_max: float    # peak / the format's largest finite value
+    nan: int
+    inf: int
+    saturated: int            # elements at +-max (2-byte formats only: a genuine fp32 value there is vanishingly rare)
+    hidden_overflow: int      # inf/NaN a saturation-mode policy clamped to +-max / 0 (counted before the clamp)
+    below_normal_share: float  # nonzero elements with |x| < smallest normal, over all elements
+
+    @classmethod
+    def of(cls, value: np.ndarray, hidden: int = 0) -> "Headroom":
+        fmt = float_format(value.dtype)
+        x = value.astype(np.float32, copy=False) if value.dtype.itemsize <= 2 else value
+        finite = np.isfinite(x)
+        all_finite = bool(finite.all())
+        mag = np.abs(x) if all_finite else np.abs(np.where(finite, x, 0))
+        peak = float(mag.max()) if mag.size else 0.0
+        nan = 0 if all_finite else int(np.isnan(x).sum())
+        inf = 0 if all_finite else int(np.isinf(x).sum())
+        sat = int((mag >= fmt.max).sum()) if value.dtype.itemsize <= 2 and peak >= fmt.max else 0
+        tiny = int(((mag > 0) & (mag < fmt.smallest_normal)).sum()) if mag.size else 0
+        return cls(dtype_name(value.dtype), peak, peak / fmt.max, nan, inf, sat, int(hidden),
+                   tiny / mag.size if mag.size else 0.0)
+
+    @property
+    def overflowed(self) -> bool:
+        """Non-finite, clamped or sitting at the format's max: the tensor left the format's range."""
+        return bool(self.nan or self.inf or self.saturated or self.hidden_overflow)
+
+    def worst(self, other: "Headroom | None") -> "Headroom":
+        if other is None:
+            return self
+        return Headroom(self.dtype, max(self.peak, other.peak), max(self.fraction_of_max, other.fraction_of_max),
+                        max(self.nan, other.nan), max(self.inf, other.inf), max(self.saturated, other.saturated),
+                        max(self.hidden_overflow, other.hidden_overflow),
+                        max(self.below_normal_share, other.below_normal_share))
+
+    def to_dict(self) -> dict:
+        return {"dtype": self.dtype, "peak": _num(self.peak), "fraction_of_max": _num(self.fraction_of_max),
+                "nan": self.nan, "inf": self.inf, "saturated": self.saturated,
+                "hidden_overflow": self.hidden_overflow, "below_normal_share": _num(self.below_normal_share)}
+
+
+@dataclass
+class ReferenceRange:
+    """What the reference value of a tensor looked like (over every sample): decides whether an inf on the NPU
+    side is an overflow of the computation (the true value fits the format) or a value no fp16 can hold."""
+
+    peak: float = 0.0        # max |finite x|
+    nonfinite: bool = False  # the reference itself holds inf/NaN (e.g. a -inf mask)
+
+    def add(self, value: np.ndarray) -> None:
+        x = np.asarray(value, dtype=np.float64)
+        finite = np.isfinite(x)
+        if not finite.all():
+            self.nonfinite = True
+            x = np.where(finite, x, 0)
+        if x.size:
+            self.peak = max(self.peak, float(np.abs(x).max()))
+
+
+def is_overflow(head: Headroom, ref: ReferenceRange | None) -> bool:
+    """An NPU tensor overflowed when it holds inf/NaN (or clamped ones) the reference does not explain: the
+    reference is finite there and fits the NPU's format. An inf where the true value is beyond the format's max
+    (a -3.4e38 attention mask in fp16) is the format's range, not the computation's failure; it is still shown
+    in the headroom, and a NaN it causes downstream is an overflow there."""
+    if not (head.nan or head.inf or head.hidden_overflow):
+        return False
+    if ref is None:
+        return True
+    if ref.nonfinite:
+        return False
+    if head.nan:
+        return True
+    return ref.peak <= float_format(head.dtype).max

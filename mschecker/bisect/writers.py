@@ -1,0 +1,197 @@
+"""What a deployment takes: the recommendation as ATC files, an mschecker profile, the ATC flags, a patched
+ONNX model; every file written atomically (mschecker.fsio) into the --out folder.
+
+Recommendation.from_config turns per-node moves into the entries a user writes: a move that covers every
+(non-folded) node of an op type, and at least two of them, becomes one op-type entry (`OpType::T` in the
+keep_dtype file, `T=high_precision` under [ByOpType]); anything else stays per node name. The two forms select
+the same nodes, so the proof re-run, which uses the written form (`profile`), proves what is written.
+
+Files (names in FILES):
+  keep_dtype.cfg       ATC --keep_dtype: one node name or OpType::T per line (mschecker.npu.atc.parse_keep_dtype)
+  op_precision.ini     ATC --op_precision_mode: [ByOpType] / [ByNodeName] name=high_precision
+                       (mschecker.npu.atc.parse_op_precision_ini)
+  profile.json         the base profile with the moves folded in (mschecker.npu.load_profile reads it back)
+  atc_flags.txt        the ATC command-line fragment that applies the two files
+  model_fp16_fixed.onnx  fp16 model (onnxconverter-common's float16 converter, I/O kept fp32) whose recommended
+                       nodes stay fp32 inside Cast-delimited islands; ONNX has no implmode, so a high_precision
+                       node becomes a one-node fp32 island there. Checked with onnxruntime against the
+                       reference and the tolerance (OnnxCheck).
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from ..compare import ToleranceRule
+from ..fsio import atomic_write_bytes, atomic_write_text, make_directory
+from ..npu import NumericsProfile
+from .lockstep import Analysis
+from .samples import Sample
+from .search import FixConfig
+from .stats import ErrorStats, _num
+
+FILES = {"keep_dtype": "keep_dtype.cfg", "op_precision": "op_precision.ini", "profile": "profile.json",
+         "atc_flags": "atc_flags.txt", "onnx": "model_fp16_fixed.onnx"}
+_ATC_SAFE = re.compile(r"^[^\s#=;\[\]]+$")  # what a keep_dtype line / ini key can hold (atc.py's parsers)
+
+
+@dataclass
+class Recommendation:
+    keep_dtype: list[str] = field(default_factory=list)          # node names and OpType::T entries
+    by_op_type: dict[str, str] = field(default_factory=dict)     # op type -> high_precision
+    by_node: dict[str, str] = field(default_factory=dict)        # node name -> high_precision
+    config: FixConfig = field(default_factory=FixConfig)
+
+    @classmethod
+    def from_config(cls, config: FixConfig, analysis: Analysis) -> "Recommendation":
+        by_type: dict[str, list[str]] = {}
+        for n in analysis.nodes:
+            if not n.folded:
+                by_type.setdefault(n.op_type, []).append(n.name)
+        rec = cls(config=config)
+        for chosen, is_keep in ((config.keep_dtype, True), (config.high_precision, False)):
+            covered: set[str] = set()
+            for op_type, names in sorted(by_type.items()):
+                if len(names) >= 2 and all(x in chosen for x in names):
+                    covered.update(names)
+                    if is_keep:
+                        rec.keep_dtype.append(f"OpType::{op_type}")
+                    else:
+                        rec.by_op_type[op_type] = "high_precision"
+            order = [n.name for n in analysis.nodes]
+            for name in sorted(chosen - covered, key=order.index):
+                if is_keep:
+                    rec.keep_dtype.append(name)
+                else:
+                    rec.by_node[name] = "high_precision"
+        return rec
+
+    @property
+    def changes(self) -> int:
+        return len(self.keep_dtype) + len(self.by_op_type) + len(self.by_node)
+
+    def profile(self, base: NumericsProfile) -> NumericsProfile:
+        """The profile the written files describe (proof runs this)."""
+        if not self.changes:
+            return base
+        return base.replace(keep_dtype=tuple(base.keep_dtype) + tuple(self.keep_dtype),
+                            implmode_by_op_type={**base.implmode_by_op_type, **self.by_op_type},
+                            implmode_by_node={**base.implmode_by_node, **self.by_node})
+
+    def not_expressible(self) -> list[str]:
+        """Entries ATC's file formats cannot carry (whitespace, '#', '=' in a node name); they stay in
+        profile.json and are listed in the report."""
+        names = self.keep_dtype + list(self.by_op_type) + list(self.by_node)
+        return [n for n in names if not _ATC_SAFE.match(n)]
+
+    def to_dict(self) -> dict:
+        return {"keep_dtype": self.keep_dtype, "op_precision": {"ByOpType": self.by_op_type,
+                                                                "ByNodeName": self.by_node},
+                "changes": self.changes, "not_expressible_in_atc_files": self.not_expressible()}
+
+
+def keep_dtype_text(rec: Recommendation) -> str:
+    lines = ["# ATC --keep_dtype: these nodes compute and store in fp32 (written by mschecker bisect)"]
+    lines += [e for e in rec.keep_dtype if _ATC_SAFE.match(e)]
+    return "\n".join(lines) + "\n"
+
+
+def op_precision_text(rec: Recommendation) -> str:
+    lines = ["# ATC --op_precision_mode (written by mschecker bisect)", "[ByOpType]"]
+    lines += [f"{k}={v}" for k, v in rec.by_op_type.items() if _ATC_SAFE.match(k)]
+    lines.append("[ByNodeName]")
+    lines += [f"{k}={v}" for k, v in rec.by_node.items() if _ATC_SAFE.match(k)]
+    return "\n".join(lines) + "\n"
+
+
+def atc_flags_text(rec: Recommendation, base: NumericsProfile, model: str) -> str:
+    flags = [f"--model={model}", "--framework=5", f"--precision_mode={base.precision_mode}"]
+    if rec.keep_dtype:
+        flags.append(f"--keep_dtype={FILES['keep_dtype']}")
+    if rec.by_op_type or rec.by_node:
+        flags.append(f"--op_precision_mode={FILES['op_precision']}")
+    return " ".join(flags) + "\n"
+
+
+def patched_onnx(model: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.ModelProto:
+    """The model in fp16 with `fp32_nodes` kept fp32 between Casts (onnxconverter-common's converter; I/O stay
+    fp32 so the same input files feed it). Values are rounded, not clamped: the converter's default clamps
+    weights to [1e-7, 1e4], which would change the model; the bounds here are fp16's own (smallest subnormal,
+    max)."""
+    from onnxconverter_common import float16
+
+    return float16.convert_float_to_float16(model, min_positive_val=float(np.finfo(np.float16).smallest_subnormal),
+                                            max_finite_val=float(np.finfo(np.float16).max), keep_io_types=True,
+                                            node_block_list=sorted(fp32_nodes))
+
+
+@dataclass
+class OnnxCheck:
+    """The patched model run by onnxruntime against the float64 reference."""
+
+    ran: bool
+    passed: bool
+    worst_rel_l2: float | None = None
+    failing_outputs: list[str] = field(default_factory=list)
+    error: str = ""
+
+    def to_dict(self) -> dict:
+        return {"ran": self.ran, "passed": self.passed, "worst_rel_l2": _num(self.worst_rel_l2),
+                "failing_outputs": self.failing_outputs, "error": self.error}
+
+
+def check_with_onnxruntime(proto: onnx.ModelProto, samples: list[Sample], analysis: Analysis,
+                           rule: ToleranceRule) -> OnnxCheck:
+    import onnxruntime as ort
+
+    try:
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        worst, failing = 0.0, {}
+        for sample, ref_out in zip(samples, analysis.reference_outputs):
+            feeds = {i.name: np.asarray(sample.feeds[i.name]) for i in sess.get_inputs()}
+            got = dict(zip(names, sess.run(names, feeds)))
+            for name, ref in ref_out.items():
+                s = ErrorStats.of(np.asarray(got[name]), ref, rule, name)
+                worst = max(worst, s.rel_l2)
+                if not s.passed:
+                    failing[name] = None
+        return OnnxCheck(True, not failing, worst, list(failing))
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's failures are reported, the emulator's proof stands
+        return OnnxCheck(False, False, error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+def profile_json(profile: NumericsProfile, name: str) -> str:
+    data = profile.replace(name=name, description=f"{profile.description} + mschecker bisect fix").to_dict()
+    return json.dumps(data, indent=1) + "\n"
+
+
+def write_fix(out: Path, rec: Recommendation, base: NumericsProfile, fixed: NumericsProfile, model_path: str,
+              onnx_bytes: bytes | None) -> dict[str, str]:
+    """Every deployment file of a proven fix into `out` (atomic each); returns kind -> path."""
+    make_directory(out)
+    written = {}
+    texts = {"keep_dtype": keep_dtype_text(rec), "op_precision": op_precision_text(rec),
+             "profile": profile_json(fixed, f"{base.name}_bisect_fix"),
+             "atc_flags": atc_flags_text(rec, base, Path(model_path).name)}
+    for kind, text in texts.items():
+        atomic_write_text(out / FILES[kind], text)
+        written[kind] = str(out / FILES[kind])
+    if onnx_bytes is not None:
+        atomic_write_bytes(out / FILES["onnx"], onnx_bytes)
+        written["onnx"] = str(out / FILES["onnx"])
+    return written
+
+
+def serialize(proto: onnx.ModelProto) -> bytes:
+    buf = io.BytesIO()
+    onnx.save_model(proto, buf)
+    return buf.getvalue()

@@ -1,0 +1,87 @@
+"""`mschecker bisect --model M --input a.bin,b.bin --profile ascend910b --tolerance 1e-2 --out DIR`.
+
+Localizes where the model loses precision on the emulated NPU (or on a real device, from --npu-dump tensors),
+finds the smallest change of keep_dtype / op_precision_mode that meets the tolerance on every input set, proves
+it by a re-run, and writes the deployment files into --out (docs/BISECT.md). --input may be repeated (one input
+set each) or name a folder of input-set folders.
+Exit 0: passes as given, or a proven fix was written; 1: no configuration within the budget passes; 2: bad input.
+"""
+from __future__ import annotations
+
+import sys
+
+from ..graph.loader import load_model
+from ..graph.runner import _meta
+from ._args import Parser, _float, _int, add_override_args, apply_overrides, parse_dtypes, parse_shapes
+
+
+def build_parser(prog: str = "mschecker bisect") -> Parser:
+    p = Parser(prog=prog, description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="ONNX model (.onnx); external data must sit in its folder")
+    p.add_argument("--input", required=True, action="append",
+                   help="one input set (comma list, directory, .npz, Polygraphy JSON); repeat for several sets, "
+                        "or a folder whose subfolders are input sets")
+    p.add_argument("--profile", default="ascend910b", help="numerics profile: preset name or .toml/.json file")
+    p.add_argument("--tolerance", required=True, help="atol = rtol for every output (a positive number)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the fix files, plot and reports")
+    p.add_argument("--json", action="store_true", help=f"write the JSON report (schema: docs/BISECT.md)")
+    p.add_argument("--html", action="store_true", help="write the HTML report")
+    p.add_argument("--budget-evals", type=_int("--budget-evals"), default=None,
+                   help="at most this many model evaluations in the fix search")
+    p.add_argument("--budget-seconds", type=_float("--budget-seconds"), default=None,
+                   help="stop the fix search after this many seconds (best configuration so far reported)")
+    p.add_argument("--npu-dump", metavar="DIR", help="per-tensor device dumps (<tensor>.npy or .bin + sidecar) "
+                   "used as the NPU side instead of the emulator (localization only)")
+    p.add_argument("--no-onnx-check", action="store_true", help="do not build and check the patched ONNX model")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_override_args(p)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from ..bisect import Budget, bisect_model, read_samples, tolerance_rule
+    from ..bisect.report import render_console, write_outputs
+
+    args = build_parser().parse_args(argv)
+    tolerance_rule(args.tolerance)  # a bad tolerance is reported before anything is loaded
+    model = load_model(args.model)
+    metas = apply_overrides([_meta(i) for i in model.graph.input if i.name not in model.initializers],
+                            parse_shapes(args.shape), parse_dtypes(args.dtype))
+    samples = read_samples(args.input, metas)
+    budget = Budget(args.budget_evals, args.budget_seconds)
+    show = not args.no_progress and sys.stderr.isatty()
+    with _progress(show) as progress:
+        result = bisect_model(model, samples, profile=args.profile, tolerance=args.tolerance, budget=budget,
+                              npu_dump=args.npu_dump, check_onnx=not args.no_onnx_check, progress=progress)
+    files = write_outputs(result, args.out, json_report=args.json, html_report=args.html)
+    render_console(result, files=files)
+    return result.exit_code
+
+
+class _progress:
+    """A rich progress bar (one task per phase) on a terminal; a no-op callback otherwise."""
+
+    def __init__(self, show: bool):
+        self.show, self.bar, self.tasks = show, None, {}
+
+    def __enter__(self):
+        if not self.show:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), transient=True)
+        self.bar.__enter__()
+        return self.update
+
+    def update(self, what: str, done: int, total: int | None) -> None:
+        phase = what.split(":")[0]
+        task = self.tasks.get(phase)
+        if task is None:
+            task = self.tasks[phase] = self.bar.add_task(phase, total=total)
+        self.bar.update(task, completed=done, total=total, description=what[:60].replace("[", "\\["))
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        return False
