@@ -7,7 +7,7 @@ ULPs) models two fp32 implementations that differ in summation order, the usual 
 the rule atol = rtol = 1e-3, 4096 ULP, cosine >= 0.999. There no element comes near a threshold, so the exact
 shortcuts of mschecker.compare apply (no mismatch bound, no threshold counts). `--rel-noise 1e-3` (fp16-like
 errors) computes everything; `--rel-noise 1e-2` also puts the ULP p99 above the exact histogram bins, so the
-comparison makes its extra refinement pass (see mschecker.compare._UlpHistogram). Then, --runs times:
+comparison makes its extra refinement pass (see mschecker.compare.ulp.UlpHistogram). Then, --runs times:
 
 * streaming: in a child process (so the in-memory baseline does not pollute its peak RSS), np.memmap of both
   files and `mschecker.compare.compare_arrays` with the full metric set (default workers: one thread per CPU,
@@ -82,11 +82,12 @@ def stream_child(pa: str, pe: str, n: int, repeats: int, chunk: int | None, work
 
 
 def pass_costs(pa: str, pe: str, n: int, chunk: int | None) -> dict:
-    """ns per element of each step of one streaming chunk (mschecker.compare._Accumulator), best of 7, on the
+    """ns per element of each step of one streaming chunk (mschecker.compare.engine._Accumulator), best of 7, on the
     first chunk of the benchmark files, single-threaded: where the per-chunk time goes. The steps run in
     isolation, so their working sets are smaller than in the full update; the sum is below 'full update'. With
     the C extension built (and not disabled), its one-pass kernel and the update through it are timed too."""
-    from mschecker import compare as C
+    from mschecker.compare import engine as C
+    from mschecker.compare.rules import ChunkView
 
     m = min(n, chunk or C.DEFAULT_CHUNK_ELEMS)
     a = np.fromfile(pa, dtype=np.float32, count=m)
@@ -101,7 +102,7 @@ def pass_costs(pa: str, pe: str, n: int, chunk: int | None) -> dict:
         ad = np.abs(d)
         ulp = acc._ulps(a, e)[0]
         tmp = np.empty(m)
-        hist = C._UlpHistogram()
+        hist = C.UlpHistogram()
         steps = {
             "to_float64 (a and e)": lambda: (acc._f64("a64", a), acc._f64("e64", e)),
             "difference a-e": lambda: np.subtract(a64, e64, out=tmp),
@@ -110,7 +111,8 @@ def pass_costs(pa: str, pe: str, n: int, chunk: int | None) -> dict:
             "peak max|e| (float32 max/min)": lambda: C._max_abs_value(e),
             "max relative error": lambda: acc._max_rel(ad, e64),
             "relative-error array (only when a threshold is reached)": lambda: acc._rel_errors(ad, e64),
-            "mismatch count (only when max|d| > atol)": lambda: acc._count_mismatches(ad, e64, (ulp, None)),
+            "mismatch count (only when max|d| > atol)": lambda: rule.count_finite_mismatches(
+                None, ChunkView(ad, e64, (ulp, None), 0, None, acc._scratch, float(ad.max()))),
             "ULP distances": lambda: acc._ulps(a, e),
             "ULP histogram": lambda: hist.add(ulp),
             "decade histogram of |d|": lambda: acc._histogram(ad, float(ad.max())),
@@ -171,7 +173,7 @@ def bare_baseline(pa: Path, pe: Path, repeats: int) -> tuple[list[float], float]
 
 def fast_kernel_state() -> str:
     """Whether the streaming run used the optional C kernel (mschecker/_fastcompare.c)."""
-    from mschecker import compare as C
+    from mschecker.compare import engine as C
 
     if C._fastcompare is None:
         return "not built (numpy path)"

@@ -244,9 +244,9 @@ def build_run_report(state: RunSession) -> dict:
 def write_run_report(state: RunSession, path) -> list[str]:
     """Write the run report atomically: JSON, or HTML plus JSON beside it when `path` ends in .html."""
     path = Path(path)
-    from .compare import _json_safe  # NaN/inf -> "nan"/"inf", as in every mschecker JSON (REPORT_SCHEMA.md)
+    from .compare import json_safe  # NaN/inf -> "nan"/"inf", as in every mschecker JSON (REPORT_SCHEMA.md)
 
-    doc = _json_safe(build_run_report(state))
+    doc = json_safe(build_run_report(state))
     written = []
     json_path = path.with_suffix(".json") if path.suffix.lower() in (".html", ".htm") else path
     _atomic_write_text(json_path, json.dumps(doc, indent=1, allow_nan=False, default=str) + "\n")

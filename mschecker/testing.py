@@ -22,9 +22,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .compare import CheckReport, TensorComparison, ToleranceRule, compare_arrays
+from .compare import BoundRule, CheckReport, TensorComparison, ToleranceRule, compare_arrays
 from .dtypes import dtype_name, is_float, round_to
-from .kernelcheck import _to_f64, as_tuple, check_case, check_output, run_reference, run_variant
+from .kernelcheck import (OutputCheck, _to_f64, as_tuple, check_case, compare_to_contract, run_reference,
+                          run_variant)
 from .registry import Case, Contract, KernelInfo, Variant, get_kernel, register_kernel, registry
 
 __all__ = [
@@ -38,54 +39,24 @@ __all__ = [
 # Contracts as a reportable rule
 # ----------------------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class ContractRule(ToleranceRule):
-    """The rule of a contract check: |actual - reference| <= bound, elementwise, the bound from a Contract.
-
-    A ToleranceRule so that CheckReport and the renderers take it unchanged; atol = rtol = 0 because the
-    bound is not a constant (it is the contract's per-element array). `why` is the contract's derivation.
-    Non-finite elements follow kernelcheck: where the reference rounded to the storage format overflows, the
-    same inf (or NaN) is expected; anywhere else a non-finite output is a violation.
-    """
-
-    why: str = ""
-
-    def describe(self) -> str:
-        return (f"elementwise error contract |actual - reference| <= bound(inputs, reference); bound: {self.why}; "
-                "where the reference overflows the storage format the same inf is expected")
-
-    def to_dict(self) -> dict:
-        d = super().to_dict()
-        d.update({"convention": "mschecker contract", "why": self.why, "text": self.describe()})
-        return d
+#: The rule of a contract check (kept under its historical name): compare.BoundRule with the contract's `why`.
+ContractRule = BoundRule
 
 
 def contract_comparison(actual, reference, bound, *, name: str = "output", why: str = "", dtype=None,
                         topk: int = 10) -> tuple[TensorComparison, Any]:
-    """Metrics of `actual` against the float64 `reference`, with the verdict of the elementwise `bound`.
+    """Metrics of `actual` against the float64 `reference`, with the verdict of the elementwise `bound`
+    (kernelcheck.compare_to_contract: one pass of the streaming engine under a BoundRule).
 
     Returns (TensorComparison, kernelcheck.OutputCheck). The comparison's expected tensor is the reference,
     except where the reference rounded to `dtype` (the storage format, default actual's) is not finite: there
-    it is that rounded value, the inf a correct kernel cannot avoid. `mismatches` and `failed_rules`
-    ("contract", "nonfinite") come from the bound, not from a tolerance.
+    it is that rounded value, the inf a correct kernel cannot avoid. `failed_rules` are "contract" (a finite
+    expected value missed by more than the bound) and "nonfinite".
     """
     actual = np.asarray(actual)
     dtype = dtype_name(dtype if dtype is not None else actual.dtype)
-    reference = np.asarray(reference, dtype=np.float64)
-    result = check_output(actual, reference, bound, dtype)
-    stored = round_to(reference, dtype).astype(np.float64)
-    expected = np.where(np.isfinite(stored), reference, stored)
-    tc = compare_arrays(actual, expected, ContractRule(atol=0.0, rtol=0.0, ulp_format=dtype, why=why), name=name,
-                        topk=topk)
-    # kernelcheck counts a NaN/inf output where a finite value is expected as a violation; report it as non-finite.
-    invented = int(np.count_nonzero(np.isfinite(expected) & ~np.isfinite(actual.astype(np.float64))))
-    tc.mismatches = result.violations + result.nonfinite_mismatches
-    tc.mismatch_frac = tc.mismatches / tc.size if tc.size else 0.0
-    tc.nonfinite_mismatches = result.nonfinite_mismatches + invented
-    tc.failed_rules = ((["contract"] if result.violations > invented else [])
-                       + (["nonfinite"] if tc.nonfinite_mismatches else []))
-    tc.passed = result.passed
-    return tc, result
+    tc = compare_to_contract(actual, reference, bound, dtype, name=name, why=why, topk=topk)
+    return tc, OutputCheck.from_comparison(tc)
 
 
 def _contract_summary(name: str, result, why: str) -> str:

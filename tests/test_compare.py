@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from mschecker import compare as C
-from mschecker.compare import CheckReport, ToleranceRule, compare_arrays
+from mschecker.compare import engine as C
+from mschecker.compare import SCHEMA_VERSION, CheckReport, ToleranceRule, compare_arrays
 from mschecker import dtypes as dtypes_mod
 from mschecker.dtypes import FORMATS, bfloat16, ordinal, ulp_distance
 from mschecker.errors import InputError
@@ -209,7 +209,7 @@ def test_check_report_dict():
     rule = ToleranceRule()
     rep = CheckReport([hand(), compare_arrays(A, A, name="same")], rule, {"model": "m.onnx", "t": float("nan")})
     d = rep.to_dict()
-    assert d["schema_version"] == C.SCHEMA_VERSION and d["passed"] is False and d["verdict"] == "FAIL"
+    assert d["schema_version"] == SCHEMA_VERSION and d["passed"] is False and d["verdict"] == "FAIL"
     assert d["summary"] == {"tensors": 2, "failed": 1, "failed_names": ["hand"]}
     assert d["meta"]["t"] == "nan"
     assert CheckReport([], rule).passed
@@ -234,8 +234,8 @@ def test_ulp_distance_symmetric_and_zero_only_for_equal_bits(fmt_name, data):
     y[::3] = x[::3]  # plenty of equal pairs
     ok = ~(np.isnan(x.astype(np.float64)) | np.isnan(y.astype(np.float64)))
     x, y = x[ok], y[ok]
-    d = C._ulp_distances(x, y, fmt)
-    assert np.array_equal(d, C._ulp_distances(y, x, fmt))  # symmetric
+    d = C.ulp_distance_exact(x, y, fmt)
+    assert np.array_equal(d, C.ulp_distance_exact(y, x, fmt))  # symmetric
     bx, by = x.view(fmt.uint), y.view(fmt.uint)
     both_zero = (x.astype(np.float64) == 0) & (y.astype(np.float64) == 0)
     assert np.array_equal(d == 0, (bx == by) | both_zero)  # 0 exactly for equal bits, up to +-0
@@ -268,7 +268,7 @@ _NO_UNDERFLOW = st.floats(-1e3, 1e3).filter(lambda v: v == 0 or abs(v) >= 1e-100
 
 @given(hnp.arrays(np.float64, st.integers(2, 200), elements=_NO_UNDERFLOW), st.floats(1e-3, 1e3))
 def test_cosine_scale_invariant(x, c):
-    """cos(x, c*x) = 1 within the error bound of the formula used (see compare._cosine): the rounding of c*x
+    """cos(x, c*x) = 1 within the error bound of the formula used (see compare.engine._cosine): the rounding of c*x
     changes the true cosine by O(u^2) only, and each of the n-term float64 sums has relative error <= gamma_n
     (Higham 3.1), so |cos - 1| <= 2 gamma_n + a few u for the sqrt/divide; we assert 2 n u + 8 u."""
     if np.any(x != 0):
@@ -288,7 +288,7 @@ def test_planted_bug_unsigned_ordinal_is_caught(monkeypatch):
 
 def test_planted_bug_floor_rank_is_caught(monkeypatch):
     """A percentile rank rounded down instead of up gives p99 of [0, 0, 2^21, 2^22] = 2^21, not 2^22."""
-    monkeypatch.setattr(C._UlpHistogram, "rank", lambda self, p: max(1, p * self.n // 100))
+    monkeypatch.setattr(C.UlpHistogram, "rank", lambda self, p: max(1, p * self.n // 100))
     assert hand().ulp_p99 != 2 ** 22
 
 

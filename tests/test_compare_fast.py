@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from mschecker import compare as C
+from mschecker.compare import engine as C
 from mschecker.compare import ToleranceRule, compare_arrays
 
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from mschecker import compare as C
+from mschecker.compare import engine as C
+from mschecker.compare import ulp as ulp_module
 from mschecker.compare import ToleranceRule, compare_arrays
 from mschecker.dtypes import FORMATS, ulp_distance
 
@@ -102,7 +103,7 @@ def test_percentiles_equal_numpy_inverted_cdf(pair):
     if not fin.any():
         assert r.ulp_p50 is None
         return
-    d = np.array([int(v) for v in C._ulp_distances(a[fin], e[fin], FORMATS[r.ulp_format])], dtype=object)
+    d = np.array([int(v) for v in C.ulp_distance_exact(a[fin], e[fin], FORMATS[r.ulp_format])], dtype=object)
     s = sorted(d)
     for p, got in ((50, r.ulp_p50), (99, r.ulp_p99)):
         assert got == s[-(-p * len(s) // 100) - 1]
@@ -114,13 +115,13 @@ def test_percentiles_equal_numpy_inverted_cdf(pair):
 
 def test_refinement_by_subhistogram(monkeypatch):
     """Force the sub-histogram path (no collecting) for distances far above the exact bins, fp32 and fp64."""
-    monkeypatch.setattr(C, "_COLLECT_LIMIT", 0)
+    monkeypatch.setattr(ulp_module, "_COLLECT_LIMIT", 0)
     rng = np.random.default_rng(3)
     for dtype in (np.float32, np.float64):
         e = rng.standard_normal(5000).astype(dtype)
         a = (e * (1 + rng.standard_normal(5000) * 0.3)).astype(dtype)
         r = compare_arrays(a, e, chunk_elems=777)
-        d = sorted(int(v) for v in C._ulp_distances(a, e, FORMATS[np.dtype(dtype).name]))
+        d = sorted(int(v) for v in C.ulp_distance_exact(a, e, FORMATS[np.dtype(dtype).name]))
         assert r.ulp_p50 == d[2500 - 1] and r.ulp_p99 == d[4950 - 1] and r.ulp_max == d[-1]
         assert r.ulp_p50 >= 2 ** 16  # really above the exact bins
 

@@ -14,24 +14,26 @@ Speed: float32 chunks whose pairs are all finite go through an optional one-pass
 `_Accumulator._update_fast`) that yields the same exact fields; without it (or with MSCHECKER_NO_FASTCOMPARE=1)
 the numpy path does the same work in ~35 vectorised passes.
 
-The tolerance rule (numpy.isclose / torch.testing.assert_close convention) is documented in `ToleranceRule` and
-in docs/TOLERANCE.md; the JSON form of the results in docs/REPORT_SCHEMA.md.
+Which elements pass is the rule's decision (rules.py: ToleranceRule, BoundRule), asked once per chunk; the
+engine computes every metric the same way whatever the rule, so every verdict of mschecker (CLI, kernels,
+plugin, SD, bisection) comes from this one path. Results: results.py; ULP percentiles: ulp.py.
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
 
-from .dtypes import FloatFormat, dtype_name, float_format, is_float, resolve_dtype, ulp_distance_exact
-from .errors import InputError
-from . import dtypes as _dtypes
+from ..dtypes import FloatFormat, dtype_name, float_format, is_float, ulp_distance_exact
+from ..errors import InputError
+from .results import NonFiniteStats, TensorComparison, WorstElement
+from .rules import ChunkView, ToleranceRule
+from .ulp import UlpHistogram, ulp_distances_same_format, ulp_format_of, ulp_percentiles
 
 try:  # optional one-pass C kernel (setup.py); without it the numpy path below does the same work
-    from . import _fastcompare
+    from .. import _fastcompare
 except ImportError:  # pragma: no cover - depends on whether a C compiler was available at install time
     _fastcompare = None
 
@@ -43,12 +45,6 @@ def _fast_kernel():
         return None
     return _fastcompare
 
-SCHEMA_VERSION = 1
-
-#: Defaults when no elementwise option is given: Polygraphy's defaults (atol = rtol = 1e-5), also torch's fp32
-#: atol. A user checking fp16/bf16 outputs should pass a tolerance derived from the format (docs/TOLERANCE.md).
-DEFAULT_ATOL = 1e-5
-DEFAULT_RTOL = 1e-5
 
 #: Thresholds of Ascend's "thousandth ratio" style metrics (NUMERICS.md section 4).
 REL_THRESHOLDS = (1e-3, 5e-3)
@@ -60,316 +56,6 @@ REL_THRESHOLDS = (1e-3, 5e-3)
 #: calls per chunk below, cache misses above.
 DEFAULT_CHUNK_ELEMS = 1 << 17
 
-# ULP distances below this are counted in exact bins; larger ones in power-of-two buckets that a later pass
-# resolves exactly when a percentile falls there (see _UlpHistogram).
-_EXACT_ULP_BINS = 1 << 16
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The tolerance rule
-# --------------------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ToleranceRule:
-    """The pass/fail rule, following the numpy.isclose / torch.testing.assert_close convention.
-
-    Element rule (expected e, actual a; asymmetric: the tolerance scales with the *expected* value):
-      * both finite: the element matches when |a - e| <= atol + rtol * |e|, or, when `ulp` is set, when
-        a and e rounded to the ULP format are both finite and at most `ulp` representable values apart;
-      * NaN matches only NaN (at the same position); +inf matches only +inf and -inf only -inf;
-      * a NaN or inf where the other side has a finite value (or the other infinity) is a mismatch.
-    Tensor rule: every element matches, and, when `cosine` is set, the cosine similarity over the finite pairs
-    is >= `cosine` (a tensor with no finite pair fails a cosine rule: the similarity cannot be computed).
-
-    `ulp_format` names the format ULPs are counted in (fp16, bf16, fp32, fp64); None means the coarser (fewer
-    mantissa bits) of the two tensors' float dtypes, the expected one on a tie; integer tensors then have no ULP
-    and `ulp` accepts nothing extra there. Unlike Polygraphy (an element fails only when it breaks
-    both atol and rtol) the bound here is the sum atol + rtol*|e|, as numpy and torch define it.
-    """
-
-    atol: float = DEFAULT_ATOL
-    rtol: float = DEFAULT_RTOL
-    ulp: int | None = None
-    cosine: float | None = None
-    ulp_format: str | None = None
-
-    def __post_init__(self):
-        for name in ("atol", "rtol"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float, np.floating, np.integer)) and math.isfinite(v) and v >= 0):
-                raise InputError(f"tolerance: {name} must be a finite number >= 0, got {v!r}")
-        if self.ulp is not None and (isinstance(self.ulp, bool) or int(self.ulp) != self.ulp or self.ulp < 0):
-            raise InputError(f"tolerance: ulp must be an integer >= 0, got {self.ulp!r}")
-        if self.cosine is not None and not (-1.0 <= float(self.cosine) <= 1.0):
-            raise InputError(f"tolerance: cosine must lie in [-1, 1], got {self.cosine!r}")
-        if self.ulp_format is not None:
-            try:
-                float_format(resolve_dtype(self.ulp_format))
-            except ValueError:
-                raise InputError(f"tolerance: ulp format must be fp16, bf16, fp32 or fp64, got {self.ulp_format!r}")
-
-    @classmethod
-    def from_args(cls, tolerance=None, atol=None, rtol=None, ulp=None, cosine=None, ulp_format=None):
-        """Build the rule from command-line style options.
-
-        * `tolerance=T` alone means atol = rtol = T; an explicit `atol`/`rtol` overrides its half.
-        * When any elementwise option (tolerance, atol, rtol, ulp) is given, the unspecified ones are 0 / off:
-          `--atol 1e-3` alone is a pure absolute rule and `--ulp 4` alone a pure ULP rule.
-        * When none is given: atol = rtol = 1e-5 (DEFAULT_ATOL/DEFAULT_RTOL).
-        * `cosine` is a tensor-level rule added on top; it does not change the element rule.
-        """
-        def num(name, v):
-            try:
-                return float(v)
-            except (TypeError, ValueError):
-                raise InputError(f"tolerance: {name} must be a number, got {v!r}") from None
-
-        any_elementwise = any(v is not None for v in (tolerance, atol, rtol, ulp))
-        base = num("tolerance", tolerance) if tolerance is not None else (0.0 if any_elementwise else None)
-        a = num("atol", atol) if atol is not None else (base if base is not None else DEFAULT_ATOL)
-        r = num("rtol", rtol) if rtol is not None else (base if base is not None else DEFAULT_RTOL)
-        if ulp is not None:
-            u = num("ulp", ulp)
-            if not u.is_integer():
-                raise InputError(f"tolerance: ulp must be an integer >= 0, got {ulp!r}")
-            ulp = int(u)
-        c = num("cosine", cosine) if cosine is not None else None
-        return cls(atol=a, rtol=r, ulp=ulp, cosine=c, ulp_format=ulp_format)
-
-    def describe(self) -> str:
-        """One line that states the rule exactly."""
-        parts = [f"|actual - expected| <= {self.atol:g} + {self.rtol:g}*|expected|"]
-        if self.ulp is not None:
-            fmt = dtype_name(resolve_dtype(self.ulp_format)) if self.ulp_format else "the coarser dtype"
-            parts.append(f"or within {self.ulp} ULP of {fmt}")
-        text = " ".join(parts) + " (numpy.isclose convention); NaN matches NaN, inf matches same-sign inf"
-        if self.cosine is not None:
-            text += f"; cosine >= {self.cosine:g}"
-        return text
-
-    def to_dict(self) -> dict:
-        return {
-            "convention": "numpy.isclose",
-            "atol": float(self.atol),
-            "rtol": float(self.rtol),
-            "ulp": self.ulp,
-            "ulp_format": dtype_name(resolve_dtype(self.ulp_format)) if self.ulp_format else None,
-            "cosine": None if self.cosine is None else float(self.cosine),
-            "text": self.describe(),
-        }
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Results
-# --------------------------------------------------------------------------------------------------------------
-
-@dataclass
-class NonFiniteStats:
-    """NaN / +inf / -inf counts of one tensor and the multi-dimensional index of the first of each (or None)."""
-
-    nan: int = 0
-    posinf: int = 0
-    neginf: int = 0
-    first_nan: tuple | None = None
-    first_posinf: tuple | None = None
-    first_neginf: tuple | None = None
-
-    @property
-    def total(self) -> int:
-        return self.nan + self.posinf + self.neginf
-
-    def to_dict(self) -> dict:
-        idx = lambda t: None if t is None else [int(i) for i in t]  # noqa: E731
-        return {"nan": self.nan, "posinf": self.posinf, "neginf": self.neginf,
-                "first_nan": idx(self.first_nan), "first_posinf": idx(self.first_posinf),
-                "first_neginf": idx(self.first_neginf)}
-
-
-@dataclass
-class WorstElement:
-    """One of the k worst elements: ranked by |actual - expected|, non-finite mismatches first."""
-
-    index: tuple
-    actual: float
-    expected: float
-    abs_err: float
-    rel_err: float
-
-    def __iter__(self):  # unpacks as (index, actual, expected, abs_err, rel_err)
-        return iter((self.index, self.actual, self.expected, self.abs_err, self.rel_err))
-
-    def to_dict(self) -> dict:
-        return {"index": [int(i) for i in self.index], "actual": _json_float(self.actual),
-                "expected": _json_float(self.expected), "abs_err": _json_float(self.abs_err),
-                "rel_err": _json_float(self.rel_err)}
-
-
-@dataclass
-class TensorComparison:
-    """Metrics and verdict for one output tensor. Field meanings: docs/REPORT_SCHEMA.md.
-
-    Error metrics (max/mean abs, relative, RMSE, cosine, relative Euclidean, SNR, PSNR, KL, ULP) are computed
-    over the `finite_pairs` elements where both tensors are finite; non-finite values are reported by the
-    NaN/inf statistics and are judged by the tolerance rule (they count in `mismatches`). A metric that cannot
-    be computed (no finite pair, KL of a signed tensor, ULP of a non-float tensor) is None.
-    """
-
-    name: str
-    shape: tuple
-    dtype: str
-    expected_dtype: str
-    size: int
-    passed: bool = True
-    failed_rules: list[str] = field(default_factory=list)
-    finite_pairs: int = 0
-    max_abs_err: float | None = None
-    max_abs_index: tuple | None = None
-    max_rel_err: float | None = None
-    max_rel_index: tuple | None = None
-    rel_err_floor: float = 0.0
-    mean_abs_err: float | None = None
-    rmse: float | None = None
-    cosine: float | None = None
-    rel_euclidean: float | None = None
-    snr_db: float | None = None
-    psnr_db: float | None = None
-    psnr_peak: float | None = None
-    kl_div: float | None = None
-    kl_note: str = ""
-    ulp_format: str | None = None
-    ulp_max: int | None = None
-    ulp_p50: int | None = None
-    ulp_p99: int | None = None
-    frac_rel_lt_1e3: float | None = None
-    frac_rel_lt_5e3: float | None = None
-    mismatches: int = 0
-    mismatch_frac: float = 0.0
-    nonfinite_mismatches: int = 0
-    actual_nonfinite: NonFiniteStats = field(default_factory=NonFiniteStats)
-    expected_nonfinite: NonFiniteStats = field(default_factory=NonFiniteStats)
-    worst: list[WorstElement] = field(default_factory=list)
-    abs_err_histogram: list[tuple[str, int]] = field(default_factory=list)
-
-    # Flat aliases named in apis.md ("nan/inf counts and first positions for actual and expected").
-    @property
-    def actual_nan(self) -> int:
-        return self.actual_nonfinite.nan
-
-    @property
-    def actual_inf(self) -> int:
-        return self.actual_nonfinite.posinf + self.actual_nonfinite.neginf
-
-    @property
-    def expected_nan(self) -> int:
-        return self.expected_nonfinite.nan
-
-    @property
-    def expected_inf(self) -> int:
-        return self.expected_nonfinite.posinf + self.expected_nonfinite.neginf
-
-    def to_dict(self) -> dict:
-        idx = lambda t: None if t is None else [int(i) for i in t]  # noqa: E731
-        return {
-            "name": self.name,
-            "passed": self.passed,
-            "failed_rules": list(self.failed_rules),
-            "shape": [int(s) for s in self.shape],
-            "dtype": self.dtype,
-            "expected_dtype": self.expected_dtype,
-            "size": self.size,
-            "finite_pairs": self.finite_pairs,
-            "mismatches": self.mismatches,
-            "mismatch_frac": _json_float(self.mismatch_frac),
-            "nonfinite_mismatches": self.nonfinite_mismatches,
-            "metrics": {
-                "max_abs_err": _json_float(self.max_abs_err),
-                "max_abs_index": idx(self.max_abs_index),
-                "max_rel_err": _json_float(self.max_rel_err),
-                "max_rel_index": idx(self.max_rel_index),
-                "rel_err_floor": _json_float(self.rel_err_floor),
-                "mean_abs_err": _json_float(self.mean_abs_err),
-                "rmse": _json_float(self.rmse),
-                "cosine": _json_float(self.cosine),
-                "rel_euclidean": _json_float(self.rel_euclidean),
-                "snr_db": _json_float(self.snr_db),
-                "psnr_db": _json_float(self.psnr_db),
-                "psnr_peak": _json_float(self.psnr_peak),
-                "kl_div": _json_float(self.kl_div),
-                "kl_note": self.kl_note,
-                "ulp_format": self.ulp_format,
-                "ulp_max": self.ulp_max,
-                "ulp_p50": self.ulp_p50,
-                "ulp_p99": self.ulp_p99,
-                "frac_rel_lt_1e3": _json_float(self.frac_rel_lt_1e3),
-                "frac_rel_lt_5e3": _json_float(self.frac_rel_lt_5e3),
-            },
-            "nonfinite": {"actual": self.actual_nonfinite.to_dict(),
-                          "expected": self.expected_nonfinite.to_dict()},
-            "worst": [w.to_dict() for w in self.worst],
-            "abs_err_histogram": [{"bucket": b, "count": c} for b, c in self.abs_err_histogram],
-        }
-
-
-@dataclass
-class CheckReport:
-    """A whole check: one TensorComparison per output, the rule, and free-form metadata.
-
-    `meta` holds what the caller knows (model, inputs, golden, runner/device, profile, timings...); it must be
-    JSON-serialisable. `passed` is True when every tensor passed (vacuously True for an empty report; the CLI
-    treats "nothing compared" as bad input before it gets here).
-    """
-
-    tensors: list[TensorComparison]
-    rule: ToleranceRule
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return all(t.passed for t in self.tensors)
-
-    def to_dict(self) -> dict:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "tool": "mschecker",
-            "passed": self.passed,
-            "verdict": "PASS" if self.passed else "FAIL",
-            "rule": self.rule.to_dict(),
-            "summary": {
-                "tensors": len(self.tensors),
-                "failed": sum(not t.passed for t in self.tensors),
-                "failed_names": [t.name for t in self.tensors if not t.passed],
-            },
-            "meta": _json_safe(self.meta),
-            "tensors": [t.to_dict() for t in self.tensors],
-        }
-
-
-def _json_float(v):
-    """JSON has no NaN/inf: encode them as the strings "nan", "inf", "-inf"; None (N/A) stays null."""
-    if v is None:
-        return None
-    v = float(v)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
-
-
-def _json_safe(obj):
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return _json_float(obj)
-    if obj is None or isinstance(obj, str):
-        return obj
-    return str(obj)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -447,42 +133,6 @@ def _dot(x: np.ndarray, y: np.ndarray) -> float:
 _vecdot = getattr(np, "vecdot", None)
 
 
-def _to_f64(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float64, copy=False)
-
-
-# Exact ULP distance in the format's own integer width (dtypes.ulp_distance_exact); named here for the tests.
-_ulp_distances = ulp_distance_exact
-
-
-def _ulp_format(rule: ToleranceRule, a_dtype, e_dtype) -> FloatFormat | None:
-    """The format ULPs are counted in: the rule's, else the coarser (fewer mantissa bits) of the two float dtypes
-    (expected's on a tie), else None (integer tensors have no ULP). Counting in the finer format would measure
-    the rounding of the coarser side to its own format, not the error."""
-    if rule.ulp_format:
-        return float_format(resolve_dtype(rule.ulp_format))
-    fmts = [float_format(d) for d in (e_dtype, a_dtype) if is_float(d)]
-    return min(fmts, key=lambda f: f.mantissa_bits) if fmts else None
-
-
-def _ulp_distances_same_format(a: np.ndarray, e: np.ndarray, fmt: FloatFormat, out: np.ndarray | None = None,
-                               sign_mask: np.ndarray | None = None) -> np.ndarray:
-    """ulp_distance_exact for two arrays already in fmt's dtype, in fewer passes: for a same-sign pair the
-    sign-magnitude ordinals differ exactly by the raw bit patterns' difference (the sign bits cancel and the
-    magnitude difference is below 2^(bits-1), so the signed subtraction cannot wrap); opposite-sign pairs
-    (errors straddling zero, rare) go through the shared ordinals. out (fmt's signed integer type) and
-    sign_mask (bool): optional work buffers of a's size."""
-    it = np.dtype(f"int{fmt.bits}")
-    ia = np.ascontiguousarray(a).view(it)
-    ie = np.ascontiguousarray(e).view(it)
-    dist = np.bitwise_xor(ia, ie, out=out)  # negative where the signs differ
-    opp = np.flatnonzero(np.less(dist, 0, out=sign_mask))
-    np.subtract(ia, ie, out=dist)
-    np.abs(dist, out=dist)
-    if opp.size:
-        dist[opp] = _dtypes.ulp_distance_exact(a[opp], e[opp], fmt).view(it)
-    return dist.view(fmt.uint)
-
 
 _NATIVE_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -498,73 +148,6 @@ _DECADE_EDGES = 10.0 ** np.arange(-12, 3)
 _DECADE_LABELS = ["0", "<1e-12"] + [f"[1e{k},1e{k + 1})" for k in range(-12, 2)] + ["≥1e2"]
 
 
-def _floor_log2(v: np.ndarray) -> np.ndarray:
-    """floor(log2 v) of positive unsigned integers, from the float64 exponent (np.searchsorted over the 48
-    power-of-two edges measured ~30 ns per element, this ~1). A uint64 above 2^53 can round up to the next
-    power of two when converted, which the last step undoes."""
-    k = (v.astype(np.float64).view(np.int64) >> 52) - 1023
-    if v.dtype.itemsize == 8:
-        np.minimum(k, 63, out=k)
-        k -= np.left_shift(np.uint64(1), k.astype(np.uint64)) > v
-    return k
-
-
-class _UlpHistogram:
-    """Exact distribution of ULP distances with bounded memory.
-
-    Distances below 2^16 are counted in exact bins (512 KiB of counters: they stay in L2 cache, which makes the
-    per-element bincount 4x faster than with 2^20 bins); larger ones in power-of-two buckets [2^k, 2^(k+1)). A
-    percentile that falls into a bucket is resolved exactly by `_ulp_percentiles`, which re-streams the data
-    (only then: fp16/bf16 distances always fit the exact bins, and 2^16 fp32 ULPs is a relative error of ~0.4%).
-
-    Percentile definition (nearest rank): the p-th percentile of n distances is the smallest distance d such that
-    at least ceil(p * n / 100) distances are <= d, i.e. sorted[ceil(p*n/100) - 1] (numpy's "inverted_cdf").
-    """
-
-    def __init__(self):
-        self.low = np.zeros(_EXACT_ULP_BINS, dtype=np.int64)
-        self.high = np.zeros(64, dtype=np.int64)  # high[k]: count of distances in [2^k, 2^(k+1)), k >= 16
-        self.n = 0
-        self.max = 0
-
-    def add(self, d: np.ndarray, work: np.ndarray | None = None) -> None:
-        """Count distances d (unsigned integers); work: optional intp buffer of at least d's size."""
-        if d.size == 0:
-            return
-        self.n += d.size
-        dmax = int(d.max())
-        self.max = max(self.max, dmax)
-        # An explicit intp copy measured faster than bincount's own conversion of narrower integers.
-        if work is None:
-            idx = d.astype(np.intp)
-        else:
-            idx = work[: d.size]
-            np.copyto(idx, d, casting="unsafe")
-        if dmax >= _EXACT_ULP_BINS:
-            # Distances this large are few: they go to the power-of-two buckets, and their slots in idx to one
-            # spare bin past the exact ones that is dropped below (cheaper than compressing d without them).
-            big = np.flatnonzero(d >= _EXACT_ULP_BINS)
-            self.high += np.bincount(_floor_log2(d[big]), minlength=64)
-            idx[big] = _EXACT_ULP_BINS
-        counts = np.bincount(idx)[:_EXACT_ULP_BINS]
-        self.low[: counts.size] += counts
-
-    def rank(self, p: int) -> int:
-        """1-based nearest rank for percentile p (integer arithmetic, no float rounding)."""
-        return max(1, -(-p * self.n // 100))
-
-    def locate(self, r: int):
-        """Exact value for 1-based rank r if it lies in an exact bin, else (lo, width, rank within, count)."""
-        cum_low = np.cumsum(self.low)
-        if r <= cum_low[-1]:
-            return int(np.searchsorted(cum_low, r))
-        r -= int(cum_low[-1])
-        cum_high = np.cumsum(self.high)
-        k = int(np.searchsorted(cum_high, r))
-        before = int(cum_high[k - 1]) if k else 0
-        return (1 << k, 1 << k, r - before, int(self.high[k]))
-
-
 # --------------------------------------------------------------------------------------------------------------
 # The accumulator
 # --------------------------------------------------------------------------------------------------------------
@@ -575,7 +158,7 @@ class _Accumulator:
     def __init__(self, name, shape, a_dtype, e_dtype, rule: ToleranceRule, topk: int):
         self.name, self.shape, self.rule, self.topk = name, tuple(shape), rule, max(0, int(topk))
         self.a_dtype, self.e_dtype = a_dtype, e_dtype
-        self.fmt: FloatFormat | None = _ulp_format(rule, a_dtype, e_dtype)
+        self.fmt: FloatFormat | None = ulp_format_of(rule, a_dtype, e_dtype)
         # Relative-error floor: below the smallest normal of the format the expected value has no relative
         # precision left, so the relative error is measured against max(|e|, smallest normal).
         self.tiny = (self.fmt or float_format(np.float64)).smallest_normal
@@ -601,7 +184,7 @@ class _Accumulator:
         self.sum_a = 0.0
         self.sum_e = 0.0
         self.sum_elog = 0.0
-        self.ulp = _UlpHistogram() if self.fmt is not None else None
+        self.ulp = UlpHistogram() if self.fmt is not None else None
         # Top-k: keys (sort by key desc, flat index asc), flat indices, actual, expected.
         self.top_key = np.empty(0)
         self.top_idx = np.empty(0, dtype=np.int64)
@@ -609,9 +192,10 @@ class _Accumulator:
         self.top_e = np.empty(0)
         self.hist = np.zeros(len(_DECADE_LABELS), dtype=np.int64)
         self._bufs: dict[str, np.ndarray] = {}
+        self.rule_state = rule.begin(self.shape)
         # The C kernel covers the hot case: float32 on both sides, ULPs counted in fp32 (see _update_fast).
         f32 = np.dtype(np.float32)
-        self._kernel = _fast_kernel() if (np.dtype(a_dtype) == f32 and np.dtype(e_dtype) == f32
+        self._kernel = _fast_kernel() if (rule.fast_path and np.dtype(a_dtype) == f32 and np.dtype(e_dtype) == f32
                                           and self.fmt is not None and self.fmt.dtype == f32) else None
 
     # -- per chunk ------------------------------------------------------------------------------------------
@@ -696,10 +280,8 @@ class _Accumulator:
         if self.ulp is not None:
             ulp_d = self._ulps(a, e)
             self.ulp.add(ulp_d[0], self._scratch("ulp_idx", m, np.intp))
-        # Element rule |d| <= atol + rtol*|e|: the bound is >= atol for every element (rtol*|e| >= 0 and float64
-        # rounding is monotone), so a chunk whose largest |d| is <= atol has no mismatch and needs no bound.
-        if chunk_max_abs > self.rule.atol:
-            self.mismatches += self._count_mismatches(ad, e64, ulp_d)
+        self.mismatches += self.rule.count_finite_mismatches(
+            self.rule_state, ChunkView(ad, e64, ulp_d, offset, sel, self._scratch, chunk_max_abs))
         self._histogram(ad, chunk_max_abs)
         if self.kl_ok:
             self._kl(a64, e64)
@@ -778,34 +360,18 @@ class _Accumulator:
         np.maximum(den, self.tiny, out=den)
         return np.divide(ad, den, out=den)
 
-    def _count_mismatches(self, ad, e64, ulp_d) -> int:
-        """Elements outside the element rule: |d| > atol + rtol*|e| and, when the rule has a ULP clause, not
-        within `ulp` ULPs with both sides finite in the ULP format."""
-        bound = np.abs(e64, out=self._scratch("bound", ad.size))
-        bound *= self.rule.rtol
-        bound += self.rule.atol
-        over = np.greater(ad, bound, out=self._scratch("over", ad.size, np.bool_))
-        if ulp_d is not None and self.rule.ulp is not None and over.any():
-            dist, fin_fmt = ulp_d
-            # Outside the ULP clause as well: more than `ulp` apart, or not both finite in the ULP format.
-            far = np.greater(dist, self.rule.ulp, out=self._scratch("far", ad.size, np.bool_))
-            if fin_fmt is not None:
-                far |= ~fin_fmt
-            over &= far
-        return int(np.count_nonzero(over))
-
     def _ulps(self, a, e):
         """ULP distances of finite pairs after rounding to the ULP format; plus a mask 'both still finite there'
         when rounding could overflow (None when it cannot)."""
         fdt = self.fmt.dtype
         if a.dtype == fdt and e.dtype == fdt:
             out = self._scratch("ulp", a.size, np.dtype(f"int{self.fmt.bits}"))
-            return _ulp_distances_same_format(a, e, self.fmt, out, self._scratch("mask", a.size, np.bool_)), None
+            return ulp_distances_same_format(a, e, self.fmt, out, self._scratch("mask", a.size, np.bool_)), None
         with np.errstate(over="ignore", invalid="ignore"):
             ar = a if a.dtype == fdt else a.astype(fdt)
             er = e if e.dtype == fdt else e.astype(fdt)
         fin = np.isfinite(ar.astype(np.float64)) & np.isfinite(er.astype(np.float64))
-        return _ulp_distances(ar, er, self.fmt), fin
+        return ulp_distance_exact(ar, er, self.fmt), fin
 
     def _histogram(self, ad, chunk_max: float) -> None:
         """Decade histogram of |d| from counts c_k = #(|d| >= edge_k): one comparison pass per edge that can
@@ -904,11 +470,11 @@ class _Accumulator:
                     st[slot + 3] = offset + int(hits[0])
 
     def _nonfinite_pairs(self, a64, e64, mask, offset) -> None:
-        """Pairs where at least one side is NaN/inf: NaN matches NaN, inf matches same-sign inf, else mismatch."""
+        """Pairs where at least one side is NaN/inf, judged by the rule (NaN matches NaN, inf same-sign inf)."""
         sel = np.flatnonzero(mask)
         a = a64[sel]
         e = e64[sel]
-        match = (np.isnan(a) & np.isnan(e)) | (a == e)
+        match = self.rule.nonfinite_matches(self.rule_state, a, e, offset + sel)
         nmatch = int(np.count_nonzero(match))
         for t in range(len(REL_THRESHOLDS)):
             self.rel_counts[t] += nmatch  # equal non-finite values count as relative error 0
@@ -954,6 +520,7 @@ class _Accumulator:
             self.ulp.n += other.ulp.n
             self.ulp.max = max(self.ulp.max, other.ulp.max)
         self.hist += other.hist
+        self.rule.merge(self.rule_state, other.rule_state)
         if self.topk and other.top_key.size:
             self._merge_top(other.top_key, other.top_idx, other.top_a, other.top_e)
 
@@ -994,19 +561,20 @@ class _Accumulator:
         r.kl_note = self.kl_note
         if self.ulp is not None and self.ulp.n:
             r.ulp_max = self.ulp.max
-            r.ulp_p50, r.ulp_p99 = _ulp_percentiles(self.ulp, (50, 99), rechunk, self)
+            r.ulp_p50, r.ulp_p99 = ulp_percentiles(self.ulp, (50, 99), rechunk, lambda a, e: self._ulps(a, e)[0])
         r.worst = [WorstElement(unravel(int(i)), float(a), float(e), float(abs(a - e)), _rel(a, e, self.tiny))
                    for key, i, a, e in zip(self.top_key, self.top_idx, self.top_a, self.top_e) if key > 0]
         r.abs_err_histogram = [(lab, int(c)) for lab, c in zip(_DECADE_LABELS, self.hist)]
         # Verdict.
         finite_mism = self.mismatches - self.nonfinite_mismatches
         if finite_mism:
-            r.failed_rules.append("elementwise")
+            r.failed_rules.append(self.rule.finite_rule_name)
         if self.nonfinite_mismatches:
             r.failed_rules.append("nonfinite")
         if self.rule.cosine is not None and self.n and (r.cosine is None or r.cosine < self.rule.cosine):
             r.failed_rules.append("cosine")
         r.passed = not r.failed_rules
+        self.rule.finish(self.rule_state, r)
         return r
 
 
@@ -1064,58 +632,6 @@ def _psnr_db(peak: float, mse: float) -> float:
     if math.isinf(square) and mse != 0:
         return 20.0 * math.log10(peak) - 10.0 * math.log10(mse)
     return _db(square, mse)
-
-
-#: A percentile bucket holding at most this many distances is resolved by collecting them (8 bytes each).
-_COLLECT_LIMIT = 1 << 22
-
-
-def _ulp_percentiles(hist: _UlpHistogram, percentiles, rechunk, acc: "_Accumulator") -> tuple:
-    """Exact nearest-rank percentiles. A rank in an exact bin is read off; a rank in a power-of-two bucket is
-    resolved by re-streaming: the bucket's distances are collected and partitioned when there are at most
-    _COLLECT_LIMIT of them, else counted in 2^16 sub-bins and the search narrows (one more pass each time)."""
-    results, pending = {}, {}
-    for p in percentiles:
-        loc = hist.locate(hist.rank(p))
-        if isinstance(loc, int):
-            results[p] = loc
-        else:
-            pending[p] = loc
-    while pending:
-        plans = {}
-        for p, (lo, width, r, count) in pending.items():
-            shift = max(0, width.bit_length() - 1 - 16)
-            collect = count <= _COLLECT_LIMIT
-            plans[p] = (lo, width, r, shift, [] if collect else np.zeros(width >> shift, dtype=np.int64))
-        for a_c, e_c in rechunk():
-            a64, e64 = _to_f64(a_c), _to_f64(e_c)
-            both = np.isfinite(a64) & np.isfinite(e64)
-            if not both.all():
-                a_c, e_c = a_c[both], e_c[both]
-            d = acc._ulps(a_c, e_c)[0].astype(np.uint64)
-            for lo, width, r, shift, sink in plans.values():
-                inr = d[(d >= np.uint64(lo)) & (d <= np.uint64(lo + width - 1))]  # lo + width may be 2^64
-                if not inr.size:
-                    continue
-                if isinstance(sink, list):
-                    sink.append(inr)
-                else:
-                    sink += np.bincount(((inr - np.uint64(lo)) >> np.uint64(shift)).astype(np.intp),
-                                        minlength=sink.size)
-        pending = {}
-        for p, (lo, width, r, shift, sink) in plans.items():
-            if isinstance(sink, list):
-                values = np.concatenate(sink)
-                results[p] = int(np.partition(values, r - 1)[r - 1])
-                continue
-            cum = np.cumsum(sink)
-            j = int(np.searchsorted(cum, r))
-            before = int(cum[j - 1]) if j else 0
-            if shift == 0:
-                results[p] = lo + j
-            else:
-                pending[p] = (lo + (j << shift), 1 << shift, r - before, int(sink[j]))
-    return tuple(results[p] for p in percentiles)
 
 
 # --------------------------------------------------------------------------------------------------------------

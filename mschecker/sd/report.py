@@ -15,7 +15,7 @@ import json
 import math
 from pathlib import Path
 
-from ..compare import TensorComparison, _json_safe
+from ..compare import TensorComparison, json_safe
 from ..report import fmt_num
 from .check import SDCheck
 from .images import difference_image, line_plot, side_by_side, write_atomic, write_png
@@ -160,4 +160,4 @@ def write_json(check: SDCheck, path: str | Path, extra: dict | None = None) -> P
     data = check.to_dict()
     if extra:
         data.update(extra)
-    return write_atomic(path, (json.dumps(_json_safe(data), indent=2, allow_nan=False) + "\n").encode("utf-8"))
+    return write_atomic(path, (json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n").encode("utf-8"))
