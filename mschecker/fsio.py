@@ -119,11 +119,9 @@ def check_write_target(path) -> None:
         raise InputError(f"cannot write {os.fspath(path)}: it is {kind}, expected a regular file path")
 
 
-def atomic_write(path, write: Callable[[BinaryIO], object]) -> None:
-    """Write a file atomically: `write(fileobj)` fills a temp file in the same directory, fsync, os.replace.
-
-    A crash or kill leaves the old file or the new one under `path`, never a half-written one; a failure removes
-    the temp file. OSError (disk full, read-only, permission denied, missing directory) -> InputError."""
+def write_temp(path, write: Callable[[BinaryIO], object]) -> Path:
+    """A temp file next to `path` (".<name>.<random>.tmp"), filled by `write(fileobj)` and fsynced; the caller
+    renames it into place or unlinks it. On failure nothing is left; OSError -> InputError naming `path`."""
     path = Path(path)
     check_write_target(path)
     try:
@@ -137,15 +135,31 @@ def atomic_write(path, write: Callable[[BinaryIO], object]) -> None:
                 write(f)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
         except OSError as exc:
             raise write_error(path, exc) from None
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        unlink_quietly(tmp)
         raise
+    return Path(tmp)
+
+
+def replace_into(tmp, path) -> None:
+    """os.replace(tmp, path); on failure the temp file is removed and the OSError becomes an InputError."""
+    try:
+        os.replace(tmp, path)
+    except BaseException as exc:
+        unlink_quietly(tmp)
+        if isinstance(exc, OSError):
+            raise write_error(path, exc) from None
+        raise
+
+
+def atomic_write(path, write: Callable[[BinaryIO], object]) -> None:
+    """Write a file atomically: `write(fileobj)` fills a temp file in the same directory, fsync, os.replace.
+
+    A crash or kill leaves the old file or the new one under `path`, never a half-written one; a failure removes
+    the temp file. OSError (disk full, read-only, permission denied, missing directory) -> InputError."""
+    replace_into(write_temp(path, write), path)
 
 
 def atomic_write_bytes(path, data: bytes) -> None:
@@ -229,4 +243,4 @@ def is_temp_leftover(name: str) -> bool:
 
 __all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "check_readable", "check_write_target",
            "fsync_directory", "is_temp_leftover", "make_directory", "os_reason", "read_bytes", "read_text",
-           "remove_directories", "safe_component", "unlink_quietly", "write_error"]
+           "remove_directories", "replace_into", "safe_component", "unlink_quietly", "write_error", "write_temp"]

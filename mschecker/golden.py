@@ -2,10 +2,18 @@
 
 Layout: `<dir>/manifest.json` and one `.npy` per tensor (bf16 stored as its uint16 bits, dtype recorded in the
 manifest, because numpy has no bf16 descriptor). Goldens change only on an explicit update: `record` refuses an
-existing golden set unless update=True. Every file is written atomically (temp file in the same directory, then
-os.replace) and the manifest last, so a crash never leaves a manifest pointing at files it did not describe.
+existing golden set unless update=True.
 
-Manifest schema (schema_version 1):
+All-or-nothing: the manifest is the commit point. Readers only follow the manifest; `record` never modifies a
+file the current manifest names. New content goes to files under names the current manifest does not use (the
+tensor's file name, or `<name>_2.npy` while the old set still holds `<name>.npy`), each written atomically; then
+the manifest is replaced atomically (os.replace + directory fsync): before that instant every reader sees the
+complete old set, after it the complete new set. Only then are the old set's files no longer named removed.
+A writer killed at any point leaves at most files no manifest names (and `.<name>.<random>.tmp` temp files):
+readers ignore them, `verify` lists them with how to clear them, and the next `record` removes them. A failed
+record (disk full, read-only file system, permission denied, Ctrl-C) removes what it wrote and raises InputError.
+
+Manifest schema (schema_version 1; validated on every read, mschecker.schema):
   {"schema_version": 1, "format": "mschecker-golden",
    "producer": {"runner": str, "mschecker_version": str},
    "tolerance": {...} | null,   # a hint (ToleranceRule.to_dict()) for checks against these goldens
@@ -21,14 +29,49 @@ from typing import Mapping
 
 import numpy as np
 
-from . import __version__
+from . import __version__, fsio, schema
 from .dtypes import bfloat16, dtype_name, resolve_dtype
 from .errors import InputError
+from .fsio import atomic_write_text
 from .runners import file_sha256
-from .tensorio import atomic_write, atomic_write_text, safe_filename
+from .tensorio import safe_filename
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
+
+
+def _plain_file_name(name: str) -> str | None:
+    """A manifest's file must be a plain .npy name inside the golden directory (no separators, no `..`)."""
+    if "/" in name or "\\" in name or name in (".", "..") or name.startswith(".") or not name.endswith(".npy"):
+        return f"{name!r} is not a plain .npy file name inside the golden directory"
+    return None
+
+
+_TENSOR_ENTRY = schema.Table({
+    "file": (schema.Checked(schema.Str(max_len=255), _plain_file_name), True),
+    "shape": (schema.SHAPE, True),
+    "dtype": (schema.DTYPE, True),
+    "sha256": (schema.Str(pattern="[0-9a-f]{64}"), True),
+})
+_NUMBER = schema.Optional(schema.Float(lo=0.0))
+#: The tolerance hint: ToleranceRule.to_dict() (+ BoundRule's fields), or the short {"atol", "rtol"} form.
+TOLERANCE_HINT = schema.Optional(schema.Table({
+    "convention": (schema.Str(max_len=200), False),
+    "tolerance": (_NUMBER, False), "atol": (_NUMBER, False), "rtol": (_NUMBER, False),
+    "ulp": (schema.Optional(schema.Int(lo=0, hi=2**62)), False),
+    "ulp_format": (schema.Optional(schema.DTYPE), False),
+    "cosine": (schema.Optional(schema.Float(lo=-1.0, hi=1.0)), False),
+    "text": (schema.Str(), False), "why": (schema.Str(), False),
+    "storage_dtype": (schema.Optional(schema.Str(max_len=64)), False),
+}))
+MANIFEST_SCHEMA = schema.Table({
+    "schema_version": (schema.Int(lo=1, hi=SCHEMA_VERSION), False),
+    "format": (schema.Str(choices=("mschecker-golden",)), False),
+    "producer": (schema.Table({"runner": (schema.Str(), False), "mschecker_version": (schema.Str(), False)}), False),
+    "tolerance": (TOLERANCE_HINT, False),
+    "extra": (schema.Optional(schema.MapOf(schema.AnyValue())), False),
+    "tensors": (schema.MapOf(_TENSOR_ENTRY, key=schema.Str(max_len=4096)), True),
+})
 
 
 def manifest_path(directory) -> Path:
@@ -36,21 +79,21 @@ def manifest_path(directory) -> Path:
 
 
 def read_manifest(directory) -> dict:
-    """The parsed manifest; InputError naming the directory when it is missing or malformed."""
+    """The parsed, schema-validated manifest; InputError naming the file and field when missing or malformed."""
     path = manifest_path(directory)
     if not Path(directory).is_dir():
         raise InputError(f"golden directory {directory}: not found")
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise InputError(f"golden directory {directory}: no {MANIFEST}")
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
-    tensors = manifest.get("tensors") if isinstance(manifest, dict) else None
-    if not isinstance(tensors, dict) or not all(
-            isinstance(t, dict) and {"file", "shape", "dtype", "sha256"} <= set(t) for t in tensors.values()):
-        raise InputError(f"{path}: not a golden manifest (needs \"tensors\": {{name: {{file, shape, dtype, sha256}}}})")
-    return manifest
+    manifest = schema.load_json_file(path, "golden manifest")
+    where = f"golden manifest {path}"
+    if isinstance(manifest, dict) and isinstance(manifest.get("schema_version"), int) \
+            and manifest["schema_version"] > SCHEMA_VERSION:
+        raise InputError(f"{where}: schema_version {manifest['schema_version']} is newer than this mschecker "
+                         f"reads ({SCHEMA_VERSION}); upgrade mschecker")
+    if not isinstance(manifest, dict) or "tensors" not in manifest:
+        raise InputError(f"{where}: not a golden manifest (needs \"tensors\": {{name: {{file, shape, dtype, sha256}}}})")
+    return schema.validate(manifest, MANIFEST_SCHEMA, where)
 
 
 def _stored(arr: np.ndarray) -> np.ndarray:
@@ -62,64 +105,126 @@ def _file_names(names) -> dict[str, str]:
     """A distinct, filesystem-safe .npy name per tensor name (case-insensitive filesystems included)."""
     out, used = {}, set()
     for name in names:
-        stem, n = safe_filename(name), 1
-        cand = stem
-        while cand.lower() in used or cand.lower() == "manifest":
-            n += 1
-            cand = f"{stem}_{n}"
-        used.add(cand.lower())
-        out[name] = cand + ".npy"
+        out[name] = _choose_file(safe_filename(name), None, {}, used)
     return out
+
+
+def _choose_file(stem: str, sha: str | None, old_files: Mapping[str, dict], used: set[str]) -> str:
+    """The first of stem.npy, stem_2.npy, ... not taken by another new tensor (case-insensitively) and not
+    naming a file of the current set with other content (that file must stay intact until the commit)."""
+    n = 1
+    while True:
+        cand = stem if n == 1 else f"{stem}_{n}"
+        n += 1
+        key = cand.lower()
+        if key in used or key == "manifest":
+            continue
+        old = old_files.get(key + ".npy")
+        if old is not None and old.get("sha256") != sha:
+            continue
+        used.add(key)
+        return cand + ".npy"
 
 
 def refuse_existing(directory, update: bool) -> None:
     """InputError when `directory` already holds goldens and `update` is not set (goldens change only on request)."""
     directory = Path(directory)
-    existing = manifest_path(directory).is_file() or (directory.is_dir() and any(directory.glob("*.npy")))
-    if existing and not update:
+    if update:
+        return
+    if os.path.lexists(manifest_path(directory)):
         raise InputError(f"golden directory {directory} already holds goldens; pass --update to replace them")
+    if directory.is_dir() and any(directory.glob("*.npy")):
+        raise InputError(f"golden directory {directory} holds .npy files but no {MANIFEST} (an interrupted first "
+                         f"record, or not a golden set): pass --update to record over them, or delete them")
+
+
+def _clean_temp_leftovers(directory: Path) -> None:
+    """Remove the temp files of a killed writer (".<name>.<random>.tmp"); nothing reads them."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if fsio.is_temp_leftover(name):
+            fsio.unlink_quietly(directory / name)
+
+
+def _old_manifest(directory: Path, update: bool) -> dict | None:
+    """The current manifest when replacing goldens; a corrupt one is replaced too (its files become untracked)."""
+    if not update or not os.path.lexists(manifest_path(directory)):
+        return None
+    try:
+        return read_manifest(directory)
+    except InputError:
+        return None
+
+
+def _holds(path: Path, sha: str) -> bool:
+    """True when `path` is a regular file with this sha256 (a damaged old file is rewritten, not reused)."""
+    try:
+        fsio.check_readable(path)
+        return file_sha256(path) == sha
+    except (InputError, OSError):
+        return False
 
 
 def record(directory, tensors: Mapping[str, np.ndarray], *, producer: str, tolerance: dict | None = None,
            extra: dict | None = None, update: bool = False) -> dict:
-    """Write goldens and their manifest; returns the manifest.
+    """Write goldens and their manifest, all-or-nothing (see the module docstring); returns the manifest.
 
-    InputError, with nothing written, when the directory already holds goldens and update is False. With update,
-    tensors no longer recorded are removed after the new manifest is in place.
-    """
+    InputError, with nothing written, when the directory already holds goldens and update is False, and when a
+    write fails (the old set stays complete, what was written is removed). With update, the old set's files no
+    longer named are removed after the new manifest is in place."""
     directory = Path(directory)
     if not tensors:
         raise InputError(f"golden directory {directory}: nothing to record")
-    refuse_existing(directory, update)
-    if directory.exists() and not directory.is_dir():
+    if os.path.lexists(directory) and not directory.is_dir():
         raise InputError(f"golden directory {directory}: exists and is not a directory")
-    old = read_manifest(directory) if update and manifest_path(directory).is_file() else None
-    directory.mkdir(parents=True, exist_ok=True)
-
-    files = _file_names(tensors)
-    entries = {}
-    for name, arr in tensors.items():
-        arr = np.asarray(arr)
-        path = directory / files[name]
-        data = _stored(arr)
-        atomic_write(path, lambda f, d=data: np.save(f, d, allow_pickle=False))
-        entries[name] = {"file": files[name], "shape": list(arr.shape), "dtype": dtype_name(arr.dtype),
-                         "sha256": file_sha256(path)}
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "format": "mschecker-golden",
-        "producer": {"runner": producer, "mschecker_version": __version__},
-        "tolerance": tolerance,
-        "extra": dict(extra or {}),
-        "tensors": entries,
-    }
-    atomic_write_text(manifest_path(directory), json.dumps(manifest, indent=2, sort_keys=False) + "\n")
-    if old is not None:
-        keep = {e["file"] for e in entries.values()}
-        for entry in old["tensors"].values():
-            stale = directory / entry["file"]
-            if entry["file"] not in keep and stale.is_file() and stale.parent == directory:
-                os.unlink(stale)
+    refuse_existing(directory, update)
+    old = _old_manifest(directory, update)
+    created = fsio.make_directory(directory)
+    _clean_temp_leftovers(directory)
+    old_files = {e["file"].lower(): e for e in (old or {}).get("tensors", {}).values()}
+    placed: list[Path] = []
+    try:
+        entries, used = {}, set()
+        for name, arr in tensors.items():
+            arr = np.asarray(arr)
+            data = _stored(arr)
+            stem = safe_filename(name)
+            tmp = fsio.write_temp(directory / (stem + ".npy"), lambda f, d=data: np.save(f, d, allow_pickle=False))
+            try:
+                sha = file_sha256(tmp)
+                file = _choose_file(stem, sha, old_files, used)
+                if file.lower() in old_files and _holds(directory / file, sha):  # the current set has it already
+                    fsio.unlink_quietly(tmp)
+                else:
+                    fsio.replace_into(tmp, directory / file)
+                    placed.append(directory / file)
+            except BaseException:
+                fsio.unlink_quietly(tmp)
+                raise
+            entries[name] = {"file": file, "shape": list(arr.shape), "dtype": dtype_name(arr.dtype), "sha256": sha}
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "format": "mschecker-golden",
+            "producer": {"runner": producer, "mschecker_version": __version__},
+            "tolerance": tolerance,
+            "extra": dict(extra or {}),
+            "tensors": entries,
+        }
+        text = json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n"
+        atomic_write_text(manifest_path(directory), text)  # the commit point
+    except BaseException:
+        for path in placed:
+            fsio.unlink_quietly(path)
+        fsio.remove_directories(created)
+        raise
+    fsio.fsync_directory(directory)
+    keep = {e["file"].lower() for e in entries.values()}
+    for key, entry in old_files.items():
+        if key not in keep:
+            fsio.unlink_quietly(directory / entry["file"])
     return manifest
 
 
@@ -155,13 +260,18 @@ def verify(directory) -> list[str]:
     for name, entry in manifest["tensors"].items():
         path = directory / entry["file"]
         tracked.add(entry["file"])
-        if Path(entry["file"]).name != entry["file"]:
-            problems.append(f"{name}: file {entry['file']!r} is outside the golden directory")
-            continue
-        if not path.is_file():
+        if not os.path.lexists(path):
             problems.append(f"{name}: file {entry['file']} is missing")
             continue
-        sha = file_sha256(path)
+        try:
+            fsio.check_readable(path, "golden")
+            sha = file_sha256(path)
+        except InputError as exc:
+            problems.append(f"{name}: {exc}")
+            continue
+        except OSError as exc:
+            problems.append(f"{name}: golden {path}: cannot read ({fsio.os_reason(exc)})")
+            continue
         if sha != entry["sha256"]:
             problems.append(f"{name}: {entry['file']} sha256 {sha[:12]} != manifest {entry['sha256'][:12]}")
             continue
@@ -173,11 +283,16 @@ def verify(directory) -> list[str]:
         if list(arr.shape) != list(entry["shape"]) or dtype_name(arr.dtype) != entry["dtype"]:
             problems.append(f"{name}: {entry['file']} holds {dtype_name(arr.dtype)}{list(arr.shape)}, manifest says "
                             f"{entry['dtype']}{entry['shape']}")
-    for path in sorted(directory.iterdir()):
-        if path.suffix == ".npy" and path.name not in tracked:
-            problems.append(f"untracked file {path.name} (not in {MANIFEST})")
-        elif path.name.endswith(".tmp"):
-            problems.append(f"leftover temp file {path.name} (an interrupted write)")
+    try:
+        listing = sorted(os.listdir(directory))
+    except OSError as exc:
+        return problems + [f"cannot list {directory} ({fsio.os_reason(exc)})"]
+    clear = f"`mschecker golden record --update` or deleting it clears it"
+    for name in listing:
+        if name.endswith(".npy") and name not in tracked:
+            problems.append(f"untracked file {name} (not in {MANIFEST}; left by an interrupted record? {clear})")
+        elif fsio.is_temp_leftover(name):
+            problems.append(f"leftover temp file {name} (an interrupted write; {clear})")
     return problems
 
 
@@ -190,16 +305,18 @@ def find_golden_dirs(root) -> list[Path]:
 
 
 def _load_entry(directory: Path, name: str, entry: dict) -> np.ndarray:
+    from .tensorio import read_tensor
+
     path = directory / entry["file"]
     where = f"golden {path} (tensor {name!r})"
-    try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"{where}: unreadable .npy ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     try:
         dtype = resolve_dtype(entry["dtype"])
     except ValueError:
         raise InputError(f"{where}: manifest dtype {entry['dtype']!r} is unknown") from None
+    try:  # the .npy reader checks the header's declared size against the file before mapping it
+        arr = read_tensor(path, name=name)
+    except InputError as exc:
+        raise InputError(f"golden {exc}") from None
     if dtype == bfloat16 and arr.dtype in (np.dtype(np.uint16), np.dtype("V2")):
         arr = arr.view(bfloat16)
     return arr
