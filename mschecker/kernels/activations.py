@@ -23,6 +23,7 @@ from ..dtypes import float_format, gamma, round_to, unit_roundoff
 from ..optimized_kernels import activations as opt
 from ..reference import activations as ref
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
+from . import definitions as D
 
 # Maximum |approximation - erf GELU| over the real line (NUMERICS.md section 3; re-measured on a dense float64
 # grid over [-10, 10] in tests/kernels/test_exhaustive_fp16.py; outside it every form converges to GELU).
@@ -324,8 +325,20 @@ KERNELS = [
         strategies=_strategies(), golden_cases=_golden_cases, doc="Hyperbolic tangent."),
 ]
 
+_ACCURATE = ("fp32", "fp16_fp32acc", "bf16_fp32acc")
+DEFINITIONS = {
+    "gelu": {"fp32": D.gelu_erf, "fp16_erf_hp": D.gelu_erf, "bf16_erf_hp": D.gelu_erf,
+             "fp16_tanh": D.gelu_tanh_textbook, "fp16_quick": D.gelu_quick, "fp16_poly": D.gelu_ibert},
+    "gelu_tanh": {**dict.fromkeys(_ACCURATE, D.gelu_tanh_sigmoid), "fp16_fp16acc": D.gelu_tanh_fast16},
+    "sigmoid": {**dict.fromkeys(_ACCURATE, D.sigmoid), "fp16_fast": D.sigmoid_fast16},
+    "silu": {**dict.fromkeys(_ACCURATE, D.silu), "fp16_fast": D.silu_fast16},
+    "exp": {**dict.fromkeys(_ACCURATE, D.exp), "fp16_fast": D.exp_fast16},
+    "erf": dict.fromkeys(_ACCURATE, D.erf),
+    "tanh": dict.fromkeys(_ACCURATE, D.tanh),
+}
+
 for _info in KERNELS:
-    register_kernel(_info)
+    register_kernel(D.attach(_info, DEFINITIONS[_info.name]))
 
 
 # --- exhaustive fp16 budgets ------------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ probabilities, S0 = scale q k^T and M the additive mask (0 for boolean masks):
    + u_s|O| + subnormal floor.
 Where 2 E_i > 20 the bound is vacuous (P may be off by e^20) and the row is only held to |P~ - P| <= 2.
 fp16_naive rounds the logits to fp16: rows whose logits (plus their error) reach 65520 overflow to inf and the
-softmax returns NaN while the reference is finite. That is outside its domain: its bound is +inf on those rows
-(no promise); tests/kernels/test_linalg_extra.py shows the NaN as a finding and the wide_scores strategy holds
+softmax returns NaN while the reference is finite. With an additive mask the scores of masked-out keys (-inf in
+the mask) are computed and rounded too, and an overflowed one gives inf + (-inf) = NaN: those keys count. That
+is outside its domain: its bound is +inf on those rows (no promise); tests/kernels/test_linalg_extra.py shows the NaN as a finding and the wide_scores strategy holds
 fp32_upcast and flash to their contracts there.
 
 flash_fp16_fp32acc: FlashAttention's test rule (NUMERICS.md s4): max error <= 2x the max error of the naive
@@ -94,7 +95,12 @@ def _attention_bound(case: Case, out_ref, variant: Variant, logits_dtype: str | 
     term = dp @ abs_v + gamma(lk, u_acc) * ((np.where(kept, p, 0.0) + dp) @ abs_v) + p_floor * (kept @ abs_v)
     bound = (1 + u_s) * term + u_s * np.abs(out_ref) + subnormal_floor(variant)
     if fp16_domain:
-        over = np.where(kept, np.maximum(np.abs(s0), np.abs(logits)) + e, 0.0) >= FP16_OVERFLOW
+        # A kept key whose logit (or its error) reaches the overflow threshold makes the row inf - inf = NaN. An
+        # additive mask is added to the fp16 scores of every key, so there a masked-out key's score counts too:
+        # inf + (-inf) is NaN (a boolean or causal mask selects -inf without arithmetic and drops it cleanly).
+        additive = mask is not None and np.asarray(mask).dtype != np.bool_
+        enters = np.ones_like(kept) if additive else kept
+        over = np.where(enters, np.maximum(np.abs(s0), np.where(kept, np.abs(logits), 0.0)) + e, 0.0) >= FP16_OVERFLOW
         bound = np.where(np.any(over, axis=-1, keepdims=True), np.inf, bound)
     return bound
 
