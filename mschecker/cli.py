@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "run": "mschecker.commands.run",
     "sd": "mschecker.commands.sd",
     "demo": "mschecker.commands.demo",
+    "campaign": "mschecker.commands.campaign",
     "bisect": "mschecker.commands.bisect",
 }
 

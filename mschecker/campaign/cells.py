@@ -1,0 +1,232 @@
+"""What a worker does with one cell: call the library entry point of its kind in-process and return a record.
+
+Why in-process and not `mschecker ...` per cell: a subprocess per cell pays the interpreter, numpy, onnx and
+onnxruntime imports (~3 s here) again for every cell, and its result would have to be parsed back from text.
+The worker imports once and calls the same functions the commands call:
+- check:   mschecker.commands.check.run_check (the check command's library entry point) on model + inputs +
+           goldens; golden directories are verified on load (mschecker.golden.load).
+- sd:      mschecker.sd.check.run_check (the `mschecker sd` check: float64 reference vs emulated NPU).
+- kernels: mschecker.kernel_suite.run_suite for one kernel (every variant, every planted bug).
+
+Isolation comes from the engine instead: a cell that raises becomes a `crashed` record here (the campaign goes
+on), a cell that runs past its timeout has its worker restarted by the engine, a worker that dies is recorded
+by the engine as `killed`.
+
+A record is plain data: status (pass | fail | crashed), one-line reason, metrics {name: float} (NaN allowed:
+the store keeps it), detail (JSON-ready), versions, profile_hash, model_sha256, timings and the worker's peak
+RSS so far.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import resource
+import time
+import traceback
+from pathlib import Path
+
+from ..errors import InputError
+from .spec import Cell
+
+STATUS_PASS, STATUS_FAIL, STATUS_CRASHED, STATUS_TIMEOUT, STATUS_KILLED = "pass", "fail", "crashed", "timeout", "killed"
+FINISHED = (STATUS_PASS, STATUS_FAIL)      # a resumed run skips these; the others are run again
+# The per-output metrics of a check cell (mschecker.compare.TensorComparison fields).
+CHECK_METRICS = ("max_abs_err", "rel_euclidean", "cosine", "snr_db", "ulp_max", "mismatch_frac")
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, at most 300 characters (what the store and the table show)."""
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text[:300]
+
+
+def run_cell(cell: Cell, local_paths: dict[str, str] | None = None) -> dict:
+    """Run one cell; never raises an Exception (a failure inside the cell is a `crashed` record).
+
+    local_paths: {declared path: path on this worker} for cells whose files were shipped (see engine)."""
+    started = time.time()
+    t0 = time.perf_counter()
+    record = {"status": STATUS_CRASHED, "reason": "", "metrics": {}, "detail": {}, "profile_hash": None,
+              "model_sha256": None}
+    try:
+        params = _localize(cell.params, local_paths or {})
+        record.update(_RUNNERS[cell.kind](params))
+    except Exception as exc:  # noqa: BLE001 - a crashing cell is recorded, the campaign goes on
+        record.update(status=STATUS_CRASHED, reason=one_line(exc),
+                      detail={"where": _where(exc), "input_error": isinstance(exc, InputError)})
+    record.update(started_at=started, wall_s=time.perf_counter() - t0, versions=versions(),
+                  peak_rss_bytes=peak_rss_bytes())
+    return record
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+
+
+def _localize(params: dict, local: dict[str, str]) -> dict:
+    if not local:
+        return params
+    out = dict(params)
+    for key in ("model", "golden"):
+        if key in out:
+            out[key] = local.get(out[key], out[key])
+    if "inputs" in out:
+        out["inputs"] = [local.get(p, p) for p in out["inputs"]]
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict:
+    """What produced a result (recorded per cell: a cluster may mix machines)."""
+    import numpy
+    import onnxruntime
+
+    from .. import __version__
+
+    return {"mschecker": __version__, "onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__,
+            "python": platform.python_version(), "cpu": cpu_model(), "host": platform.node()}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set so far (Linux reports ru_maxrss in KiB, macOS in bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if platform.system() == "Darwin" else peak * 1024)
+
+
+def _sha256_json(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def profile_hash(profile: str | None, options: dict, stage_options: dict | None = None) -> str | None:
+    """sha256 of the resolved numerics profile(s) the cell ran with (preset + options, per SD stage), so a
+    preset file edited between runs shows up even when its name did not change."""
+    if profile is None:
+        return None
+    from ..graph.runner import npu_profile
+
+    if stage_options is None:
+        return _sha256_json(npu_profile(profile, **options).to_dict())
+    from ..sd.check import stage_npu_options
+
+    per_stage = stage_npu_options(options, stage_options)
+    return _sha256_json({s: npu_profile(profile, **o).to_dict() for s, o in per_stage.items()})
+
+
+# --------------------------------------------------------------------------------------------------- check
+def _run_check(p: dict) -> dict:
+    from types import SimpleNamespace
+
+    from ..commands._args import tolerance_rule
+    from ..commands.check import golden_tolerance_hint, run_check
+    from ..runners import make_runner
+
+    flags = SimpleNamespace(**{k: p["tolerance"].get(k) for k in ("tolerance", "atol", "rtol", "ulp", "cosine")})
+    rule = tolerance_rule(flags, hint=golden_tolerance_hint(p["golden"]))
+    options = p["npu_options"] if p["device"] == "npu" else {}
+    runner = make_runner(p["model"], device=p["device"], profile=p["profile"], **options)
+    report = run_check(p["model"], p["inputs"], p["golden"], rule, device=p["device"], profile=p["profile"],
+                       runner=runner, topk=p["topk"])
+    metrics = {}
+    for t in report.tensors:
+        for m in CHECK_METRICS:
+            v = getattr(t, m, None)
+            if v is not None:
+                metrics[f"{t.name}.{m}"] = float(v)
+    failing = [t for t in report.tensors if not t.passed]
+    reason = "; ".join(f"{t.name}: {', '.join(t.failed_rules) or 'failed'}" for t in failing)
+    return {"status": STATUS_PASS if report.passed else STATUS_FAIL, "reason": reason, "metrics": metrics,
+            "detail": {"rule": report.rule.to_dict() if hasattr(report.rule, "to_dict") else str(report.rule),
+                       "timings_s": report.meta.get("timings_s"), "runner": report.meta.get("runner")},
+            "profile_hash": profile_hash(p["profile"], options) if p["device"] == "npu" else None,
+            "model_sha256": report.meta.get("model_sha256")}
+
+
+# ------------------------------------------------------------------------------------------------------ sd
+@functools.lru_cache(maxsize=4)
+def sd_models_sha256(preset: str, weights_seed: int) -> str | None:
+    """sha256 over the three generated stage graphs (once per worker and preset). None for graphs past
+    protobuf's 2 GB (sd15): they are a function of (preset, weights_seed, mschecker version), recorded anyway."""
+    from ..sd.modelfile import fits_protobuf
+    from ..sd.pipeline import STAGES, SDModels
+
+    models = SDModels.build(preset, weights_seed)
+    h = hashlib.sha256()
+    for stage in STAGES:
+        graph = getattr(models, stage)
+        if not fits_protobuf(graph):
+            return None
+        h.update(graph.SerializeToString(deterministic=True))
+    return h.hexdigest()
+
+
+def _run_sd(p: dict) -> dict:
+    from ..sd.check import run_check
+
+    check = run_check(prompt=p["prompt"], preset=p["preset"], steps=p["steps"], scheduler=p["scheduler"],
+                      seed=p["seed"], guidance_scale=p["guidance_scale"], profile=p["profile"],
+                      npu_options=p["npu_options"], stage_options=p["stage_options"], psnr_min=p["psnr_min"],
+                      search_fix=p["search_fix"], weights_seed=p["weights_seed"])
+    m = check.metrics
+    metrics = {"image_psnr_db": float(m.psnr_db), "image_ssim": float(m.ssim),
+               "nonfinite_outputs": float(len(m.nonfinite_outputs))}
+    for name, c in (("text_embeddings", m.text), ("latents_final", m.steps[-1] if m.steps else None),
+                    ("decoded", m.decoded)):
+        if c is not None:
+            for attr in ("rel_euclidean", "max_abs_err"):
+                v = getattr(c, attr, None)
+                if v is not None:
+                    metrics[f"{name}.{attr}"] = float(v)
+    event = check.tracker.first_nonfinite
+    detail = {"failure_reasons": check.failure_reasons(), "timings_s": check.timings,
+              "first_nonfinite": event.describe() if event else None,
+              "fix": check.fix.cli_flags() if check.fix else None}
+    return {"status": STATUS_PASS if check.passed else STATUS_FAIL, "reason": "; ".join(check.failure_reasons()),
+            "metrics": metrics, "detail": detail,
+            "profile_hash": profile_hash(p["profile"], p["npu_options"], p["stage_options"]),
+            "model_sha256": sd_models_sha256(p["preset"], p["weights_seed"])}
+
+
+# ------------------------------------------------------------------------------------------------- kernels
+def _run_kernels(p: dict) -> dict:
+    from ..kernel_suite import run_suite
+
+    report = run_suite([p["kernel"]], p["examples"])
+    metrics = {}
+    for o in report.outcomes:
+        if o.planted_bug is not None:
+            metrics[f"{o.variant}.caught"] = 1.0 if o.ok else 0.0
+        else:
+            metrics[f"{o.variant}.error_ratio"] = float(o.worst_ratio)
+            metrics[f"{o.variant}.max_abs_err"] = float(o.max_abs_err)
+            metrics[f"{o.variant}.ulp_p99"] = float(o.ulp_p99)
+    bad = [o for o in report.outcomes if not o.ok]
+    reason = "; ".join(f"{o.variant}: {o.verdict}" + (f" ({o.first_failure})" if o.first_failure else "")
+                       for o in bad)
+    return {"status": STATUS_PASS if report.passed else STATUS_FAIL, "reason": reason[:300], "metrics": metrics,
+            "detail": {"variants": len(report.outcomes), "examples": p["examples"]}}
+
+
+_RUNNERS = {"check": _run_check, "sd": _run_sd, "kernels": _run_kernels}
+
+
+def worker_files_root(run_id: str) -> Path:
+    """Where a worker materializes shipped files for a run (removed by the engine at the end of the run)."""
+    import tempfile
+
+    safe = hashlib.sha256(run_id.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"mschecker-campaign-{os.getuid() if hasattr(os, 'getuid') else 0}-{safe}"

@@ -1,0 +1,217 @@
+"""Regression verdicts: every cell of a run against the same cell of a baseline run, metric by metric.
+
+A cell's samples (one on bit-exact devices, `repeats` on onnxruntime) are summarised by their median. For each
+metric the run's median is compared with the baseline's:
+
+  improvement = (run - baseline) if higher is better (PSNR, SSIM, cosine, SNR, planted bug caught) else
+                (baseline - run)                       (errors, error/bound ratios, ULP, counts)
+  noise       = 0 on bit-exact devices (float64 reference, emulated NPU, kernel suite: deterministic, so any
+                change is real), else the larger of the baseline's and the run's sample range (max - min over
+                the repeats of this cell and metric): the run-to-run spread measured on this machine, for this
+                cell. With a single sample on a non-bit-exact device the noise is unmeasured and taken as 0
+                (flagged in the result), so a change is never hidden.
+  allow       = the campaign's declared allowance for the metric ([compare] allow, by full name or by the
+                part after the last dot), default 0.
+  worse  if improvement < -(noise + allow);  better if improvement > noise;  same otherwise.
+NaN counts as the worst value (a finite metric turning NaN is worse; NaN turning finite is better).
+
+A cell is `worse` (a regression) when its status went pass -> fail or any metric is worse; `better` when it went
+fail -> pass or some metric improved and none got worse. A cell that did not finish in the run (crashed,
+timeout, killed) is reported with that status and is NOT a regression (a crash must never look like one; the run
+command's exit code reports it); so is a cell whose parameters changed (`changed`: spec hash differs), a cell new
+in the run (`new`) or missing from it (`missing`), and one whose baseline did not finish (`no baseline`).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from .cells import FINISHED, STATUS_FAIL, STATUS_PASS
+from .store import CellRecord, Store
+
+HIGHER_IS_BETTER = ("psnr_db", "ssim", "cosine", "snr_db", "caught")
+WORSE, SAME, BETTER = "worse", "same", "better"
+CHANGED, NEW, MISSING, NO_BASELINE = "changed", "new", "missing", "no baseline"
+
+
+def higher_is_better(metric: str) -> bool:
+    return metric.rsplit(".", 1)[-1].endswith(HIGHER_IS_BETTER)
+
+
+@dataclass
+class MetricVerdict:
+    name: str
+    baseline: float
+    run: float
+    noise: float
+    allow: float
+    verdict: str
+    samples: tuple[int, int]          # (baseline, run) sample counts
+    noise_measured: bool
+
+    @property
+    def delta(self) -> float:
+        return self.run - self.baseline if not (math.isinf(self.run) and self.run == self.baseline) else 0.0
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "baseline": self.baseline, "run": self.run, "delta": self.delta,
+                "noise": self.noise, "allow": self.allow, "verdict": self.verdict,
+                "higher_is_better": higher_is_better(self.name), "samples": list(self.samples),
+                "noise_measured": self.noise_measured}
+
+
+@dataclass
+class CellComparison:
+    key: str
+    kind: str
+    block: str
+    coords: dict
+    device: str
+    baseline_status: str | None
+    run_status: str | None
+    verdict: str
+    reason: str = ""
+    metrics: list[MetricVerdict] = field(default_factory=list)
+
+    @property
+    def regressed(self) -> bool:
+        return self.verdict == WORSE
+
+    def worst(self) -> MetricVerdict | None:
+        """The metric that got relatively worst (largest worsening in units of its baseline magnitude)."""
+        worse = [m for m in self.metrics if m.verdict == WORSE]
+        return max(worse, key=_relative_worsening) if worse else None
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "kind": self.kind, "block": self.block, "coords": self.coords,
+                "device": self.device, "baseline_status": self.baseline_status, "run_status": self.run_status,
+                "verdict": self.verdict, "regressed": self.regressed, "reason": self.reason,
+                "metrics": [m.to_dict() for m in self.metrics]}
+
+
+@dataclass
+class Comparison:
+    baseline: str
+    run: str
+    campaign: str
+    cells: list[CellComparison]
+
+    @property
+    def regressed(self) -> list[CellComparison]:
+        return [c for c in self.cells if c.regressed]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.cells:
+            out[c.verdict] = out.get(c.verdict, 0) + 1
+        return out
+
+    def to_dict(self) -> dict:
+        return {"schema_version": 1, "tool": "mschecker campaign compare", "campaign": self.campaign,
+                "baseline": self.baseline, "run": self.run, "regressed": bool(self.regressed),
+                "counts": self.counts(), "cells": [c.to_dict() for c in self.cells]}
+
+
+def _relative_worsening(m: MetricVerdict) -> float:
+    if math.isnan(m.run):
+        return math.inf
+    scale = abs(m.baseline) if math.isfinite(m.baseline) and m.baseline else 1.0
+    return abs(m.delta) / scale if math.isfinite(m.delta) else math.inf
+
+
+def _group(records: list[CellRecord]) -> dict[str, list[CellRecord]]:
+    out: dict[str, list[CellRecord]] = {}
+    for r in records:
+        out.setdefault(r.key, []).append(r)
+    return out
+
+
+def cell_status(samples: list[CellRecord]) -> str:
+    """One status for a cell's samples: an unfinished sample's status wins, then fail, then pass."""
+    unfinished = [s.status for s in samples if s.status not in FINISHED]
+    if unfinished:
+        return unfinished[0]
+    return STATUS_FAIL if any(s.status == STATUS_FAIL for s in samples) else STATUS_PASS
+
+
+def _allowance(name: str, allow: dict[str, float]) -> float:
+    return allow.get(name, allow.get(name.rsplit(".", 1)[-1], 0.0))
+
+
+def _center(values: list[float]) -> float:
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    return float(statistics.median(values))
+
+
+def _spread(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return max(finite) - min(finite) if len(finite) > 1 else 0.0
+
+
+def judge_metric(name: str, base: list[float], run: list[float], *, bit_exact: bool, allow: float) -> MetricVerdict:
+    """The verdict of one metric (see the module docstring for the rule)."""
+    b, r = _center(base), _center(run)
+    measured = bit_exact or len(base) > 1 or len(run) > 1
+    noise = 0.0 if bit_exact else max(_spread(base), _spread(run))
+    if math.isnan(b) or math.isnan(r):
+        verdict = SAME if math.isnan(b) and math.isnan(r) else (WORSE if math.isnan(r) else BETTER)
+    elif b == r:
+        verdict = SAME
+    else:
+        improvement = (r - b) if higher_is_better(name) else (b - r)
+        verdict = WORSE if improvement < -(noise + allow) else BETTER if improvement > noise else SAME
+    return MetricVerdict(name, b, r, noise, allow, verdict, (len(base), len(run)), measured)
+
+
+def compare_cell(base: list[CellRecord] | None, run: list[CellRecord] | None, allow: dict[str, float]) -> CellComparison:
+    ref = (run or base)[0]
+    bs = cell_status(base) if base else None
+    rs = cell_status(run) if run else None
+    out = CellComparison(ref.key, ref.kind, ref.block, ref.coords, ref.device, bs, rs, SAME)
+    if not base:
+        out.verdict = NEW
+        return out
+    if not run:
+        out.verdict, out.reason = MISSING, "not in the run"
+        return out
+    if rs not in FINISHED:
+        out.verdict, out.reason = rs, next((s.reason for s in run if s.status == rs), "")
+        return out
+    if bs not in FINISHED:
+        out.verdict, out.reason = NO_BASELINE, f"baseline cell {bs}"
+        return out
+    bit_exact = ref.bit_exact and base[0].bit_exact
+    names = sorted({n for s in base + run for n in s.metrics})
+    for name in names:
+        bvals = [s.metrics[name] for s in base if name in s.metrics]
+        rvals = [s.metrics[name] for s in run if name in s.metrics]
+        if bvals and rvals:
+            out.metrics.append(judge_metric(name, bvals, rvals, bit_exact=bit_exact, allow=_allowance(name, allow)))
+    if {s.spec_hash for s in base} != {s.spec_hash for s in run}:
+        out.verdict, out.reason = CHANGED, "the cell's parameters changed (spec hash differs): not comparable"
+        return out
+    verdicts = {m.verdict for m in out.metrics}
+    if bs == STATUS_PASS and rs == STATUS_FAIL:
+        out.verdict, out.reason = WORSE, "pass -> fail: " + next((s.reason for s in run if s.reason), "")
+    elif WORSE in verdicts:
+        w = out.worst()
+        out.verdict, out.reason = WORSE, f"{w.name}: {w.baseline:.6g} -> {w.run:.6g}"
+    elif bs == STATUS_FAIL and rs == STATUS_PASS:
+        out.verdict, out.reason = BETTER, "fail -> pass"
+    elif BETTER in verdicts:
+        out.verdict = BETTER
+    return out
+
+
+def compare_runs(store: Store, baseline_id: str, run_id: str, allow: dict[str, float] | None = None) -> Comparison:
+    """Compare every cell of `run_id` with `baseline_id` (both must exist: InputError naming the id). The
+    allowances are the run's campaign's ([compare] allow) unless given."""
+    base_info, run_info = store.run(baseline_id), store.run(run_id)
+    if allow is None:
+        allow = {k: float(v) for k, v in (run_info.spec.get("compare", {}).get("allow") or {}).items()}
+    base, run = _group(store.cells(baseline_id)), _group(store.cells(run_id))
+    keys = list(dict.fromkeys([*run, *base]))
+    cells = [compare_cell(base.get(k), run.get(k), allow) for k in keys]
+    return Comparison(baseline_id, run_id, run_info.campaign, cells)

@@ -1,0 +1,212 @@
+"""The engine adapter: cells run as tasks on Dask distributed, results come back to the driver one by one.
+
+Why Dask distributed (docs/CAMPAIGN.md says more): it is a pure `pip install`, `LocalCluster` gives a local
+cluster sized to the machine with no set-up, the same code talks to an existing cluster through
+`Client(address)`, `scatter(..., broadcast=True)` puts a large input on every worker once, worker processes
+are supervised by a nanny that can restart them (our per-cell timeout) and a worker's death surfaces as
+`KilledWorker` on the futures it was running.
+
+Semantics the campaign relies on:
+- Each cell is one task (`pure=False`: a repeat is a new sample, never a cached result). The driver stores
+  each result as it arrives, so an interrupted campaign keeps what finished and a rerun with the same run id
+  resumes (the caller filters finished cells out before calling `run`).
+- Timeout: each task announces its start (a worker event on TOPIC); a task running longer than the cell
+  timeout is cancelled, recorded `timeout`, and its worker restarted through its nanny, which is the only way
+  to stop Python code busy in numpy. (On a cluster without nannies the worker cannot be restarted; the
+  record says so and that worker stays busy until the cell ends.)
+- A worker that dies while running a cell (out of memory, a segfault in a native library) makes the task fail
+  with KilledWorker: the cell is recorded `killed` and the others go on. On our own LocalCluster a task is
+  declared killed on the first death (allowed-failures 0; worker-saturation 1.0 so that a worker only holds
+  the task it runs and a death blames no bystander); an existing cluster keeps its own settings.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import InputError
+from .cells import STATUS_CRASHED, STATUS_KILLED, STATUS_TIMEOUT, one_line, run_cell, worker_files_root
+from .spec import Cell, cell_from_dict
+
+TOPIC = "mschecker-campaign-start"
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+POLL_S = 0.25
+
+
+@dataclass
+class EngineConfig:
+    scheduler: str | None = None        # an existing cluster's scheduler address; None: a LocalCluster
+    workers: int | None = None          # LocalCluster size (default: one per CPU core)
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    memory_limit: str | float | None = "auto"   # per LocalCluster worker (dask's "auto": RAM / workers)
+
+
+def _task(cell_data: dict, run_id: str, bundle: str | None, blobs: dict | None, cell_fn: Callable) -> dict:
+    """Runs on a worker: announce the start (for the timeout), materialize shipped files, run the cell."""
+    from distributed import get_worker
+
+    from .shipping import materialize
+
+    worker = get_worker()
+    cell = cell_from_dict(cell_data)
+    worker.log_event(TOPIC, {"task": cell.task_key, "run_id": run_id, "worker": worker.address,
+                             "start": time.time()})
+    local = {}
+    if blobs:
+        declared = [cell.params["model"], *cell.params["inputs"], cell.params["golden"]]
+        local = materialize(worker_files_root(run_id), bundle, blobs, declared)
+    record = cell_fn(cell, local)
+    record["worker"] = worker.address
+    return record
+
+
+def _cleanup_files(run_id: str) -> None:
+    import shutil
+
+    shutil.rmtree(worker_files_root(run_id), ignore_errors=True)
+
+
+class DaskEngine:
+    """Context manager: a connected distributed.Client (and the LocalCluster it started, if any)."""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.client = None
+        self.cluster = None
+
+    def __enter__(self) -> "DaskEngine":
+        import dask
+        from distributed import Client, LocalCluster
+
+        cfg = self.config
+        if cfg.scheduler:
+            try:
+                self.client = Client(cfg.scheduler, timeout=cfg.connect_timeout_s, set_as_default=False)
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise InputError(f"--scheduler {cfg.scheduler}: cannot connect within {cfg.connect_timeout_s:g} s "
+                                 f"({one_line(exc)})") from None
+            return self
+        n = cfg.workers or os.cpu_count() or 1
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0,
+                              "distributed.scheduler.worker-saturation": 1.0}):
+            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                        memory_limit=cfg.memory_limit, silence_logs=logging.ERROR)
+            self.client = Client(self.cluster, set_as_default=False)
+        return self
+
+    def __exit__(self, *exc):
+        with contextlib.suppress(Exception):
+            self.client.close()
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):
+                self.cluster.close()
+        return False
+
+    def describe(self) -> dict:
+        """What ran the campaign (stored with the run)."""
+        info = self.client.scheduler_info()
+        workers = info.get("workers", {})
+        return {"engine": "dask.distributed", "scheduler": self.config.scheduler or "LocalCluster",
+                "workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values())}
+
+    def ship(self, cells: list[Cell]) -> dict[str, tuple[str, dict]]:
+        """Scatter every file the check cells read to every worker once; {task key: (bundle, {path: future})}."""
+        from .shipping import bundle_digest, check_cell_files, file_digest
+
+        contents: dict[str, bytes] = {}
+        per_cell: dict[str, list[str]] = {}
+        for cell in cells:
+            if cell.kind != "check":
+                continue
+            paths = [str(p) for p in check_cell_files(cell.params)]
+            for p in paths:
+                if p not in contents:
+                    try:
+                        contents[p] = open(p, "rb").read()
+                    except OSError as exc:
+                        raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
+            per_cell[cell.task_key] = paths
+        if not contents:
+            return {}
+        names = list(contents)
+        futures = dict(zip(names, self.client.scatter([contents[n] for n in names], broadcast=True, hash=True)))
+        digests = {n: file_digest(contents[n]) for n in names}
+        return {key: (bundle_digest({p: digests[p] for p in paths}), {p: futures[p] for p in paths})
+                for key, paths in per_cell.items()}
+
+    def run(self, cells: list[Cell], run_id: str, *, timeout_s: float, ship_files: bool = True,
+            on_result: Callable[[Cell, dict], None], cell_fn: Callable = run_cell) -> None:
+        """Submit every cell and call on_result(cell, record) as each one ends (in completion order)."""
+        started: dict[str, tuple[float, str]] = {}
+
+        def on_event(event):
+            msg = event[1] if isinstance(event, tuple) else event
+            if isinstance(msg, dict) and msg.get("run_id") == run_id:
+                started[msg["task"]] = (msg["start"], msg["worker"])
+
+        self.client.subscribe_topic(TOPIC, on_event)
+        shipped = self.ship(cells) if ship_files else {}
+        futures = {}
+        for cell in cells:
+            bundle, blobs = shipped.get(cell.task_key, (None, None))
+            fut = self.client.submit(_task, dataclasses.asdict(cell), run_id, bundle, blobs, cell_fn, pure=False,
+                                     key=f"mschecker-cell-{run_id}-{len(futures)}")
+            futures[fut] = cell
+        pending = set(futures)
+        try:
+            while pending:
+                done = [f for f in pending if f.done()]
+                if not done:
+                    time.sleep(POLL_S)
+                for fut in done:
+                    pending.discard(fut)
+                    on_result(futures[fut], self._outcome(fut, started.get(futures[fut].task_key)))
+                now = time.time()
+                for fut in list(pending):
+                    cell = futures[fut]
+                    start = started.get(cell.task_key)
+                    if start and now - start[0] > timeout_s and not fut.done():
+                        pending.discard(fut)
+                        on_result(cell, self._timed_out(fut, start, timeout_s))
+        finally:
+            with contextlib.suppress(Exception):
+                self.client.cancel(list(pending))
+            with contextlib.suppress(Exception):
+                self.client.unsubscribe_topic(TOPIC)
+            if shipped:
+                with contextlib.suppress(Exception):
+                    self.client.run(_cleanup_files, run_id)
+
+    def _outcome(self, fut, start) -> dict:
+        from distributed.scheduler import KilledWorker
+
+        if fut.status == "finished":
+            return fut.result()
+        exc = fut.exception() if fut.status == "error" else None
+        record = {"metrics": {}, "detail": {}, "started_at": start[0] if start else None,
+                  "worker": start[1] if start else None,
+                  "wall_s": time.time() - start[0] if start else None}
+        if isinstance(exc, KilledWorker):
+            return record | {"status": STATUS_KILLED,
+                             "reason": "its worker died while running it (out of memory or a native crash): "
+                                       + one_line(exc)}
+        return record | {"status": STATUS_CRASHED,
+                         "reason": one_line(exc) if exc is not None else f"task {fut.status}"}
+
+    def _timed_out(self, fut, start, timeout_s: float) -> dict:
+        started_at, worker = start
+        reason = f"ran past the cell timeout of {timeout_s:g} s on {worker}"
+        with contextlib.suppress(Exception):
+            self.client.cancel([fut])
+        try:
+            self.client.restart_workers([worker], raise_for_error=True)
+            reason += "; its worker was restarted"
+        except Exception as exc:  # noqa: BLE001 - no nanny (or it failed): the record says so
+            reason += f"; its worker could not be restarted ({one_line(exc)}) and stays busy until the cell ends"
+        return {"status": STATUS_TIMEOUT, "reason": reason, "metrics": {}, "detail": {}, "started_at": started_at,
+                "worker": worker, "wall_s": time.time() - started_at}

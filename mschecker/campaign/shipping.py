@@ -1,0 +1,85 @@
+"""Shipping a check cell's files to workers that may not see the driver's file system.
+
+Why: `mschecker campaign run --scheduler ADDR` runs on machines that may have no shared file system, and a model
+with its inputs and goldens is the large input of a campaign. The driver reads each file once, the engine
+scatters it to every worker once (dask `scatter(broadcast=True)`, keyed by content, so a golden directory shared
+by twelve cells travels once per worker), and each worker writes it under a per-run folder keeping the declared
+absolute layout (sidecar `x.bin.json`, a model's external-data files and a golden manifest's neighbours stay
+where the readers look for them). Campaigns on a shared file system can turn this off (`ship_files = false`).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from ..errors import InputError
+
+
+def model_files(model: Path) -> list[Path]:
+    """The model file and the external-data files its initializers point to (relative to its folder)."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    try:
+        proto = onnx.load(str(model), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - a broken model is the cell's problem: it crashes with the reason
+        raise InputError(f"model {model}: onnx cannot read it ({str(exc).splitlines()[0][:200]})") from None
+    out = [model]
+    tensors = list(proto.graph.initializer)
+    for node in proto.graph.node:
+        tensors += [a.t for a in node.attribute if a.HasField("t")]
+    for t in tensors:
+        if uses_external_data(t):
+            location = next((e.value for e in t.external_data if e.key == "location"), None)
+            if location:
+                path = model.parent / location
+                if path not in out:
+                    out.append(path)
+    return out
+
+
+def tensor_files(spec: Path) -> list[Path]:
+    """A tensor spec's files: a directory's regular files (recursively), or the file and its sidecar JSONs
+    (`x.bin.json`, `x.json`: mschecker.tensorio.sidecar_for reads either)."""
+    if spec.is_dir():
+        return sorted(p for p in spec.rglob("*") if p.is_file())
+    sidecars = [spec.with_name(spec.name + ".json"), spec.with_suffix(".json")]
+    return [spec] + [s for s in dict.fromkeys(sidecars) if s != spec and s.is_file()]
+
+
+def check_cell_files(params: dict) -> list[Path]:
+    """Every file a check cell reads, absolute, without duplicates."""
+    files = model_files(Path(params["model"]))
+    for spec in [*params["inputs"], params["golden"]]:
+        files += tensor_files(Path(spec))
+    return list(dict.fromkeys(files))
+
+
+def file_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def bundle_digest(contents: dict[str, str]) -> str:
+    """One name for a set of {path: content sha256}: cells reading the same files share a worker folder."""
+    return hashlib.sha256("\n".join(f"{p}\0{d}" for p, d in sorted(contents.items())).encode()).hexdigest()[:20]
+
+
+def local_path(root: Path, bundle: str, declared: str) -> str:
+    """Where a declared absolute path lives on the worker (same layout below root/bundle)."""
+    return str(root / bundle / Path(declared).resolve().relative_to(Path(declared).resolve().anchor))
+
+
+def materialize(root: Path, bundle: str, blobs: dict[str, bytes], declared: list[str]) -> dict[str, str]:
+    """Write the shipped files below root/bundle (once: an existing file of the right size is kept; written
+    through a temp name and os.replace, so two workers on one machine never see half a file); returns
+    {declared path: local path} for the cell's model, inputs and golden entries."""
+    for path, data in blobs.items():
+        target = Path(local_path(root, bundle, path))
+        if target.is_file() and target.stat().st_size == len(data):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+    return {d: local_path(root, bundle, d) for d in declared}

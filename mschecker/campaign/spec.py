@@ -1,0 +1,403 @@
+"""The campaign file (TOML): parsing and validation, and its expansion into independent cells.
+
+A campaign declares a matrix; every combination is one *cell*, the unit the engine runs, the store records and
+`compare` judges. Why validate everything here, before a cluster starts: a typo in a key found after an hour of
+SD runs is an hour lost, so every key is checked against the known ones (an unknown key is named with the known
+ones), every value's type is checked, and every path must exist, with one InputError line naming
+`FILE: [[block]] #N "name": key`.
+
+Layout (docs/CAMPAIGN.md has the reference):
+
+    [campaign]  name (required), baseline ("previous" | a run id), timeout_s, repeats, ship_files
+    [compare]   allow = {metric = allowed worsening}
+    [[check]]   name, model, inputs, golden, devices, profiles, npu_options, tolerance, topk
+    [[sd]]      name, preset, prompts, seeds, steps, scheduler, guidance_scale, profiles, npu_options,
+                stage_options, psnr_min, search_fix, weights_seed
+    [[kernels]] name, kernels, examples
+
+Paths are relative to the campaign file's folder. Cell keys are built from the block name and the matrix
+coordinates only (never from file paths or options), so the same cell keeps its key when the file moves; what
+a cell computes (its full parameters) is hashed separately (`Cell.spec_hash`) so that `compare` can tell a
+changed cell from a regressed one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+DEVICES = ("ort", "reference", "npu")
+# Devices whose results are bit-for-bit reproducible (the graph executor's float64 reference and emulated NPU
+# are deterministic by construction, the kernel suite draws derandomized cases): any change is real.
+# onnxruntime may pick thread-dependent reduction orders, so its cells are repeated and noise is measured.
+BIT_EXACT_DEVICES = frozenset({"reference", "npu"})
+DEFAULT_TIMEOUT_S = 3600.0
+DEFAULT_REPEATS = 3
+BASELINE_PREVIOUS = "previous"
+
+_CAMPAIGN_KEYS = {"name": str, "baseline": str, "timeout_s": (int, float), "repeats": int, "ship_files": bool,
+                  "description": str}
+_COMPARE_KEYS = {"allow": dict}
+_NPU_OPTION_KEYS = {"precision_mode": str, "keep_dtype": list, "overflow_mode": str, "implmode": str,
+                    "implmode_by_op_type": dict}
+_TOLERANCE_KEYS = {"tolerance": (int, float), "atol": (int, float), "rtol": (int, float), "ulp": int,
+                   "cosine": (int, float)}
+_BLOCK_KEYS = {
+    "check": {"name": str, "model": str, "inputs": (str, list), "golden": str, "devices": list, "profiles": list,
+              "npu_options": dict, "tolerance": dict, "topk": int},
+    "sd": {"name": str, "preset": str, "prompts": list, "seeds": list, "steps": int, "scheduler": str,
+           "guidance_scale": (int, float), "profiles": list, "npu_options": dict, "stage_options": dict,
+           "psnr_min": (int, float), "search_fix": bool, "weights_seed": int},
+    "kernels": {"name": str, "kernels": list, "examples": int},
+}
+_REQUIRED = {"check": ("name", "model", "inputs", "golden"), "sd": ("name", "prompts"), "kernels": ("name",)}
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "an array",
+               dict: "a table"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One independent unit of work: a check of one kind with fixed parameters.
+
+    key: stable identity across runs (block name + matrix coordinates); params: everything the worker needs
+    (JSON-ready; file paths absolute); repeat: the sample index on non-bit-exact devices (0..repeats-1)."""
+
+    key: str
+    kind: str
+    block: str
+    coords: dict
+    params: dict
+    bit_exact: bool
+    device: str
+    repeat: int = 0
+
+    @property
+    def spec_hash(self) -> str:
+        """sha256 of what the cell computes (kind + params, paths excluded: file contents are hashed by the
+        worker as model_sha256), so a moved file keeps the hash and a changed option changes it."""
+        payload = {k: v for k, v in self.params.items() if k not in _PATH_PARAMS}
+        return _sha256_json({"kind": self.kind, "params": payload})
+
+    @property
+    def task_key(self) -> str:
+        return f"{self.key}#{self.repeat}"
+
+
+_PATH_PARAMS = ("model", "inputs", "golden")
+
+
+@dataclass
+class CampaignSpec:
+    """A validated campaign file."""
+
+    name: str
+    path: Path
+    baseline: str | None
+    timeout_s: float
+    repeats: int
+    ship_files: bool
+    allow: dict[str, float]
+    blocks: list[tuple[str, dict]] = field(default_factory=list)   # (kind, validated block) in file order
+    raw: dict = field(default_factory=dict)
+
+    @property
+    def sha256(self) -> str:
+        return _sha256_json(self.raw)
+
+    def cells(self) -> list[Cell]:
+        """Every cell of the matrix, in file order (the order the engine submits them)."""
+        out: list[Cell] = []
+        for kind, block in self.blocks:
+            out += _EXPAND[kind](block, self.repeats)
+        keys = [c.task_key for c in out]
+        dup = next((k for k in keys if keys.count(k) > 1), None)
+        if dup is not None:
+            raise InputError(f"{self.path}: two cells share the key {dup.rsplit('#', 1)[0]!r} (give the blocks "
+                             f"distinct names)")
+        return out
+
+
+def _sha256_json(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def load_campaign(path) -> CampaignSpec:
+    """Read and validate a campaign file; InputError naming the file and the key on any problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"campaign file {path}: not found" if not path.exists() else
+                         f"campaign file {path}: not a regular file")
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(f"campaign file {path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(f"campaign file {path}: cannot read ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"campaign file {path}: not valid TOML ({exc})") from None
+    return parse_campaign(raw, path)
+
+
+def parse_campaign(raw: dict, path: Path) -> CampaignSpec:
+    """Validate a parsed campaign table (see the module docstring for the layout)."""
+    where = str(path)
+    _known(raw, {"campaign": dict, "compare": dict, **{k: list for k in _BLOCK_KEYS}}, where)
+    if "campaign" not in raw:
+        raise InputError(f"{where}: missing the [campaign] table (it needs at least name = \"...\")")
+    head = raw["campaign"]
+    _known(head, _CAMPAIGN_KEYS, f"{where}: [campaign]")
+    if "name" not in head or not head["name"].strip():
+        raise InputError(f"{where}: [campaign] name is missing (a non-empty string)")
+    timeout = float(head.get("timeout_s", DEFAULT_TIMEOUT_S))
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise InputError(f"{where}: [campaign] timeout_s must be a positive number of seconds, got {timeout!r}")
+    repeats = head.get("repeats", DEFAULT_REPEATS)
+    if repeats < 1:
+        raise InputError(f"{where}: [campaign] repeats must be >= 1, got {repeats}")
+    compare = raw.get("compare", {})
+    _known(compare, _COMPARE_KEYS, f"{where}: [compare]")
+    allow = {}
+    for metric, value in compare.get("allow", {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or math.isinf(value):
+            raise InputError(f"{where}: [compare] allow.{metric} must be a finite number >= 0, got {value!r}")
+        allow[metric] = float(value)
+    spec = CampaignSpec(name=head["name"].strip(), path=path, baseline=head.get("baseline"), timeout_s=timeout,
+                        repeats=repeats, ship_files=head.get("ship_files", True), allow=allow, raw=raw)
+    base = path.resolve().parent
+    names: set[tuple[str, str]] = set()
+    for kind in _BLOCK_KEYS:
+        for i, block in enumerate(raw.get(kind, [])):
+            label = f"{where}: [[{kind}]] #{i + 1}"
+            if not isinstance(block, dict):
+                raise InputError(f"{label}: must be a table")
+            if isinstance(block.get("name"), str):
+                label += f" {block['name']!r}"
+            _known(block, _BLOCK_KEYS[kind], label)
+            for key in _REQUIRED[kind]:
+                if key not in block:
+                    raise InputError(f"{label}: missing required key {key!r}")
+            if (kind, block["name"]) in names:
+                raise InputError(f"{label}: another [[{kind}]] block has the same name")
+            names.add((kind, block["name"]))
+            spec.blocks.append((kind, _VALIDATE[kind](dict(block), label, base)))
+    if not spec.blocks:
+        raise InputError(f"{where}: declares no cells (add a [[check]], [[sd]] or [[kernels]] block)")
+    return spec
+
+
+# ------------------------------------------------------------------------------------------------ key checking
+def _type_name(types) -> str:
+    types = types if isinstance(types, tuple) else (types,)
+    if types == (int, float):
+        return "a number"
+    return " or ".join(_TYPE_NAMES[t] for t in types)
+
+
+def _known(table: dict, keys: dict, where: str) -> None:
+    """Unknown keys are named (with the known ones); each known key's value must have its declared type."""
+    unknown = sorted(set(table) - set(keys))
+    if unknown:
+        raise InputError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(repr(k) for k in unknown)} (known: {', '.join(sorted(keys))})")
+    for key, types in keys.items():
+        if key in table and not _is(table[key], types):
+            raise InputError(f"{where}: {key} must be {_type_name(types)}, got {_show(table[key])}")
+
+
+def _is(value, types) -> bool:
+    types = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, bool):  # TOML booleans are not numbers
+        return bool in types
+    return isinstance(value, types)
+
+
+def _show(value) -> str:
+    text = json.dumps(value, default=str)
+    return f"{type(value).__name__} {text[:60]}"
+
+
+def _list_of(block: dict, key: str, types, where: str, default: list) -> list:
+    values = block.get(key, default)
+    if not values:
+        raise InputError(f"{where}: {key} must not be empty")
+    for j, v in enumerate(values):
+        if not _is(v, types):
+            raise InputError(f"{where}: {key}[{j}] must be {_type_name(types)}, got {_show(v)}")
+    if len(set(map(json.dumps, values))) != len(values):
+        raise InputError(f"{where}: {key} lists the same value twice")
+    return list(values)
+
+
+def _path(value: str, base: Path, where: str, key: str) -> str:
+    p = Path(value).expanduser()
+    p = p if p.is_absolute() else base / p
+    if not p.exists():
+        raise InputError(f"{where}: {key} {value!r}: {p} does not exist")
+    return str(p)
+
+
+def _profiles(block: dict, where: str) -> list[str]:
+    from ..npu import load_profile
+
+    profiles = _list_of(block, "profiles", str, where, ["ascend910b"])
+    for j, name in enumerate(profiles):
+        try:
+            load_profile(name)
+        except InputError as exc:
+            raise InputError(f"{where}: profiles[{j}]: {exc}") from None
+    return profiles
+
+
+def _npu_options(block: dict, key: str, where: str, table=None) -> dict:
+    table = block.get(key, {}) if table is None else table
+    _known(table, _NPU_OPTION_KEYS, f"{where}: {key}")
+    from ..graph.runner import npu_profile
+
+    try:  # the options are checked by the code that will apply them, on the default preset
+        npu_profile("ascend910b", **table)
+    except InputError as exc:
+        raise InputError(f"{where}: {key}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{where}: {key}: {exc}") from None
+    return dict(table)
+
+
+# ------------------------------------------------------------------------------------------------ block checks
+def _validate_check(block: dict, where: str, base: Path) -> dict:
+    block["model"] = _path(block["model"], base, where, "model")
+    inputs = block["inputs"]
+    items = [inputs] if isinstance(inputs, str) else inputs
+    if not items or not all(isinstance(i, str) for i in items):
+        raise InputError(f"{where}: inputs must be a path or a non-empty array of paths")
+    block["inputs"] = [_path(i, base, where, "inputs") for i in items]
+    block["golden"] = _path(block["golden"], base, where, "golden")
+    block["devices"] = _list_of(block, "devices", str, where, ["ort"])
+    for j, d in enumerate(block["devices"]):
+        if d not in DEVICES:
+            raise InputError(f"{where}: devices[{j}] {d!r} is not one of {', '.join(DEVICES)}")
+    block["profiles"] = _profiles(block, where) if "npu" in block["devices"] else []
+    block["npu_options"] = _npu_options(block, "npu_options", where)
+    tol = block.get("tolerance", {})
+    _known(tol, _TOLERANCE_KEYS, f"{where}: tolerance")
+    from ..compare import ToleranceRule
+
+    try:
+        ToleranceRule.from_args(**tol)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    block["tolerance"] = dict(tol)
+    block["topk"] = block.get("topk", 5)
+    return block
+
+
+def _validate_sd(block: dict, where: str, base: Path) -> dict:
+    from ..sd.pipeline import STAGES
+    from ..sd.presets import PRESETS
+
+    block.setdefault("preset", "small")
+    if block["preset"] not in PRESETS:
+        raise InputError(f"{where}: preset {block['preset']!r} is not one of {', '.join(PRESETS)}")
+    block["prompts"] = _list_of(block, "prompts", str, where, [])
+    block["seeds"] = _list_of(block, "seeds", int, where, [0])
+    for key, lo in (("steps", 1), ("weights_seed", 0)):
+        if key in block and block[key] < lo:
+            raise InputError(f"{where}: {key} must be >= {lo}, got {block[key]}")
+    if any(s < 0 for s in block["seeds"]):
+        raise InputError(f"{where}: seeds must be >= 0")
+    if block.get("scheduler", "ddim") not in ("ddim", "euler"):
+        raise InputError(f"{where}: scheduler must be \"ddim\" or \"euler\", got {block['scheduler']!r}")
+    for key in ("guidance_scale", "psnr_min"):
+        if key in block and not math.isfinite(block[key]):
+            raise InputError(f"{where}: {key} must be finite")
+    block["profiles"] = _profiles(block, where)
+    block["npu_options"] = _npu_options(block, "npu_options", where)
+    stages = block.get("stage_options", {})
+    for stage, table in stages.items():
+        if stage not in STAGES:
+            raise InputError(f"{where}: stage_options: unknown stage {stage!r} (known: {', '.join(STAGES)})")
+        if not isinstance(table, dict):
+            raise InputError(f"{where}: stage_options.{stage} must be a table")
+        _npu_options(block, f"stage_options.{stage}", where, table)
+    block["stage_options"] = {k: dict(v) for k, v in stages.items()}
+    return block
+
+
+def _validate_kernels(block: dict, where: str, base: Path) -> dict:
+    from ..kernel_suite import resolve_kernels
+
+    names = _list_of(block, "kernels", str, where, []) if "kernels" in block else []  # none listed: all
+    try:
+        block["kernels"] = [k.name for k in resolve_kernels(names)]
+    except KeyError as exc:
+        raise InputError(f"{where}: kernels: {exc.args[0]}") from None
+    block["examples"] = block.get("examples", 20)
+    if block["examples"] < 1:
+        raise InputError(f"{where}: examples must be >= 1, got {block['examples']}")
+    return block
+
+
+_VALIDATE = {"check": _validate_check, "sd": _validate_sd, "kernels": _validate_kernels}
+
+
+# ------------------------------------------------------------------------------------------------- expansion
+def cell_key(block: str, coords: dict) -> str:
+    """`block | k=v | ...` in the order the coordinates are declared; values as TOML would write them."""
+    return " | ".join([block] + [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in coords.items()])
+
+
+def _repeats(device: str, repeats: int) -> range:
+    return range(1 if device in BIT_EXACT_DEVICES else repeats)
+
+
+def _expand_check(block: dict, repeats: int) -> list[Cell]:
+    out = []
+    for device in block["devices"]:
+        for profile in (block["profiles"] if device == "npu" else [None]):
+            coords = {"device": device} | ({"profile": profile} if profile else {})
+            params = {"model": block["model"], "inputs": block["inputs"], "golden": block["golden"],
+                      "device": device, "profile": profile,
+                      "npu_options": block["npu_options"] if device == "npu" else {},
+                      "tolerance": block["tolerance"], "topk": block["topk"]}
+            key = cell_key(block["name"], coords)
+            out += [Cell(key, "check", block["name"], coords, params, device in BIT_EXACT_DEVICES, device, r)
+                    for r in _repeats(device, repeats)]
+    return out
+
+
+def _expand_sd(block: dict, repeats: int) -> list[Cell]:
+    out = []
+    for prompt in block["prompts"]:
+        for seed in block["seeds"]:
+            for profile in block["profiles"]:
+                coords = {"prompt": prompt, "seed": seed, "profile": profile}
+                params = {"prompt": prompt, "seed": seed, "profile": profile, "preset": block["preset"],
+                          "steps": block.get("steps", 10), "scheduler": block.get("scheduler", "ddim"),
+                          "guidance_scale": float(block.get("guidance_scale", 7.5)),
+                          "npu_options": block["npu_options"], "stage_options": block["stage_options"],
+                          "psnr_min": float(block.get("psnr_min", 30.0)),
+                          "search_fix": block.get("search_fix", False),
+                          "weights_seed": block.get("weights_seed", 0)}
+                out.append(Cell(cell_key(block["name"], coords), "sd", block["name"], coords, params, True, "npu"))
+    return out
+
+
+def _expand_kernels(block: dict, repeats: int) -> list[Cell]:
+    return [Cell(cell_key(block["name"], {"kernel": k}), "kernels", block["name"], {"kernel": k},
+                 {"kernel": k, "examples": block["examples"]}, True, "kernels") for k in block["kernels"]]
+
+
+_EXPAND = {"check": _expand_check, "sd": _expand_sd, "kernels": _expand_kernels}
+
+
+def cell_from_dict(d: dict[str, Any]) -> Cell:
+    """The inverse of dataclasses.asdict(cell) (cells travel to workers and into the store as plain data)."""
+    return Cell(**{k: d[k] for k in ("key", "kind", "block", "coords", "params", "bit_exact", "device", "repeat")})

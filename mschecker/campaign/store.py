@@ -1,0 +1,305 @@
+"""The results store: one SQLite file (stdlib sqlite3, no server) holding every run, cell and metric.
+
+Why SQLite: a nightly campaign needs history that survives the process, is one file to copy or attach to a CI
+artifact, and answers "the last N runs of this cell" with an index; every Python has it. The schema version is
+`PRAGMA user_version`; `MIGRATIONS[i]` takes a store from version i to i + 1 inside one transaction, so opening
+an older store upgrades it in place and a crash mid-migration leaves it at the old version. A store written by
+a newer mschecker (user_version > SCHEMA_VERSION) is refused with one line and never written to.
+
+Schema (version 1; docs/CAMPAIGN.md has the column meanings):
+  runs(run_id PK, campaign, spec_json, spec_sha256, created_at, finished_at, status, engine_json, mschecker)
+  cells(run_id, cell_key, repeat, kind, block, coords_json, spec_hash, device, bit_exact, status, reason,
+        started_at, wall_s, worker, peak_rss_bytes, mschecker_version, onnxruntime_version, numpy_version,
+        python_version, cpu_model, host, profile_hash, model_sha256, detail_json; PK(run_id, cell_key, repeat))
+  metrics(run_id, cell_key, repeat, name, value; PK(run_id, cell_key, repeat, name))
+A metric value NULL is NaN (SQLite has no NaN: it stores NaN as NULL); +-inf are stored as they are.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import InputError
+from .spec import Cell
+
+
+def _v1(db: sqlite3.Connection) -> None:
+    _statements(db, """
+        CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY, campaign TEXT NOT NULL, spec_json TEXT NOT NULL, spec_sha256 TEXT NOT NULL,
+            created_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL, engine_json TEXT,
+            mschecker TEXT NOT NULL);
+        CREATE INDEX runs_by_campaign ON runs(campaign, created_at);
+        CREATE TABLE cells (
+            run_id TEXT NOT NULL REFERENCES runs(run_id), cell_key TEXT NOT NULL, repeat INTEGER NOT NULL,
+            kind TEXT NOT NULL, block TEXT NOT NULL, coords_json TEXT NOT NULL, spec_hash TEXT NOT NULL,
+            device TEXT NOT NULL, bit_exact INTEGER NOT NULL, status TEXT NOT NULL, reason TEXT,
+            started_at REAL, wall_s REAL, worker TEXT, peak_rss_bytes INTEGER,
+            mschecker_version TEXT, onnxruntime_version TEXT, numpy_version TEXT, python_version TEXT,
+            cpu_model TEXT, host TEXT, profile_hash TEXT, model_sha256 TEXT, detail_json TEXT,
+            PRIMARY KEY (run_id, cell_key, repeat));
+        CREATE TABLE metrics (
+            run_id TEXT NOT NULL, cell_key TEXT NOT NULL, repeat INTEGER NOT NULL, name TEXT NOT NULL, value REAL,
+            PRIMARY KEY (run_id, cell_key, repeat, name));
+        CREATE INDEX metrics_by_cell ON metrics(cell_key, name);
+    """)
+
+
+def _statements(db: sqlite3.Connection, script: str) -> None:
+    """Each statement on its own (executescript would COMMIT the migration's transaction first)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+# Ordered: MIGRATIONS[i] upgrades a store at user_version i to i + 1. Append, never edit a released one.
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1]
+SCHEMA_VERSION = len(MIGRATIONS)
+RUN_RUNNING, RUN_FINISHED, RUN_INTERRUPTED = "running", "finished", "interrupted"
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    campaign: str
+    spec: dict
+    spec_sha256: str
+    created_at: float
+    finished_at: float | None
+    status: str
+    engine: dict
+
+
+@dataclass
+class CellRecord:
+    """One stored cell sample, with its metrics."""
+
+    run_id: str
+    key: str
+    repeat: int
+    kind: str
+    block: str
+    coords: dict
+    spec_hash: str
+    device: str
+    bit_exact: bool
+    status: str
+    reason: str
+    wall_s: float | None
+    worker: str | None
+    peak_rss_bytes: int | None
+    versions: dict
+    profile_hash: str | None
+    model_sha256: str | None
+    detail: dict
+    metrics: dict[str, float]
+
+
+class Store:
+    """A campaign results store. Open with `Store.open(path, create=...)`; use as a context manager."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path):
+        self.db = db
+        self.path = path
+
+    # ------------------------------------------------------------------------------------------ open / migrate
+    @classmethod
+    def open(cls, path, *, create: bool = False, migrations: list | None = None) -> "Store":
+        """Open (create=True: create or upgrade) the store at `path`. InputError, with the file untouched, when
+        it is missing (create=False), not an SQLite store, or from a newer schema version."""
+        migrations = MIGRATIONS if migrations is None else migrations
+        path = Path(path)
+        if path.is_dir():
+            raise InputError(f"store {path}: is a folder, expected a file")
+        if not path.exists() and not create:
+            raise InputError(f"store {path}: not found")
+        if not path.exists() and not path.resolve().parent.is_dir():
+            raise InputError(f"store {path}: folder {path.resolve().parent} does not exist")
+        try:
+            db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise InputError(f"store {path}: cannot open ({exc})") from None
+        store = cls(db, path)
+        try:
+            version = store._user_version()
+            if version > len(migrations):
+                raise InputError(f"store {path}: schema version {version} is newer than this mschecker knows "
+                                 f"({len(migrations)}); use a newer mschecker (the store was not changed)")
+            if version < len(migrations):
+                if not create:
+                    raise InputError(f"store {path}: schema version {version} is older than {len(migrations)}; "
+                                     f"`mschecker campaign run` upgrades it")
+                if version == 0 and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                    raise InputError(f"store {path}: an SQLite file that is not a campaign store (tables but no "
+                                     f"schema version)")
+                store._migrate(version, migrations)
+        except InputError:
+            db.close()
+            raise
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise InputError(f"store {path}: not a campaign store ({exc})") from None
+        db.execute("PRAGMA foreign_keys = ON")
+        return store
+
+    def _user_version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self, version: int, migrations: list) -> None:
+        for target in range(version + 1, len(migrations) + 1):
+            with self.transaction():
+                migrations[target - 1](self.db)
+                self.db.execute(f"PRAGMA user_version = {target}")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    class _Tx:
+        def __init__(self, store):
+            self.store = store
+
+        def __enter__(self):
+            self.store.db.execute("BEGIN IMMEDIATE")
+
+        def __exit__(self, typ, exc, tb):
+            self.store.db.execute("COMMIT" if typ is None else "ROLLBACK")
+            return False
+
+    def transaction(self):
+        return self._Tx(self)
+
+    def _write(self, fn, *args):
+        """Run a write in a transaction; a full disk or a read-only store is one InputError line."""
+        try:
+            with self.transaction():
+                return fn(*args)
+        except sqlite3.OperationalError as exc:
+            raise InputError(f"store {self.path}: cannot write ({exc})") from None
+
+    # ----------------------------------------------------------------------------------------------- runs
+    def begin_run(self, run_id: str, campaign: str, spec: dict, spec_sha256: str, engine: dict) -> bool:
+        """Create the run, or mark an existing one as running again (resume). Returns True when resuming.
+        InputError when the id belongs to another campaign."""
+        from .. import __version__
+
+        existing = self.run(run_id, missing_ok=True)
+        if existing is not None and existing.campaign != campaign:
+            raise InputError(f"store {self.path}: run id {run_id!r} belongs to campaign {existing.campaign!r}, "
+                             f"not {campaign!r}")
+
+        def write():
+            if existing is None:
+                self.db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?)",
+                                (run_id, campaign, json.dumps(spec, default=str), spec_sha256, time.time(), None,
+                                 RUN_RUNNING, json.dumps(engine), __version__))
+            else:
+                self.db.execute("UPDATE runs SET spec_json=?, spec_sha256=?, status=?, engine_json=?, "
+                                "finished_at=NULL WHERE run_id=?",
+                                (json.dumps(spec, default=str), spec_sha256, RUN_RUNNING, json.dumps(engine), run_id))
+        self._write(write)
+        return existing is not None
+
+    def end_run(self, run_id: str, status: str) -> None:
+        self._write(lambda: self.db.execute("UPDATE runs SET status=?, finished_at=? WHERE run_id=?",
+                                            (status, time.time(), run_id)))
+
+    def run(self, run_id: str, *, missing_ok: bool = False) -> RunInfo | None:
+        row = self.db.execute("SELECT run_id, campaign, spec_json, spec_sha256, created_at, finished_at, status, "
+                              "engine_json FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if row is None:
+            if missing_ok:
+                return None
+            known = [r[0] for r in self.db.execute("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 5")]
+            raise InputError(f"store {self.path}: no run {run_id!r}"
+                             + (f" (latest: {', '.join(known)})" if known else " (the store holds no runs)"))
+        return RunInfo(row[0], row[1], json.loads(row[2]), row[3], row[4], row[5], row[6], json.loads(row[7] or "{}"))
+
+    def runs(self, campaign: str | None = None, limit: int | None = None) -> list[RunInfo]:
+        """Runs, newest first (of one campaign when given)."""
+        sql = "SELECT run_id FROM runs" + (" WHERE campaign=?" if campaign else "") + " ORDER BY created_at DESC"
+        args: tuple = (campaign,) if campaign else ()
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [self.run(r[0]) for r in self.db.execute(sql, args)]
+
+    def previous_run(self, run_id: str) -> RunInfo | None:
+        """The newest finished run of the same campaign created before `run_id` (the "previous" baseline; an
+        interrupted run is not a baseline)."""
+        this = self.run(run_id)
+        row = self.db.execute("SELECT run_id FROM runs WHERE campaign=? AND created_at<? AND run_id<>? AND status=? "
+                              "ORDER BY created_at DESC LIMIT 1",
+                              (this.campaign, this.created_at, run_id, RUN_FINISHED)).fetchone()
+        return self.run(row[0]) if row else None
+
+    # ---------------------------------------------------------------------------------------------- cells
+    def finished(self, run_id: str) -> dict[str, str]:
+        """{task key: spec_hash} of the cells of `run_id` that finished (pass or fail): a resume skips them."""
+        from .cells import FINISHED
+
+        rows = self.db.execute(f"SELECT cell_key, repeat, spec_hash FROM cells WHERE run_id=? AND status IN "
+                               f"({','.join('?' * len(FINISHED))})", (run_id, *FINISHED))
+        return {f"{k}#{r}": h for k, r, h in rows}
+
+    def record_cell(self, run_id: str, cell: Cell, record: dict) -> None:
+        """Insert or replace one cell sample and its metrics (one transaction)."""
+        v = record.get("versions") or {}
+
+        def write():
+            self.db.execute("DELETE FROM metrics WHERE run_id=? AND cell_key=? AND repeat=?",
+                            (run_id, cell.key, cell.repeat))
+            self.db.execute("INSERT OR REPLACE INTO cells VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", (
+                run_id, cell.key, cell.repeat, cell.kind, cell.block, json.dumps(cell.coords), cell.spec_hash,
+                cell.device, int(cell.bit_exact), record["status"], record.get("reason", ""),
+                record.get("started_at"), record.get("wall_s"), record.get("worker"), record.get("peak_rss_bytes"),
+                v.get("mschecker"), v.get("onnxruntime"), v.get("numpy"), v.get("python"), v.get("cpu"),
+                v.get("host"), record.get("profile_hash"), record.get("model_sha256"),
+                json.dumps(record.get("detail") or {}, default=str, allow_nan=True)))
+            self.db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?)",
+                                [(run_id, cell.key, cell.repeat, name, None if math.isnan(x) else x)
+                                 for name, x in ((n, float(x)) for n, x in (record.get("metrics") or {}).items())])
+        self._write(write)
+
+    def cells(self, run_id: str) -> list[CellRecord]:
+        """Every stored sample of a run, in key / repeat order."""
+        metrics: dict[tuple, dict] = {}
+        for key, rep, name, value in self.db.execute(
+                "SELECT cell_key, repeat, name, value FROM metrics WHERE run_id=?", (run_id,)):
+            metrics.setdefault((key, rep), {})[name] = math.nan if value is None else float(value)
+        out = []
+        for row in self.db.execute(
+                "SELECT cell_key, repeat, kind, block, coords_json, spec_hash, device, bit_exact, status, reason, "
+                "wall_s, worker, peak_rss_bytes, mschecker_version, onnxruntime_version, numpy_version, "
+                "python_version, cpu_model, host, profile_hash, model_sha256, detail_json FROM cells "
+                "WHERE run_id=? ORDER BY rowid", (run_id,)):
+            versions = dict(zip(("mschecker", "onnxruntime", "numpy", "python", "cpu", "host"), row[13:19]))
+            out.append(CellRecord(run_id, row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6],
+                                  bool(row[7]), row[8], row[9] or "", row[10], row[11], row[12], versions, row[19],
+                                  row[20], json.loads(row[21] or "{}"), metrics.get((row[0], row[1]), {})))
+        return out
+
+    def export_parquet(self, run_id: str, path) -> Path:
+        """One row per (cell sample, metric) of a run as Parquet (needs pyarrow, not a dependency)."""
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ModuleNotFoundError:
+            raise InputError("Parquet export needs pyarrow (pip install pyarrow)") from None
+        rows = [{"run_id": c.run_id, "cell_key": c.key, "repeat": c.repeat, "kind": c.kind, "device": c.device,
+                 "status": c.status, "metric": name, "value": value, "wall_s": c.wall_s,
+                 "mschecker_version": c.versions.get("mschecker"), "profile_hash": c.profile_hash,
+                 "model_sha256": c.model_sha256}
+                for c in self.cells(run_id) for name, value in (sorted(c.metrics.items()) or [(None, None)])]
+        pq.write_table(pa.Table.from_pylist(rows), str(path))
+        return Path(path)

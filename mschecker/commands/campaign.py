@@ -1,0 +1,190 @@
+"""`mschecker campaign run|compare|history|export`: regression campaigns (mschecker.campaign; docs/CAMPAIGN.md).
+
+  run FILE [--scheduler ADDR] [--workers N] [--store PATH] [--run-id ID]
+      expand the campaign file into cells, run them on Dask (a local cluster, or the cluster at ADDR), store
+      every result, compare with the declared baseline. Exit 1 on a regression (without a baseline: a failed
+      cell), 3 when a cell crashed / timed out / lost its worker (rerun with --run-id to resume), 0 otherwise.
+  compare BASELINE RUN [--store PATH] [--json [PATH]] [--html PATH] [--all]
+      per cell and metric better / same / worse beyond noise. Exit 1 if a cell regressed, 0 otherwise.
+  history [--store PATH] [--campaign NAME] [--last N]     the stored runs
+  export RUN PATH.parquet [--store PATH]                  one row per cell sample and metric (needs pyarrow)
+Exit 2 on bad input (one line naming the file, key, run id, store or address; nothing written).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from rich.console import Console
+
+from ..errors import InputError, UsageError
+from ._args import Parser, check_writable
+
+DEFAULT_STORE = "mschecker-campaign.sqlite"
+ACTIONS = ("run", "compare", "history", "export")
+
+
+def _positive(flag: str, kind=int):
+    def conv(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise UsageError(f"{flag} expects a positive number, got {text!r}") from None
+        if not value > 0:
+            raise UsageError(f"{flag} expects a positive number, got {text!r}")
+        return value
+    return conv
+
+
+def _console() -> Console:
+    console = Console(no_color=bool(os.environ.get("NO_COLOR")) or None)
+    if not console.is_terminal:  # logs and pipes: wide rows, not wrapped at 80 columns
+        console = Console(no_color=console.no_color, width=160)
+    return console
+
+
+def _store_arg(p: Parser) -> None:
+    p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH",
+                   help=f"the SQLite results store (default ./{DEFAULT_STORE})")
+
+
+def run_main(argv: list[str]) -> int:
+    p = Parser(prog="mschecker campaign run", description="Run a campaign file's cells on Dask and store them.")
+    p.add_argument("file", help="the campaign file (TOML)")
+    p.add_argument("--scheduler", metavar="ADDR", help="an existing Dask scheduler (tcp://host:8786); default: a "
+                                                        "local cluster with one worker per core")
+    p.add_argument("--workers", type=_positive("--workers"), metavar="N", help="local cluster size")
+    p.add_argument("--connect-timeout", type=_positive("--connect-timeout", float), default=5.0, metavar="S",
+                   help="seconds to reach --scheduler (default 5)")
+    p.add_argument("--run-id", metavar="ID", help="name of the run; an existing id resumes it (finished cells "
+                                                 "are skipped)")
+    _store_arg(p)
+    args = p.parse_args(argv)
+    if args.scheduler and args.workers:
+        raise UsageError("--workers sizes the local cluster; it cannot be combined with --scheduler")
+    from ..campaign.engine import EngineConfig
+    from ..campaign.report import render_comparison, render_run
+    from ..campaign.runner import run_campaign
+    from ..campaign.spec import load_campaign
+    from ..campaign.store import Store
+
+    spec = load_campaign(args.file)
+    config = EngineConfig(scheduler=args.scheduler, workers=args.workers, connect_timeout_s=args.connect_timeout)
+    console = _console()
+    with _CellProgress() as progress:
+        summary = run_campaign(spec, args.store, config, run_id=args.run_id, on_start=progress.start,
+                               on_result=progress.advance)
+    with Store.open(args.store) as store:
+        render_run(summary, store.cells(summary.run_id), console)
+    if summary.comparison is not None:
+        render_comparison(summary.comparison, console)
+    elif summary.baseline_note:
+        console.print(f"baseline: {summary.baseline_note}", highlight=False)
+    print(f"run id: {summary.run_id} (store {args.store})")
+    return summary.exit_code
+
+
+class _CellProgress:
+    """rich.progress over cells on a terminal's stderr; silent in logs."""
+
+    def __init__(self):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        err = Console(stderr=True)
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=err, transient=True, disable=not err.is_terminal)
+        self.task = None
+        self.counts: dict[str, int] = {}
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.__exit__(*exc)
+        return False
+
+    def start(self, todo: int, skipped: int) -> None:
+        self.task = self.bar.add_task(f"cells ({skipped} already finished)" if skipped else "cells", total=todo)
+
+    def advance(self, cell, record: dict) -> None:
+        status = record.get("status", "?")
+        self.counts[status] = self.counts.get(status, 0) + 1
+        text = " ".join(f"{n} {s}" for s, n in sorted(self.counts.items()))
+        self.bar.update(self.task, advance=1, description=f"cells: {text}")
+
+
+def compare_main(argv: list[str]) -> int:
+    p = Parser(prog="mschecker campaign compare", description="Compare a run with a baseline run, cell by cell.")
+    p.add_argument("baseline", help="baseline run id")
+    p.add_argument("run", help="run id to judge")
+    _store_arg(p)
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="the comparison as JSON (to PATH, or to "
+                                                                       "stdout instead of the table)")
+    p.add_argument("--html", metavar="PATH", help="an HTML page with plots over the run history")
+    p.add_argument("--last", type=_positive("--last"), default=10, metavar="N", help="runs in the history plots")
+    p.add_argument("--all", action="store_true", help="list unchanged cells too")
+    args = p.parse_args(argv)
+    for flag in ("json", "html"):
+        value = getattr(args, flag)
+        if value and value != "-":
+            check_writable(value, f"--{flag}")
+    from ..campaign.compare import compare_runs
+    from ..campaign.report import comparison_json, render_comparison, write_html
+    from ..campaign.store import Store
+    from ..tensorio import atomic_write_text
+
+    with Store.open(args.store) as store:
+        comparison = compare_runs(store, args.baseline, args.run)
+        if args.json == "-":
+            sys.stdout.write(comparison_json(comparison))
+        else:
+            render_comparison(comparison, _console(), show_same=args.all)
+            if args.json:
+                atomic_write_text(args.json, comparison_json(comparison))
+        if args.html:
+            write_html(comparison, store, args.html, last=args.last)
+    return 1 if comparison.regressed else 0
+
+
+def history_main(argv: list[str]) -> int:
+    p = Parser(prog="mschecker campaign history", description="List the runs in a store, newest first.")
+    _store_arg(p)
+    p.add_argument("--campaign", metavar="NAME", help="only this campaign's runs")
+    p.add_argument("--last", type=_positive("--last"), default=20, metavar="N", help="how many runs (default 20)")
+    args = p.parse_args(argv)
+    from ..campaign.report import render_history
+    from ..campaign.store import Store
+
+    with Store.open(args.store) as store:
+        render_history(store, store.runs(args.campaign, limit=args.last), _console())
+    return 0
+
+
+def export_main(argv: list[str]) -> int:
+    p = Parser(prog="mschecker campaign export", description="Export a run as Parquet (needs pyarrow).")
+    p.add_argument("run", help="run id")
+    p.add_argument("path", help="the .parquet file to write")
+    _store_arg(p)
+    args = p.parse_args(argv)
+    check_writable(args.path, "PATH")
+    from ..campaign.store import Store
+
+    with Store.open(args.store) as store:
+        store.run(args.run)
+        store.export_parquet(args.run, args.path)
+    print(f"wrote {args.path}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        raise UsageError(f"campaign needs an action: {', '.join(ACTIONS)} (see mschecker campaign --help)")
+    if argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    action, rest = argv[0], argv[1:]
+    handlers = {"run": run_main, "compare": compare_main, "history": history_main, "export": export_main}
+    if action not in handlers:
+        raise UsageError(f"unknown campaign action {action!r} (choose from {', '.join(ACTIONS)})")
+    return handlers[action](rest)
