@@ -26,24 +26,17 @@ from typing import Iterator
 
 import numpy as np
 
+from .. import native
 from ..dtypes import FloatFormat, dtype_name, float_format, is_float, ulp_distance_exact
 from ..errors import InputError
 from .results import NonFiniteStats, TensorComparison, WorstElement
 from .rules import ChunkView, ToleranceRule
-from .ulp import UlpHistogram, ulp_distances_same_format, ulp_format_of, ulp_percentiles
-
-try:  # optional one-pass C kernel (setup.py); without it the numpy path below does the same work
-    from .. import _fastcompare
-except ImportError:  # pragma: no cover - depends on whether a C compiler was available at install time
-    _fastcompare = None
-
+from .ulp import _EXACT_ULP_BINS, UlpHistogram, ulp_distances_same_format, ulp_format_of, ulp_percentiles
 
 def _fast_kernel():
-    """The C kernel module, or None when it is not built or MSCHECKER_NO_FASTCOMPARE=1 forces the numpy path
+    """The C kernel module, or None when it is not usable or MSCHECKER_NO_FASTCOMPARE=1 forces the numpy path
     (read per comparison, so tests can compare both paths)."""
-    if os.environ.get("MSCHECKER_NO_FASTCOMPARE", "") not in ("", "0"):
-        return None
-    return _fastcompare
+    return native.active("_fastcompare")
 
 
 #: Thresholds of Ascend's "thousandth ratio" style metrics (NUMERICS.md section 4).
@@ -146,6 +139,9 @@ def _max_abs_value(x: np.ndarray) -> float:
 # and the last holds [1e2, inf]. Edges are the float64 values 1e-12 ... 1e2 (counted by _Accumulator._histogram).
 _DECADE_EDGES = 10.0 ** np.arange(-12, 3)
 _DECADE_LABELS = ["0", "<1e-12"] + [f"[1e{k},1e{k + 1})" for k in range(-12, 2)] + ["≥1e2"]
+#: Optional one-pass C kernel (mschecker/_fastcompare.c, loaded by mschecker/native.py), checked at import against
+#: the sizes the numpy path allocates; without it the numpy path does the same work.
+_fastcompare = native.load("_fastcompare", EXACT_BINS=_EXACT_ULP_BINS, NEDGES=_DECADE_EDGES.size)
 
 
 # --------------------------------------------------------------------------------------------------------------
