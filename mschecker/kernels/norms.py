@@ -34,6 +34,7 @@ from ..dtypes import float_format, gamma, round_to, unit_roundoff
 from ..optimized_kernels import norms as opt
 from ..reference import norms as ref
 from ..reference.norms import channel_shape
+from . import definitions as D
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
 
 STATS = ("twopass", "welford", "onepass")
@@ -203,13 +204,21 @@ def _variants(make, contract_for, prefix: str) -> dict[str, Variant]:
     }
 
 
-register_kernel(KernelInfo(
+def _definitions(make) -> dict:
+    """The statistics algorithm and format each variant's name says (mschecker/kernels/definitions.py)."""
+    f32, f16 = np.float32, np.float16
+    return {"fp16_fp32stats_twopass": make(D.stats_two_pass, f32), "fp16_fp32stats_welford": make(D.stats_welford, f32),
+            "fp16_fp16stats": make(D.stats_one_pass, f16), "fp32_twopass": make(D.stats_two_pass, f32),
+            "bf16_fp32stats_twopass": make(D.stats_two_pass, f32)}
+
+
+register_kernel(D.attach(KernelInfo(
     name="layer_norm", family="norms", reference=ref.layer_norm,
     variants=_variants(opt.make_layer_norm, layer_norm_contract, "layer_norm"),
     strategies=_strategies(layer_norm_cases), golden_cases=_layer_golden,
-    doc="ONNX LayerNormalization over axes axis..rank-1."))
-register_kernel(KernelInfo(
+    doc="ONNX LayerNormalization over axes axis..rank-1."), _definitions(D.layer_norm)))
+register_kernel(D.attach(KernelInfo(
     name="group_norm", family="norms", reference=ref.group_norm,
     variants=_variants(opt.make_group_norm, group_norm_contract, "group_norm"),
     strategies=_strategies(group_norm_cases), golden_cases=_group_golden,
-    doc="ONNX GroupNormalization (opset 21: per-channel scale and bias)."))
+    doc="ONNX GroupNormalization (opset 21: per-channel scale and bias)."), _definitions(D.group_norm)))

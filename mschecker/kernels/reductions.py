@@ -26,6 +26,7 @@ from ..contracts import subnormal_floor
 from ..dtypes import float_format, gamma, round_to, unit_roundoff
 from ..optimized_kernels import reductions as opt
 from ..reference import reductions as ref
+from . import definitions as D
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
 
 KAHAN_SECOND_ORDER = 4.0
@@ -164,8 +165,18 @@ def _variants(mean: bool) -> dict[str, Variant]:
     return out
 
 
+def _definitions(mean: bool) -> dict:
+    """Each correct variant's definition: the summation order its name says, in its accumulator."""
+    out = {"fp32": D.reduce("pairwise", "float32", mean), "bf16_fp32acc_pairwise": D.reduce("pairwise", "float32", mean)}
+    for acc, prefix in (("float16", "fp16_fp16acc"), ("float32", "fp16_fp32acc")):
+        for order in D.SUMS:
+            out[prefix if order == "recursive" else f"{prefix}_{order}"] = D.reduce(order, acc, mean)
+    return {name: fn for name, fn in out.items() if name in _variants(mean)}
+
+
 for _name, _mean, _ref in (("reduce_sum", False, ref.reduce_sum), ("reduce_mean", True, ref.reduce_mean)):
-    register_kernel(KernelInfo(
+    register_kernel(D.attach(KernelInfo(
         name=_name, family="reductions", reference=_ref, variants=_variants(_mean), strategies=_strategies(),
         golden_cases=_golden_cases,
-        doc=f"ONNX {'ReduceMean' if _mean else 'ReduceSum'} over one axis, several axes or all (axis=None)."))
+        doc=f"ONNX {'ReduceMean' if _mean else 'ReduceSum'} over one axis, several axes or all (axis=None)."),
+        _definitions(_mean)))

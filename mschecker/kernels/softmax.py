@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from .. import strategies as S
 from ..dtypes import gamma, unit_roundoff
 from ..contracts import subnormal_floor
+from . import definitions as D
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
 from ..reference import softmax as ref
 from ..optimized_kernels import softmax as opt
@@ -50,7 +51,7 @@ def _golden_cases():
     ]
 
 
-register_kernel(KernelInfo(
+register_kernel(D.attach(KernelInfo(
     name="softmax",
     family="softmax",
     reference=ref.softmax,
@@ -72,4 +73,5 @@ register_kernel(KernelInfo(
     },
     golden_cases=_golden_cases,
     doc="Softmax along one axis (ONNX Softmax, opset 13+).",
-))
+), {"fp32": D.softmax_fp32_compute, "fp16_fp32acc": D.softmax_fp32_compute, "bf16_fp32acc": D.softmax_fp32_compute,
+    "fp16_fp16acc": D.softmax_fp16_compute}))
