@@ -46,6 +46,7 @@ from hypothesis import strategies as st
 from .. import strategies as S
 from ..contracts import baseline_bound, subnormal_floor
 from ..dtypes import float_format, gamma, round_to, unit_roundoff
+from . import definitions as D
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
 from ..reference import attention as ref
 from ..optimized_kernels import attention as opt
@@ -190,7 +191,7 @@ def _golden():
     ]
 
 
-register_kernel(KernelInfo(
+register_kernel(D.attach(KernelInfo(
     name="attention",
     family="attention",
     reference=ref.attention,
@@ -215,4 +216,7 @@ register_kernel(KernelInfo(
     strategies={kind: functools.partial(_attention_case, kind) for kind in _QK_SCALES},
     golden_cases=_golden,
     doc="softmax(q k^T scale + mask) v; bottom-right causal; NaN rows where no key is kept.",
-))
+), {"fp32": D.attention_fp32_logits, "fp16_naive": D.attention_fp16_logits,
+    "fp32_upcast": D.attention_fp32_logits, "bf16_fp32_upcast": D.attention_fp32_logits,
+    "flash_fp16_fp32acc": D.attention_flash},
+    dict.fromkeys(("fp32", "fp16_naive", "fp32_upcast", "bf16_fp32_upcast", "flash_fp16_fp32acc"), D.BLAS_FP32)))

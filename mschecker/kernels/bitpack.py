@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from .. import strategies as S
 from ..contracts import subnormal_floor
 from ..dtypes import unit_roundoff
+from . import definitions as D
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
 from ..reference import quant as ref
 from ..optimized_kernels import bitpack as opt
@@ -53,7 +54,7 @@ def _golden_cases():
 
 SYM, ASYM = _contract("sym"), _contract("asym")
 
-register_kernel(KernelInfo(
+register_kernel(D.attach(KernelInfo(
     name="bitpack4",
     family="quant",
     reference=ref.roundtrip,
@@ -72,4 +73,4 @@ register_kernel(KernelInfo(
     },
     golden_cases=_golden_cases,
     doc="bitpack4(x, block=32): x through block-scaled 4-bit codes packed eight per uint32 word and back.",
-))
+), {"fp16_sym": D.bitpack4("sym"), "fp16_asym": D.bitpack4("asym")}))

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from .. import strategies as S
 from ..contracts import dot_bound
 from ..dtypes import float_format, round_to
+from . import definitions as D
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
 from ..reference import linalg as ref
 from ..optimized_kernels import matmul as opt
@@ -212,7 +213,19 @@ def _variants(fns: dict, contract, bug_fn, bug_kind, staged: tuple[int, ...]):
 
 _STRATEGY_KINDS = ("generic", "long_positive", "cancellation", "near_overflow")
 
-register_kernel(KernelInfo(
+
+def _definitions(gemm: bool) -> dict:
+    """Each variant's accumulation (mschecker/kernels/definitions.py) and the epilogue its kernel documents."""
+    wrap = D.gemm if gemm else D.matmul
+    return {"fp32": wrap(D.cube_fp32, "float32"), "fp16_fp32acc": wrap(D.cube_fp32, "float16"),
+            "bf16_fp32acc": wrap(D.cube_fp32, D.BF16), "fp16_fp16acc": wrap(D.sequential_fp16, "float16"),
+            "fp16_fp32acc_kblocked": wrap(D.kblocked_fp32, "float16")}
+
+
+# The cube's fp32 sums are the BLAS's (its order differs between CPUs); the fp16 running sum is our own loop.
+_PLATFORM = dict.fromkeys(("fp32", "fp16_fp32acc", "bf16_fp32acc", "fp16_fp32acc_kblocked"), D.BLAS_FP32)
+
+register_kernel(D.attach(KernelInfo(
     name="matmul",
     family="linalg",
     reference=ref.matmul,
@@ -223,9 +236,9 @@ register_kernel(KernelInfo(
     strategies={kind: functools.partial(_matmul_case, kind) for kind in _STRATEGY_KINDS},
     golden_cases=_matmul_golden,
     doc="np.matmul / ONNX MatMul: batched, broadcast batch dims, 1-D operands promoted.",
-))
+), _definitions(False), _PLATFORM))
 
-register_kernel(KernelInfo(
+register_kernel(D.attach(KernelInfo(
     name="gemm",
     family="linalg",
     reference=ref.gemm,
@@ -236,4 +249,4 @@ register_kernel(KernelInfo(
     strategies={kind: functools.partial(_gemm_case, kind) for kind in _STRATEGY_KINDS},
     golden_cases=_gemm_golden,
     doc="ONNX Gemm: Y = alpha A' B' + beta C, C unidirectionally broadcast.",
-))
+), _definitions(True), _PLATFORM))

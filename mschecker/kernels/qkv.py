@@ -15,6 +15,7 @@ from .. import strategies as S
 from ..contracts import dot_bound
 from .matmul import with_underflow
 from ..dtypes import round_to
+from . import definitions as D
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
 from ..reference import linalg as ref
 from ..optimized_kernels import qkv as opt
@@ -82,7 +83,7 @@ def _golden():
             Case((x[0], *ws, *bs), {}, "x (16,320), W 320x64 x3, with biases")]
 
 
-register_kernel(KernelInfo(
+register_kernel(D.attach(KernelInfo(
     name="qkv_projection",
     family="linalg",
     reference=ref.qkv_projection,
@@ -99,4 +100,5 @@ register_kernel(KernelInfo(
     strategies={"generic": lambda: _qkv_case("generic"), "long_inner": lambda: _qkv_case("long_inner")},
     golden_cases=_golden,
     doc="Fused self-attention input projection: (x W_q + b_q, x W_k + b_k, x W_v + b_v), W as (D, D_out).",
-))
+), {"fp32": D.qkv_projection("float32"), "fp16_fp32acc": D.qkv_projection("float16"),
+    "bf16_fp32acc": D.qkv_projection(D.BF16)}, dict.fromkeys(("fp32", "fp16_fp32acc", "bf16_fp32acc"), D.BLAS_FP32)))

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from .. import strategies as S
 from ..contracts import output_rounding, subnormal_floor
 from ..dtypes import gamma, unit_roundoff
+from . import definitions as D
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
 from ..reference import quant as ref
 from ..optimized_kernels import quant as opt
@@ -91,7 +92,7 @@ def _golden_cases():
 MINMAX = _contract("minmax")
 KL = _contract("kl")
 
-register_kernel(KernelInfo(
+register_kernel(D.attach(KernelInfo(
     name="int8_weight_gemm",
     family="quant",
     reference=ref.weight_gemm,
@@ -116,4 +117,5 @@ register_kernel(KernelInfo(
     },
     golden_cases=_golden_cases,
     doc="int8 weight-only GEMM: int8_weight_gemm(x (..., K), w (K, N)); truth is x @ w with float weights.",
-))
+), {"fp16_fp32acc_minmax": D.int8_weight_gemm_minmax},
+    dict.fromkeys(("fp16_fp32acc_minmax", "fp16_fp32acc_kl"), D.BLAS_FP32)))
