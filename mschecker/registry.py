@@ -116,6 +116,10 @@ class KernelInfo:
     # elementwise bound (case, reference outputs) -> bound(s) within which two evaluations may differ; its golden
     # outputs are compared within it. None: the reference is our own code path and its goldens are bit-exact.
     reference_bits_bound: Callable[["Case", Any], Any] | None = None
+    # The variants the NPU policy runs when several correct ones share (dtype, accumulate, implmode): one name per
+    # such group (checked at registration), so adding a variant never silently changes what an emulated NPU run
+    # computes (npu/policy.select_variant).
+    defaults: tuple[str, ...] = ()
 
     def variant(self, name: str) -> Variant:
         try:
@@ -148,11 +152,31 @@ def register_kernel(info: KernelInfo, *, replace: bool = False) -> KernelInfo:
     """Add a kernel entry. Users call this for their own kernels; ours register on import of their module."""
     if info.name in _REGISTRY and not replace and _REGISTRY[info.name] is not info:
         raise ValueError(f"kernel {info.name!r} is already registered")
-    for v in info.variants.values():
+    for key, v in info.variants.items():
+        if key != v.name:
+            raise ValueError(f"{info.name}: variant registered as {key!r} is named {v.name!r}; key variants by "
+                             "their own name")
         if v.contract is None and v.bug_of is None:
             raise ValueError(f"{info.name}/{v.name}: a variant needs a contract or bug_of")
+    _check_defaults(info)
     _REGISTRY[info.name] = info
     return info
+
+
+def _check_defaults(info: KernelInfo) -> None:
+    """Each group of correct variants sharing (dtype, accumulate, implmode) names exactly one default when it has
+    more than one member (KernelInfo.defaults): the policy's choice is then declared, not derived from names."""
+    groups: dict[tuple, list[Variant]] = {}
+    for v in info.correct_variants:
+        groups.setdefault((v.dtype, v.accumulate, v.implmode), []).append(v)
+    for (dtype, acc, mode), members in groups.items():
+        defaults = [v.name for v in members if v.name in info.defaults]
+        if len(members) > 1 and len(defaults) != 1:
+            raise ValueError(f"{info.name}: variants {[v.name for v in members]} share ({dtype}, accumulate {acc}, "
+                             f"{mode}); exactly one must be named in defaults= (has {defaults or 'none'})")
+    unknown = sorted(set(info.defaults) - {v.name for v in info.correct_variants})
+    if unknown:
+        raise ValueError(f"{info.name}: defaults= names {unknown}, which are not correct variants")
 
 
 def _load_builtin() -> None:

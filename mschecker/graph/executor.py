@@ -185,7 +185,7 @@ class Executor:
                 continue
             try:
                 ctx = self.policy.bind(node, opset, list(spec.kernel_names(attrs, opset)), spec.cube,
-                                       foldable=foldable)
+                                       foldable=foldable, operand_kernel=spec.operands_in_node_order)
             except KernelUnavailable as exc:
                 problems.append(f"node {label!r} ({node.op_type}): {exc}")
                 continue

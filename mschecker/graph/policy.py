@@ -94,9 +94,10 @@ class Policy:
         constant operands specially (int8 weight-only quantization) look at them here."""
 
     def bind(self, node: onnx.NodeProto, opset: int, kernel_names: list[str], cube: bool, *,
-             foldable: bool = False) -> NodeContext:  # pragma: no cover - interface
+             foldable: bool = False, operand_kernel: str | None = None) -> NodeContext:  # pragma: no cover
         """The node's context. `foldable`: the node's values do not depend on any graph input's values (only on
-        initializers and tensor shapes), so a compiler folds it to a constant before the device runs."""
+        initializers and tensor shapes), so a compiler folds it to a constant before the device runs.
+        `operand_kernel`: the op table's OpSpec.operands_in_node_order (whose variant may take staged operands)."""
         raise NotImplementedError
 
     def input_dtype(self, dtype: np.dtype) -> np.dtype:
@@ -158,7 +159,7 @@ class ReferencePolicy(Policy):
     def input_dtype(self, dtype: np.dtype) -> np.dtype:
         return np.dtype(np.float64) if is_float_dtype(dtype) else np.dtype(dtype)
 
-    def bind(self, node, opset, kernel_names, cube, *, foldable=False) -> NodeContext:
+    def bind(self, node, opset, kernel_names, cube, *, foldable=False, operand_kernel=None) -> NodeContext:
         kernels = {}
         for k in kernel_names:
             try:

@@ -248,7 +248,7 @@ def _approx(name, fn, form) -> Variant:
 
 KERNELS = [
     KernelInfo(
-        name="gelu", family="activations", reference=ref.gelu,
+        name="gelu", family="activations", reference=ref.gelu, defaults=("fp16_poly",),
         variants={
             "fp32": Variant("fp32", opt.gelu_accurate, "float32", GELU_ERF_CONTRACT),
             "fp16_erf_hp": Variant("fp16_erf_hp", opt.gelu_accurate, "float16", GELU_ERF_CONTRACT,

@@ -194,6 +194,7 @@ def _golden():
 register_kernel(D.attach(KernelInfo(
     name="attention",
     family="attention",
+    defaults=("fp32_upcast",),
     reference=ref.attention,
     variants={
         "fp32": Variant("fp32", opt.attention_fp32, "float32", UPCAST_CONTRACT, doc="naive, fp32 storage"),

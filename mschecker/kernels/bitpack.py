@@ -57,6 +57,7 @@ SYM, ASYM = _contract("sym"), _contract("asym")
 register_kernel(D.attach(KernelInfo(
     name="bitpack4",
     family="quant",
+    defaults=("fp16_sym",),
     reference=ref.roundtrip,
     variants={
         "fp16_sym": Variant("fp16_sym", opt.bitpack4_fp16_sym, "float16", SYM,

@@ -210,6 +210,7 @@ register_kernel(KernelInfo(
 register_kernel(KernelInfo(
     name="conv2d_winograd",
     family="conv",
+    defaults=("fp16_fp32acc", "winograd_f2x3_fp16"),
     reference=ref.conv2d,
     variants={
         "fp16_fp32acc": Variant("fp16_fp32acc", direct.conv2d_fp16_fp32acc, "float16", CONV_CONTRACT,
@@ -238,6 +239,7 @@ register_kernel(KernelInfo(
 register_kernel(KernelInfo(
     name="conv_transpose2d",
     family="conv",
+    defaults=("fp16_fp32acc_scatter",),
     reference=ref.conv_transpose2d,
     variants={
         "fp16_fp32acc_scatter": Variant("fp16_fp32acc_scatter", ct.conv_transpose2d_fp16_fp32acc_scatter,

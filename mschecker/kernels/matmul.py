@@ -228,6 +228,7 @@ _PLATFORM = dict.fromkeys(("fp32", "fp16_fp32acc", "bf16_fp32acc", "fp16_fp32acc
 register_kernel(D.attach(KernelInfo(
     name="matmul",
     family="linalg",
+    defaults=("fp16_fp32acc",),
     reference=ref.matmul,
     variants=_variants({
         "fp32": opt.matmul_fp32, "fp16_fp32acc": opt.matmul_fp16_fp32acc, "bf16_fp32acc": opt.matmul_bf16_fp32acc,
@@ -241,6 +242,7 @@ register_kernel(D.attach(KernelInfo(
 register_kernel(D.attach(KernelInfo(
     name="gemm",
     family="linalg",
+    defaults=("fp16_fp32acc",),
     reference=ref.gemm,
     variants=_variants({
         "fp32": opt.gemm_fp32, "fp16_fp32acc": opt.gemm_fp16_fp32acc, "bf16_fp32acc": opt.gemm_bf16_fp32acc,

@@ -213,12 +213,12 @@ def _definitions(make) -> dict:
 
 
 register_kernel(D.attach(KernelInfo(
-    name="layer_norm", family="norms", reference=ref.layer_norm,
+    name="layer_norm", family="norms", reference=ref.layer_norm, defaults=("fp16_fp32stats_twopass",),
     variants=_variants(opt.make_layer_norm, layer_norm_contract, "layer_norm"),
     strategies=_strategies(layer_norm_cases), golden_cases=_layer_golden,
     doc="ONNX LayerNormalization over axes axis..rank-1."), _definitions(D.layer_norm)))
 register_kernel(D.attach(KernelInfo(
-    name="group_norm", family="norms", reference=ref.group_norm,
+    name="group_norm", family="norms", reference=ref.group_norm, defaults=("fp16_fp32stats_twopass",),
     variants=_variants(opt.make_group_norm, group_norm_contract, "group_norm"),
     strategies=_strategies(group_norm_cases), golden_cases=_group_golden,
     doc="ONNX GroupNormalization (opset 21: per-channel scale and bias)."), _definitions(D.group_norm)))

@@ -177,6 +177,7 @@ def _definitions(mean: bool) -> dict:
 for _name, _mean, _ref in (("reduce_sum", False, ref.reduce_sum), ("reduce_mean", True, ref.reduce_mean)):
     register_kernel(D.attach(KernelInfo(
         name=_name, family="reductions", reference=_ref, variants=_variants(_mean), strategies=_strategies(),
+        defaults=("fp16_fp32acc",) if _mean else ("fp16_fp32acc", "fp16_fp16acc"),
         golden_cases=_golden_cases,
         doc=f"ONNX {'ReduceMean' if _mean else 'ReduceSum'} over one axis, several axes or all (axis=None)."),
         _definitions(_mean)))

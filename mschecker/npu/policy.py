@@ -49,19 +49,18 @@ def select_variant(info: KernelInfo, dtype: str, implmode: str, *, cube: bool, c
         raise KernelUnavailable(f"kernel {info.name!r} has no {dtype} variant (variants: "
                                 f"{', '.join(f'{v.name}[{v.dtype}]' for v in info.correct_variants)})")
     want_acc = cube_acc if cube else ("float32" if implmode == "high_precision" else dtype)
+    order = {v.name: i for i, v in enumerate(info.variants.values())}
 
     def rank(v: Variant):
+        # Exact (accumulate, implmode) match first; cube ops care about the accumulator first, vector ops about
+        # the implmode. Within one (dtype, accumulate, implmode) group the declared default wins (registry
+        # checks there is one); between groups that miss equally, the entry's declaration order decides.
         acc_miss = v.accumulate != want_acc
         mode_miss = v.implmode != implmode
         first, second = (acc_miss, mode_miss) if cube else (mode_miss, acc_miss)
-        return (first, second, len(v.name), v.name)
+        return (first, second, v.name not in info.defaults, order[v.name])
 
     return min(pool, key=rank)
-
-
-#: Op types whose adapter (graph/ops/compute.py) hands node input k to its kernel as positional operand k, so
-#: the kernel variant's staged_f32_operands are node input positions: op type -> that kernel.
-OPERANDS_IN_NODE_ORDER = {"MatMul": "matmul", "Gemm": "gemm", "Conv": "conv2d"}
 
 
 class NpuPolicy(Policy):
@@ -139,7 +138,7 @@ class NpuPolicy(Policy):
         return (a.get("kernel_shape") == [3, 3] and a.get("strides", [1, 1]) == [1, 1]
                 and a.get("dilations", [1, 1]) == [1, 1] and a.get("group", 1) == 1)
 
-    def bind(self, node, opset, kernel_names, cube, *, foldable=False) -> NodeContext:
+    def bind(self, node, opset, kernel_names, cube, *, foldable=False, operand_kernel=None) -> NodeContext:
         p = self.profile
         # Constant-foldable nodes (shape arithmetic, weight preprocessing) are evaluated by the compiler on the
         # host, in the graph's own fp32, before the device runs: rounding them to fp16 would, e.g., turn a shape
@@ -165,7 +164,7 @@ class NpuPolicy(Policy):
                 raise KernelUnavailable(str(exc).strip('"')) from None
             kernels[k] = v.fn
             chosen.append(f"{k}:{v.name}")
-            if OPERANDS_IN_NODE_ORDER.get(node.op_type) == k:
+            if k == operand_kernel:
                 staged = v.staged_f32_operands
         compress = None
         if p.int4_intermediates and dtype != np.float32 and not foldable:

@@ -29,6 +29,9 @@ class OpSpec:
     kernels: tuple[str, ...] | Callable[[Mapping[str, Any], int], tuple[str, ...]] = ()
     cube: bool = False  # a matrix-unit op (MatMul, Gemm, Conv, ConvTranspose, Attention, Einsum)
     exact_inputs: tuple[int, ...] = ()  # float inputs that are shape-like (Resize scales): never rounded
+    # The kernel that receives node input k as its positional operand k (so that kernel variant's
+    # staged_f32_operands name node input positions the executor may stage in fp32 at plan time).
+    operands_in_node_order: str | None = None
     convert_inputs: bool = True  # False: inputs reach the op untouched (Shape, Cast, Identity-like ops)
     keeps_output_dtype: bool = False  # the op decides its float output dtype itself (Cast, CastLike)
     # fn also takes `out=`, one of its input arrays (that object): the executor offers it only when that input dies

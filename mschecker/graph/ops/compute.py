@@ -14,12 +14,12 @@ from . import register
 
 
 # ---------------------------------------------------------------- matrix unit (cube) ops
-@register("MatMul", kernels=("matmul",), cube=True)
+@register("MatMul", kernels=("matmul",), cube=True, operands_in_node_order="matmul")
 def matmul(ctx, attrs, a, b):
     return ctx.kernel("matmul")(a, b)
 
 
-@register("Gemm", kernels=("gemm",), cube=True)
+@register("Gemm", kernels=("gemm",), cube=True, operands_in_node_order="gemm")
 def gemm(ctx, attrs, a, b, c=None):
     return ctx.kernel("gemm")(a, b, c, alpha=float(attrs.get("alpha", 1.0)), beta=float(attrs.get("beta", 1.0)),
                               trans_a=bool(attrs.get("transA", 0)), trans_b=bool(attrs.get("transB", 0)))
@@ -63,7 +63,7 @@ def _as_2d(x, w, strides, pads, dilations):
     return x[:, :, None, :], w[:, :, None, :], [1, strides[0]], [0, pads[0], 0, pads[1]], [1, dilations[0]]
 
 
-@register("Conv", kernels=("conv2d",), cube=True, check=_check_conv)
+@register("Conv", kernels=("conv2d",), cube=True, check=_check_conv, operands_in_node_order="conv2d")
 def conv(ctx, attrs, x, w, b=None):
     strides, pads, dilations = _conv_geometry(attrs, x, w)
     one_d = x.ndim == 3
