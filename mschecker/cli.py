@@ -80,6 +80,8 @@ def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__.strip() + "\n\nsubcommands: " + ", ".join(SUBCOMMANDS))
         return EXIT_PASS
+    if argv and argv[0] == "--version":
+        return _print_version()
     if argv and argv[0] in SUBCOMMANDS:
         name, rest = argv[0], argv[1:]
     elif argv and not argv[0].startswith("-"):
@@ -141,6 +143,16 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def _print_version() -> int:
+    """The version and which compiled fast paths are active (a missing one only slows runs down: native.py)."""
+    from . import __version__, native
+
+    print(f"mschecker {__version__}")
+    for name, state in native.status().items():
+        print(f"  {name}: {state}")
+    return EXIT_PASS
 
 
 if __name__ == "__main__":
