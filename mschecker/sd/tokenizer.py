@@ -1,24 +1,39 @@
-"""Prompt -> token ids for the bundled text encoder.
+"""Prompt -> token ids for the text encoder: CLIP's own tokenizer for real pipeline folders, a hash for the bundled
+graphs.
 
-``HashTokenizer`` (the default, no files needed) is deterministic and documented: the prompt is lowercased and
-split into words and single punctuation marks (regex ``[a-z0-9]+|[^\\sa-z0-9]``); each piece maps to
-``zlib.crc32(piece.encode()) % (vocab_size - 2)``; the ids are framed as ``[BOS] pieces... [EOS]`` with
+``ClipTokenizer`` (``load_clip_tokenizer(folder)``) reads a diffusers/transformers tokenizer folder (``vocab.json``,
+``merges.txt``, optionally gzipped as ``*.gz``; ``tokenizer_config.json``; ``special_tokens_map.json``) and
+reproduces transformers' ``CLIPTokenizer`` token for token, as diffusers' pipelines call it:
+``tokenizer(prompt, padding="max_length", max_length=model_max_length, truncation=True)`` -> ``[BOS] ids... [EOS]``
+truncated to ``model_max_length`` (EOS kept last) and padded with the folder's pad token (SD 1.x: ``<|endoftext|>``,
+SD 2.x: ``!``). The BPE itself is the ``tokenizers`` package's, with CLIP's ``</w>`` word ends. Text cleanup comes
+in the two variants transformers has shipped, which differ on CJK text, control/format characters and a few
+special-token spellings (docs/SD_PIPELINE.md lists them):
+
+- ``cleanup="clip"`` (default): transformers >= 5's ``CLIPTokenizer`` and 4.x's ``CLIPTokenizerFast`` (NFC,
+  whitespace runs -> one space, lowercase), which is what diffusers runs with transformers installed today;
+- ``cleanup="basic"``: transformers 4.x's Python ``CLIPTokenizer`` when ftfy is not installed (its BasicTokenizer:
+  control and format characters dropped, every CJK ideograph its own word, then NFC and lowercase).
+
+Both are verified on a 254-prompt corpus against ids that transformers produced (tests/sd/test_tokenizer.py).
+
+``HashTokenizer`` (the bundled graphs' default, no files needed) is deterministic and documented: the prompt is
+lowercased and split into words and single punctuation marks (regex ``[a-z0-9]+|[^\\sa-z0-9]``); each piece maps
+to ``zlib.crc32(piece.encode()) % (vocab_size - 2)``; the ids are framed as ``[BOS] pieces... [EOS]`` with
 BOS = vocab_size - 2, EOS = vocab_size - 1 (49406 / 49407 for the CLIP vocabulary, as in CLIP), truncated to
 ``max_length`` (EOS kept last) and padded with EOS to ``max_length`` (SD 1.5's tokenizer pads with EOS).
-
-``ClipBPETokenizer`` reads CLIP's own ``vocab.json`` and ``merges.txt`` (byte-level BPE with ``</w>`` word ends)
-when the user supplies them, giving the real CLIP ids (text cleanup by ftfy is not applied: whitespace is
-collapsed and the text lowercased).
 """
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import zlib
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from tokenizers import AddedToken, Regex, Tokenizer, normalizers, pre_tokenizers, processors
+from tokenizers.models import BPE
 
 from ..errors import InputError
 
@@ -48,72 +63,161 @@ class HashTokenizer:
         return _frame(ids, self.bos, self.eos, self.max_length)
 
 
-@lru_cache(maxsize=1)
-def _byte_to_unicode() -> dict[int, str]:
-    """GPT-2/CLIP's reversible byte -> printable unicode map."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    codes = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            codes.append(256 + extra)
-            extra += 1
-    return dict(zip(printable, map(chr, codes)))
 
 
-# CLIP's pre-tokenizer pattern with Python-re classes for \p{L} (letters) and \p{N} (digits)
-_CLIP_PIECES = re.compile(r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[^\W\d_]+|\d|[^\s\w]+|_+",
-                          re.IGNORECASE)
+# CLIP's pre-tokenizer pattern (transformers' CLIPTokenizer): special tokens, contractions, letter runs, single
+# digits, runs of anything else but whitespace.
+_CLIP_PIECES = r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
+# transformers' BasicTokenizer (the ftfy-less cleanup of 4.x's Python CLIPTokenizer): characters of Unicode
+# category C other than tab/newline/CR and U+FFFD are dropped; Zs, tab/newline/CR are spaces, and so are U+2028
+# and U+2029 (Python's str.split() splits on them); each CJK ideograph (BERT's ranges) is a word of its own.
+_BASIC_DROPPED = r"[\p{C}&&[^\t\n\r]]|\x{FFFD}"
+_BASIC_SPACES = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]+"
+_CJK = (r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}\x{2B740}-\x{2B81F}"
+        r"\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]")
+# Python's str.lower() (the Python tokenizer's) writes a capital sigma that ends a word as final sigma; tokenizers'
+# Lowercase maps characters one by one. Unicode's Final_Sigma context, its look-behind cut at three case-ignorable
+# characters between the cased letter and the sigma (the regex engine needs a bounded look-behind).
+_CI = r"\p{Case_Ignorable}"
+_FINAL_SIGMA = (r"(?<=\p{Cased}|\p{Cased}" + _CI + r"|\p{Cased}" + _CI * 2 + r"|\p{Cased}" + _CI * 3 + r")"
+                r"\x{03A3}(?!" + _CI + r"*\p{Cased})")
+CLEANUPS = ("clip", "basic")
+# transformers' CLIPTokenizer defaults, used where the folder's configs do not name a token
+_DEFAULT_TOKENS = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+                   "unk_token": "<|endoftext|>"}
 
 
-class ClipBPETokenizer:
-    """CLIP's byte-level BPE from ``vocab.json`` + ``merges.txt`` (the files of openai/clip-vit-large-patch14)."""
+def _read_text(folder: Path, name: str, required: bool) -> tuple[Path, str | None]:
+    """``name`` or ``name.gz`` in ``folder`` as text; (path, None) for an absent optional file."""
+    for path in (folder / name, folder / f"{name}.gz"):
+        if path.is_file():
+            try:
+                raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+                return path, raw.decode("utf-8")
+            except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
+                raise InputError(f"{path}: cannot read the tokenizer file: {exc}") from None
+    if required:
+        raise InputError(f"{folder / name}: not found (a CLIP tokenizer folder needs vocab.json and merges.txt)")
+    return folder / name, None
 
-    def __init__(self, vocab_path: str | Path, merges_path: str | Path, max_length: int = 77):
+
+def _read_json(folder: Path, name: str, required: bool):
+    path, text = _read_text(folder, name, required)
+    if text is None:
+        return path, None
+    try:
+        return path, json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
+
+
+def _token_content(value, where: Path, key: str) -> str:
+    """A token entry is a string or an AddedToken dict with ``content``."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{where}: {key} must be a token string or an object with 'content', got {value!r}")
+    return value
+
+
+class ClipTokenizer:
+    """CLIP's byte-level BPE tokenizer of one pipeline folder (see the module docstring)."""
+
+    def __init__(self, vocab: dict[str, int], merges: list[tuple[str, str]], *, max_length: int,
+                 special_tokens: dict[str, str] | None = None, cleanup: str = "clip", source: str = "tokenizer"):
+        if cleanup not in CLEANUPS:
+            raise InputError(f"unknown tokenizer cleanup {cleanup!r}; choose one of {', '.join(CLEANUPS)}")
+        if not isinstance(max_length, (int, np.integer)) or isinstance(max_length, bool) or max_length < 2:
+            raise InputError(f"{source}: model_max_length must be an integer >= 2, got {max_length!r}")
+        tokens = dict(_DEFAULT_TOKENS, **(special_tokens or {}))
+        ids = {}
+        for key, token in tokens.items():
+            if token not in vocab:
+                raise InputError(f"{source}: {key} {token!r} is not in vocab.json")
+            ids[key] = vocab[token]
+        self.source, self.cleanup, self.max_length = source, cleanup, int(max_length)
+        self.vocab_size = len(vocab)
+        self.bos, self.eos, self.pad, self.unk = (ids[k] for k in ("bos_token", "eos_token", "pad_token",
+                                                                    "unk_token"))
         try:
-            self.encoder = json.loads(Path(vocab_path).read_text(encoding="utf-8"))
-            lines = Path(merges_path).read_text(encoding="utf-8").splitlines()
-        except (OSError, ValueError) as exc:
-            raise InputError(f"cannot read CLIP tokenizer files {vocab_path}, {merges_path}: {exc}") from None
-        merges = [tuple(line.split()) for line in lines if line and not line.startswith("#version")]
-        if not isinstance(self.encoder, dict) or any(len(m) != 2 for m in merges):
-            raise InputError(f"{vocab_path} / {merges_path} are not CLIP vocab.json / merges.txt files")
-        self.ranks = {m: i for i, m in enumerate(merges)}
-        try:
-            self.bos, self.eos = self.encoder["<|startoftext|>"], self.encoder["<|endoftext|>"]
-        except KeyError:
-            raise InputError(f"{vocab_path} lacks <|startoftext|> / <|endoftext|>") from None
-        self.max_length = max_length
-        self._cache: dict[str, list[str]] = {}
+            model = BPE(vocab=vocab, merges=merges, continuing_subword_prefix="", end_of_word_suffix="</w>",
+                        fuse_unk=False, unk_token=tokens["unk_token"])
+        except Exception as exc:  # tokenizers raises its own exception types for inconsistent merges
+            raise InputError(f"{source}: merges.txt does not fit vocab.json ({exc})") from None
+        self._tokenizer = tok = Tokenizer(model)
+        split = pre_tokenizers.Split(Regex(_CLIP_PIECES), behavior="removed", invert=True)
+        if cleanup == "clip":  # transformers' CLIPTokenizer (>= 5) / CLIPTokenizerFast, component for component
+            tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),
+                                                   normalizers.Lowercase()])
+            tok.pre_tokenizer = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(add_prefix_space=False)])
+        else:
+            tok.normalizer = normalizers.Sequence([
+                normalizers.Replace(Regex(_BASIC_DROPPED), ""), normalizers.Replace(Regex(_BASIC_SPACES), " "),
+                normalizers.NFC(), normalizers.Replace(Regex(_FINAL_SIGMA), "\u03c2"), normalizers.Lowercase()])
+            tok.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Split(Regex(_CJK), behavior="isolated"), split,
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        # The Python tokenizer finds special tokens in the lowercased text ("<|ENDOFTEXT|>" is EOS), the
+        # tokenizers-backed one only as written.
+        tok.add_special_tokens([AddedToken(t, normalized=cleanup == "basic", special=True)
+                                for t in dict.fromkeys(tokens.values())])
+        bos, eos = tokens["bos_token"], tokens["eos_token"]
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A {eos}",
+                                                           special_tokens=[(bos, self.bos), (eos, self.eos)])
+        tok.enable_truncation(self.max_length)
+        tok.enable_padding(length=self.max_length, pad_id=self.pad, pad_token=tokens["pad_token"])
 
-    def _bpe(self, word: str) -> list[str]:
-        if word in self._cache:
-            return self._cache[word]
-        parts = list(word[:-1]) + [word[-1] + "</w>"]
-        while len(parts) > 1:
-            pairs = {(a, b) for a, b in zip(parts, parts[1:])}
-            best = min(pairs, key=lambda p: self.ranks.get(p, float("inf")))
-            if best not in self.ranks:
-                break
-            merged, i = [], 0
-            while i < len(parts):
-                if i < len(parts) - 1 and (parts[i], parts[i + 1]) == best:
-                    merged.append(parts[i] + parts[i + 1])
-                    i += 2
-                else:
-                    merged.append(parts[i])
-                    i += 1
-            parts = merged
-        self._cache[word] = parts
-        return parts
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), max_length) int64 ids."""
+        if not all(isinstance(t, str) for t in texts):
+            raise InputError("prompts must be strings")
+        return np.array([e.ids for e in self._tokenizer.encode_batch(list(texts))], dtype=np.int64).reshape(
+            len(texts), self.max_length)
 
     def __call__(self, text: str) -> np.ndarray:
-        text = " ".join(text.split()).lower()
-        table = _byte_to_unicode()
-        ids = []
-        for piece in _CLIP_PIECES.findall(text):
-            mapped = "".join(table[b] for b in piece.encode("utf-8"))
-            ids.extend(self.encoder[t] for t in self._bpe(mapped) if t in self.encoder)
-        return _frame(ids, self.bos, self.eos, self.max_length)
+        """(max_length,) int64 ids of one prompt (the interface HashTokenizer shares)."""
+        return self.encode([text])[0]
+
+    def tokens(self, text: str) -> list[str]:
+        """The BPE tokens of ``text`` (``</w>`` marks word ends), framed and padded like the ids."""
+        return self._tokenizer.encode(text).tokens
+
+
+def load_clip_tokenizer(folder: str | Path, *, max_length: int | None = None, cleanup: str = "clip") -> ClipTokenizer:
+    """The tokenizer of a diffusers pipeline's ``tokenizer/`` folder; ``max_length`` overrides
+    ``model_max_length`` of tokenizer_config.json (needed when the folder has none)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: tokenizer folder not found")
+    vocab_path, vocab = _read_json(folder, "vocab.json", required=True)
+    if not isinstance(vocab, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                              for k, v in vocab.items()):
+        raise InputError(f"{vocab_path}: expected an object mapping tokens to integer ids")
+    merges_path, text = _read_text(folder, "merges.txt", required=True)
+    lines = text.splitlines()
+    if lines and lines[0].startswith("#version"):
+        lines = lines[1:]
+    merges = []
+    for number, line in enumerate(lines, start=2):
+        if line.strip():
+            pair = line.split()
+            if len(pair) != 2:
+                raise InputError(f"{merges_path}: line {number} is not a merge of two tokens: {line[:60]!r}")
+            merges.append((pair[0], pair[1]))
+    special: dict[str, str] = {}
+    config_length = None
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):  # the latter overrides, as in transformers
+        path, config = _read_json(folder, name, required=False)
+        if config is None:
+            continue
+        if not isinstance(config, dict):
+            raise InputError(f"{path}: expected a JSON object")
+        special.update({k: _token_content(config[k], path, k) for k in _DEFAULT_TOKENS if config.get(k) is not None})
+        if name == "tokenizer_config.json":
+            config_length = config.get("model_max_length")
+    if max_length is None:
+        if config_length is None:
+            raise InputError(f"{folder / 'tokenizer_config.json'}: no model_max_length (the prompt length)")
+        max_length = config_length
+    return ClipTokenizer(vocab, merges, max_length=max_length, special_tokens=special, cleanup=cleanup,
+                         source=str(folder))
