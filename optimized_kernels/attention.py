@@ -41,9 +41,10 @@ def _logits(q, k, mask, scale, causal, logits_dtype):
     return s
 
 
-def _naive(q, k, v, mask, scale, causal, *, storage, logits_dtype, softmax_fn):
+def _naive(q, k, v, mask, scale, causal, *, storage, logits_dtype, softmax_fn, round_p=True):
     with np.errstate(over="ignore", invalid="ignore"):  # fp16 logits may overflow: IEEE inf, then NaN
-        p = softmax_fn(_logits(q, k, mask, scale, causal, logits_dtype), axis=-1).astype(storage)
+        p = softmax_fn(_logits(q, k, mask, scale, causal, logits_dtype), axis=-1)
+        p = p.astype(storage) if round_p else p.astype(F32)  # round_p=False: the planted "too accurate" bug
         return np.matmul(p.astype(F32), v.astype(F32)).astype(storage)
 
 
@@ -62,6 +63,13 @@ def attention_fp32(q, k, v, mask=None, scale=None, causal=False):
 def attention_bug_fp16_nomax(q, k, v, mask=None, scale=None, causal=False):
     """Planted bug: the fp16 graph with a softmax that skips the max subtraction (exp overflows above 11.09)."""
     return _naive(q, k, v, mask, scale, causal, storage=F16, logits_dtype=F16, softmax_fn=softmax_fp16_nomax)
+
+
+def attention_bug_p_unrounded(q, k, v, mask=None, scale=None, causal=False):
+    """Planted bug: fp32_upcast that feeds P V with P still in fp32 (the cast of the probabilities to the value
+    dtype forgotten). Closer to float64 than the kernel it claims to be: only the two-sided check catches it."""
+    return _naive(q, k, v, mask, scale, causal, storage=q.dtype, logits_dtype=F32, softmax_fn=softmax_fp32,
+                  round_p=False)
 
 
 def attention_flash(q, k, v, mask=None, scale=None, causal=False, *, block_q: int = 64, block_k: int = 64,

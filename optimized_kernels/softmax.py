@@ -113,6 +113,12 @@ def _softmax_fp16acc_c(fast, x16: np.ndarray, axis: int) -> np.ndarray | None:
     return out if axis in (-1, x16.ndim - 1) else np.ascontiguousarray(np.moveaxis(out, -1, axis))
 
 
+def softmax_bug_no_final_rounding(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Planted bug: softmax_fp16_fp32acc returning its fp32 quotients (the final rounding to fp16 dropped): closer
+    to float64 than the kernel it claims to be; only the two-sided check (declared storage dtype) catches it."""
+    return _shifted_softmax(x, axis, np.dtype(np.float32), np.dtype(np.float32))
+
+
 def softmax_fp16_nomax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Planted bug: no max subtraction before an fp16 exp."""
     e = np.exp(x.astype(np.float16)).astype(np.float32)

@@ -208,6 +208,10 @@ def _variants(fns: dict, contract, bug_fn, bug_kind, staged: tuple[int, ...]):
             "bug_fp16acc_as_fp32acc", bug_fn, "float16", None, accumulate="float32",
             planted_bug="fp16 accumulation sold as fp32 accumulation", bug_of="fp16_fp32acc",
             catch_with=bug_kind),
+        "bug_fp32acc_as_fp16acc": Variant(
+            "bug_fp32acc_as_fp16acc", fns["fp16_fp32acc"], "float16", None, accumulate="float16",
+            implmode="high_performance", planted_bug="fp32 accumulation sold as the fp16 running sum (too accurate)",
+            bug_of="fp16_fp16acc"),
     }
 
 

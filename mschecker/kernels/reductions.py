@@ -162,6 +162,10 @@ def _variants(mean: bool) -> dict[str, Variant]:
         "bug_fp16acc_sold_as_fp32acc", opt.make_reduce("recursive", "float16", mean=mean), "float16", None,
         accumulate="float32", planted_bug="a recursive sum with fp16 accumulators declared as fp32 accumulation "
         "(stalls at 2048 for ones)", bug_of="fp16_fp32acc", catch_with="long_accumulation")
+    out["bug_pairwise_sold_as_recursive"] = Variant(
+        "bug_pairwise_sold_as_recursive", opt.make_reduce("pairwise", "float16", mean=mean), "float16", None,
+        accumulate="float16", implmode="high_performance", planted_bug="pairwise fp16 sum sold as the recursive "
+        "one (more accurate, other bits)", bug_of="fp16_fp16acc")
     return out
 
 

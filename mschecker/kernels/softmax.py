@@ -66,6 +66,9 @@ register_kernel(D.attach(KernelInfo(
         "bug_fp16_nomax": Variant("bug_fp16_nomax", opt.softmax_fp16_nomax, "float16", None, planted_bug=
                               "no max subtraction: fp16 exp overflows for logits > 11.09", bug_of="fp16_fp32acc",
                               catch_with="wide_logits"),
+        "bug_no_final_rounding": Variant("bug_no_final_rounding", opt.softmax_bug_no_final_rounding, "float16", None,
+                                         planted_bug="fp32 quotients returned, final rounding to fp16 dropped",
+                                         bug_of="fp16_fp32acc"),
     },
     strategies={
         "generic": lambda: _axis_case(S.tensors(dtype="float16")),
