@@ -8,6 +8,7 @@ instead of a backend's multi-line exception.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol, runtime_checkable
@@ -75,12 +76,33 @@ def _ort_dtype(type_str: str, where: str) -> np.dtype:
 
 
 def _check_model_path(model_path) -> Path:
+    """A model path that is a regular file (os.stat before any open: a FIFO would block, a device never end)."""
+    from .fsio import check_readable
+
     path = Path(model_path)
-    if not path.exists():
-        raise InputError(f"model {path}: file not found")
     if path.is_dir():
         raise InputError(f"model {path}: is a directory, expected an .onnx file")
+    check_readable(path, "model")
     return path
+
+
+def _check_external_data(path: Path) -> None:
+    """Every external-data location of the model file checked (inside its folder, no `..`, no symlink out)
+    before onnxruntime sees the file: onnxruntime follows locations itself, and some versions followed `..`."""
+    from .graph.loader import read_model_proto
+
+    read_model_proto(path)
+
+
+def quiet_onnxruntime() -> None:
+    """onnxruntime's process-wide logger to errors only (3): its warnings go straight to stderr from C++ and
+    would break the one-line contract (session options cover only the session's own logger)."""
+    import onnxruntime as ort
+
+    try:
+        ort.set_default_logger_severity(3)
+    except Exception:  # noqa: BLE001 - an onnxruntime without the setter: session options still apply
+        pass
 
 
 def model_label(model, label: str | None = None) -> str:
@@ -103,8 +125,11 @@ class OrtRunner:
         import onnxruntime as ort
 
         self.path = _check_model_path(model) if isinstance(model, (str, Path)) else None
+        if self.path is not None:
+            _check_external_data(self.path)
         where = self.label = model_label(model, label)
         self.name = f"onnxruntime {ort.__version__} (CPUExecutionProvider)"
+        quiet_onnxruntime()
         opts = ort.SessionOptions()
         opts.log_severity_level = 3  # errors only: warnings would break the one-line contract on stderr
         if intra_op_threads:
@@ -139,6 +164,10 @@ class OrtRunner:
         return dict(zip(names, values))
 
 
+PROTOBUF_LIMIT = 2**31 - 2**26   # protobuf's 2 GB message limit, with 64 MB to spare for the graph itself
+ORT_VALUE_BYTES = 2**20          # initializers over this go to onnxruntime as OrtValues when the proto is too big
+
+
 def _ort_source(model, opts) -> tuple[object, list]:
     """(what onnxruntime.InferenceSession takes for ``model``: a path string or serialized bytes, the OrtValues
     the session reads from and the runner must keep alive). A ModelProto over protobuf's limit is serialized
@@ -152,14 +181,14 @@ def _ort_source(model, opts) -> tuple[object, list]:
         if path is not None and Path(path).is_file():
             return str(path), []
         model = model.proto
-    if sum(len(t.raw_data) for t in model.graph.initializer) < 2**31 - 2**26:
+    if sum(len(t.raw_data) for t in model.graph.initializer) < PROTOBUF_LIMIT:
         return model.SerializeToString(), []
     import onnxruntime as ort
     from onnx import numpy_helper
 
     graph = model.graph
-    small = [t for t in graph.initializer if len(t.raw_data) <= 2**20]
-    large = [t for t in graph.initializer if len(t.raw_data) > 2**20]
+    small = [t for t in graph.initializer if len(t.raw_data) <= ORT_VALUE_BYTES]
+    large = [t for t in graph.initializer if len(t.raw_data) > ORT_VALUE_BYTES]
     stripped = onnx.helper.make_model(
         onnx.helper.make_graph(list(graph.node), graph.name, list(graph.input), list(graph.output), small,
                                value_info=list(graph.value_info)),
@@ -171,8 +200,34 @@ def _ort_source(model, opts) -> tuple[object, list]:
 
 
 def _first_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:300]
+    """onnxruntime's message, shortened to the useful part on one line: its "[ONNXRuntimeError] : 2 :
+    INVALID_ARGUMENT :" prefix, C++ source locations and function signatures and its "Please fix ..." advice
+    dropped, the remaining lines joined (the detail often sits on the second line)."""
+    text = re.sub(r"^\s*\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", str(exc).strip())
+    parts = []
+    for line in (ln.strip() for ln in text.splitlines()):
+        line = _strip_cpp_location(line)
+        if line and not line.startswith("Please fix"):
+            parts.append(line)
+    short = "; ".join(parts) or type(exc).__name__
+    return short if len(short) <= 500 else short[:497] + "..."
+
+
+def _strip_cpp_location(line: str) -> str:
+    """Drop "/path/file.cc:123 ns::Func(args...) " that onnxruntime puts before the actual message."""
+    m = re.search(r"\S+\.(?:cc|cpp|h):\d+\s+", line)
+    if not m:
+        return line
+    head, rest = line[:m.start()], line[m.end():]
+    if re.match(r"[\w:~<>,\s*&]+\(", rest):  # a C++ signature: skip to its matching ')'
+        depth, i = 0, rest.index("(")
+        for i in range(i, len(rest)):
+            depth += rest[i] == "("
+            depth -= rest[i] == ")"
+            if depth == 0:
+                break
+        rest = rest[i + 1:].lstrip(" :")
+    return (head.rstrip(" :") + ": " if head.strip() else "") + rest.strip()
 
 
 def make_runner(model, device: str = "ort", profile: str | None = None, *, label: str | None = None,
@@ -196,5 +251,9 @@ def make_runner(model, device: str = "ort", profile: str | None = None, *, label
                 raise InputError(f"--device {device} needs the graph executor (mschecker.graph), "
                                  f"which is not in this build") from None
             raise
-        return make_graph_runner(model, device, profile, label=label, **options)
+        runner = make_graph_runner(model, device, profile, label=label, **options)
+        from .modelcheck import check_opset
+
+        check_opset(runner.executor.model.opset, model_label(model, label))  # newer than the executor knows
+        return runner
     raise InputError(f"unknown --device {device!r} (choose from {', '.join(DEVICES)})")

@@ -51,7 +51,7 @@ def test_missing_model_file(tmp_path):
 def test_corrupt_onnx(tmp_path):
     bad = tmp_path / "corrupt.onnx"
     bad.write_bytes(Path(MODEL).read_bytes()[:700])  # a truncated model file
-    assert_bad_input(cli("--model", bad, "--input", INPUTS, "--golden", EXPECTED), "corrupt.onnx", "cannot load")
+    assert_bad_input(cli("--model", bad, "--input", INPUTS, "--golden", EXPECTED), "corrupt.onnx", "not a readable ONNX model")
 
 
 def test_wrong_input_names(tmp_path):

@@ -7,6 +7,7 @@ models larger than protobuf's 2 GB limit load without copying their weights into
 """
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from dataclasses import dataclass
@@ -75,12 +76,14 @@ def external_array(tensor: onnx.TensorProto, model_dir: Path, model_path: Path) 
     """A read-only memmap of one external tensor (checked path, offset and length)."""
     info = _external_info(tensor)
     path = safe_external_path(model_dir, info.get("location", ""), tensor.name, model_path)
-    dtype = tensor_dtype(tensor, f"{model_path}: initializer {tensor.name!r}")
+    where = f"{model_path}: initializer {tensor.name!r}"
+    dtype = tensor_dtype(tensor, where)
     shape = tuple(int(d) for d in tensor.dims)
-    count = int(np.prod(shape, dtype=np.int64))
-    offset = int(info.get("offset", 0) or 0)
-    nbytes = count * dtype.itemsize
-    if "length" in info and int(info["length"]) < nbytes:
+    nbytes = _declared_nbytes(shape, dtype, where)
+    count = math.prod(shape)
+    offset, length = (_external_int(info, key, where) for key in ("offset", "length"))
+    offset = offset or 0
+    if length is not None and length < nbytes:
         raise InputError(f"{model_path}: initializer {tensor.name!r} needs {nbytes} bytes but its external data "
                          f"length is {info['length']}")
     size = path.stat().st_size
@@ -90,6 +93,28 @@ def external_array(tensor: onnx.TensorProto, model_dir: Path, model_path: Path) 
     if count == 0:
         return np.zeros(shape, dtype)
     return np.memmap(path, dtype=dtype.newbyteorder("<"), mode="r", offset=offset, shape=shape)
+
+
+def _declared_nbytes(shape, dtype: np.dtype, where: str) -> int:
+    """Bytes an initializer's dims need, exact (numpy's int64 product wraps); InputError past int64."""
+    if any(d < 0 for d in shape):
+        raise InputError(f"{where}: dims {list(shape)} have a negative dimension")
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > 2**63 - 1:
+        raise InputError(f"{where}: dims {list(shape)} describe more bytes than an int64 can count")
+    return nbytes
+
+
+def _external_int(info: dict[str, str], key: str, where: str) -> int | None:
+    if not info.get(key):
+        return None
+    try:
+        value = int(info[key])
+    except ValueError:
+        raise InputError(f"{where}: external data {key} {info[key]!r} is not an integer") from None
+    if value < 0:
+        raise InputError(f"{where}: external data {key} {value} is negative")
+    return value
 
 
 def release_file_pages(x: np.ndarray) -> None:
@@ -114,12 +139,27 @@ def tensor_to_array(tensor: onnx.TensorProto, model_dir: Path | None = None,
         if model_dir is None:
             raise InputError(f"tensor {tensor.name!r} uses external data but no model folder is known")
         return external_array(tensor, model_dir, model_path or model_dir)
+    where = f"{model_path or 'model'}: initializer {tensor.name!r}"
+    shape = tuple(int(d) for d in tensor.dims)
     if tensor.HasField("raw_data") and tensor.data_type not in (onnx.TensorProto.STRING,) \
             and tensor.data_type not in _PACKED_TYPES:
-        dtype = tensor_dtype(tensor, f"tensor {tensor.name!r}").newbyteorder("<")
+        dtype = tensor_dtype(tensor, where).newbyteorder("<")
+        nbytes = _declared_nbytes(shape, dtype, where)
+        if nbytes != len(tensor.raw_data):
+            raise InputError(f"{where}: dims {list(shape)} need {nbytes} bytes of {dtype_name_of(dtype)}, its raw_data "
+                             f"holds {len(tensor.raw_data)}")
         arr = np.frombuffer(tensor.raw_data, dtype=dtype)
-        return arr.reshape(tuple(int(d) for d in tensor.dims))
-    return numpy_helper.to_array(tensor)
+        return arr.reshape(shape)
+    if tensor.data_type != onnx.TensorProto.STRING:
+        _declared_nbytes(shape, tensor_dtype(tensor, where), where)
+    try:
+        return numpy_helper.to_array(tensor)
+    except (ValueError, TypeError) as exc:  # the typed data fields disagree with dims
+        raise InputError(f"{where}: data does not match dims {list(shape)} ({str(exc).splitlines()[0][:200]})") from None
+
+
+def dtype_name_of(dtype: np.dtype) -> str:
+    return np.dtype(dtype).newbyteorder("=").name
 
 
 # Sub-byte types pack two values per byte: onnx's own helper unpacks them.
@@ -143,17 +183,31 @@ def _check_all_external(graph: onnx.GraphProto, model_dir: Path, model_path: Pat
             safe_external_path(model_dir, _external_info(t).get("location", ""), t.name, model_path)
 
 
-def load_model(path) -> LoadedModel:
-    """Load `path` (an .onnx file) with every external-data location checked first; InputError on bad input."""
+def read_model_proto(path) -> onnx.ModelProto:
+    """The model file parsed WITHOUT its external data, every external-data location checked (inside the model's
+    folder); for load_model and for runners that hand the file to onnxruntime, which follows locations itself.
+    A FIFO, socket or device is refused by os.stat before any open."""
+    from ..fsio import check_readable
+
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"{path}: model file does not exist")
+    check_readable(path, "model")
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError and others
-        raise InputError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from None
+        detail = str(exc).strip().splitlines()
+        raise InputError(f"{path}: not a readable ONNX model ({type(exc).__name__}"
+                         f"{': ' + detail[0][:200] if detail else ''})") from None
+    _check_all_external(proto.graph, path.parent, path)
+    return proto
+
+
+def load_model(path) -> LoadedModel:
+    """Load `path` (an .onnx file) with every external-data location checked first; InputError on bad input."""
+    path = Path(path)
+    proto = read_model_proto(path)
     model_dir = path.parent
-    _check_all_external(proto.graph, model_dir, path)
     inits = {t.name: tensor_to_array(t, model_dir, path) for t in proto.graph.initializer}
     return LoadedModel(path=path, proto=proto, initializers=inits)
 
