@@ -152,9 +152,13 @@ class Store:
 
     def _migrate(self, version: int, migrations: list) -> None:
         for target in range(version + 1, len(migrations) + 1):
-            with self.transaction():
-                migrations[target - 1](self.db)
-                self.db.execute(f"PRAGMA user_version = {target}")
+            try:
+                with self.transaction():
+                    migrations[target - 1](self.db)
+                    self.db.execute(f"PRAGMA user_version = {target}")
+            except sqlite3.Error as exc:
+                raise InputError(f"store {self.path}: upgrading to schema version {target} failed ({exc}); it "
+                                 f"stays at version {target - 1}") from None
 
     def close(self) -> None:
         self.db.close()

@@ -1,0 +1,129 @@
+"""The SQLite store: schema version and migrations, refusal of newer/foreign files, round trips, resume keys."""
+from __future__ import annotations
+
+import math
+import sqlite3
+
+import pytest
+
+from mschecker.campaign.store import MIGRATIONS, SCHEMA_VERSION, Store
+from mschecker.errors import InputError
+
+from .helpers import add_run, cells_of, record, spec_raw
+
+
+def test_new_store_has_the_current_schema(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with Store.open(path, create=True) as store:
+        assert store._user_version() == SCHEMA_VERSION == len(MIGRATIONS)
+        tables = {r[0] for r in store.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"runs", "cells", "metrics"} <= tables
+
+
+def test_missing_store_is_not_created_by_readers(tmp_path):
+    with pytest.raises(InputError, match="store .*none.sqlite: not found"):
+        Store.open(tmp_path / "none.sqlite")
+    assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_newer_store_is_refused_and_left_unchanged(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with Store.open(path, create=True):
+        pass
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    for create in (False, True):
+        with pytest.raises(InputError) as err:
+            Store.open(path, create=create)
+        assert f"schema version {SCHEMA_VERSION + 1} is newer than this mschecker knows ({SCHEMA_VERSION})" in str(err.value)
+        assert "not changed" in str(err.value)
+    assert path.read_bytes() == before
+
+
+def test_migrations_run_in_order_each_in_its_transaction(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with Store.open(path, create=True):
+        pass
+
+    def v2(db):
+        db.execute("ALTER TABLE runs ADD COLUMN note TEXT")
+
+    def v3_broken(db):
+        db.execute("CREATE TABLE extra (x)")
+        raise sqlite3.OperationalError("disk I/O error")
+
+    with Store.open(path, create=True, migrations=[*MIGRATIONS, v2]) as store:
+        assert store._user_version() == 2
+        assert "note" in [r[1] for r in store.db.execute("PRAGMA table_info(runs)")]
+    # a migration that fails leaves the store at the last completed version, its partial work rolled back
+    with pytest.raises(InputError, match="upgrading to schema version 3 failed .*disk I/O error.*stays at version 2"):
+        Store.open(path, create=True, migrations=[*MIGRATIONS, v2, v3_broken])
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert not db.execute("SELECT name FROM sqlite_master WHERE name='extra'").fetchall()
+    db.close()
+    # an older store is only upgraded by writers
+    with pytest.raises(InputError, match="older than 3"):
+        Store.open(path, migrations=[*MIGRATIONS, v2, v2])
+
+
+def test_foreign_files_are_refused(tmp_path):
+    text = tmp_path / "notes.sqlite"
+    text.write_text("hello, not a database " * 100)
+    with pytest.raises(InputError, match="notes.sqlite: not a campaign store"):
+        Store.open(text, create=True)
+    assert text.read_text().startswith("hello")
+    other = tmp_path / "other.sqlite"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    with pytest.raises(InputError, match="an SQLite file that is not a campaign store"):
+        Store.open(other, create=True)
+    with pytest.raises(InputError, match="is a folder"):
+        Store.open(tmp_path, create=True)
+
+
+def test_records_round_trip_with_nan_and_inf(tmp_path):
+    raw = spec_raw()
+    with Store.open(tmp_path / "s.sqlite", create=True) as store:
+        key = cells_of(raw, tmp_path)[0].key
+        add_run(store, "r1", raw, tmp_path, {key: record("fail", {"image_psnr_db": math.inf, "x.cosine": math.nan,
+                                                                   "decoded.max_abs_err": 0.25}, "why [/bold]")})
+        (rec,) = store.cells("r1")
+        assert rec.key == key and rec.status == "fail" and rec.reason == "why [/bold]"
+        assert rec.metrics["image_psnr_db"] == math.inf and math.isnan(rec.metrics["x.cosine"])
+        assert rec.metrics["decoded.max_abs_err"] == 0.25
+        assert rec.versions["mschecker"] == "0.1.0" and rec.bit_exact
+        assert store.finished("r1") == {f"{key}#0": rec.spec_hash}
+
+
+def test_resume_keys_skip_only_finished_cells(tmp_path):
+    raw = spec_raw()
+    cells = cells_of(raw, tmp_path)
+    with Store.open(tmp_path / "s.sqlite", create=True) as store:
+        add_run(store, "r1", raw, tmp_path, {cells[0].key: record("pass"), cells[1].key: record("crashed"),
+                                             cells[2].key: record("timeout")})
+        assert set(store.finished("r1")) == {cells[0].task_key}
+        # a re-record replaces the sample and its metrics
+        store.record_cell("r1", cells[1], record("pass", {"image_ssim": 0.5}))
+        store.record_cell("r1", cells[1], record("fail", {"image_psnr_db": 3.0}))
+        rec = [r for r in store.cells("r1") if r.key == cells[1].key][0]
+        assert rec.status == "fail" and rec.metrics == {"image_psnr_db": 3.0}
+
+
+def test_run_ids_and_previous_baseline(tmp_path):
+    raw = spec_raw()
+    with Store.open(tmp_path / "s.sqlite", create=True) as store:
+        add_run(store, "a", raw, tmp_path, {}, created_at=1.0)
+        add_run(store, "b", raw, tmp_path, {}, created_at=2.0, status="interrupted")
+        add_run(store, "c", raw, tmp_path, {}, created_at=3.0)
+        assert store.previous_run("c").run_id == "a"   # an interrupted run is no baseline
+        assert store.previous_run("a") is None
+        with pytest.raises(InputError, match="no run 'zz' \\(latest: c, b, a\\)"):
+            store.run("zz")
+        with pytest.raises(InputError, match="belongs to campaign 'nightly', not 'other'"):
+            store.begin_run("a", "other", {}, "", {})
