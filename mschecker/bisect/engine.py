@@ -144,7 +144,8 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     evaluator = Evaluator(loaded, base, list(samples), analysis, rule, budget, progress)
     names = [n.name for n in ranking]
     layers = [n.name for n in analysis.nodes if n.op_type in LAYER_OPS and not n.folded] or names
-    result.search = search(evaluator, names, high_precision_capable(npu, base, names), layers)
+    position = {n.name: n.index for n in analysis.nodes}
+    result.search = search(evaluator, names, high_precision_capable(npu, base, names), layers, position)
     timings["fix_search"] = time.perf_counter() - t0
     config = result.search.recommended
     if config is None or not config.changes:

@@ -131,9 +131,11 @@ class Analysis:
     def passed(self) -> bool:
         return all(s.passed for s in self.outputs.values()) and not any(n.overflow for n in self.nodes)
 
-    def first_crossing(self) -> NodeRecord | None:
-        """The first node (execution order) whose output breaks the tolerance rule or overflows."""
-        return next((n for n in self.nodes if not n.folded and (not n.passed or n.overflow)), None)
+    def first_crossing(self, threshold: float) -> NodeRecord | None:
+        """The first node (execution order) whose output overflows or whose relative L2 error exceeds
+        `threshold` (the tolerance). Inner tensors are judged by relative L2, not by the outputs' elementwise
+        rule: an absolute tolerance means nothing at an inner tensor's own scale."""
+        return next((n for n in self.nodes if not n.folded and (n.error > threshold or n.overflow)), None)
 
     def node(self, name: str) -> NodeRecord:
         return next(n for n in self.nodes if n.name == name)

@@ -38,7 +38,7 @@ def _islands(result: BisectResult):
 
 def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
     a, s = result.analysis, result.search
-    first = a.first_crossing()
+    first = a.first_crossing(result.rule.rtol)
     attribution = {x.node: x for x in result.attribution}
     culprits = []
     for rank, n in enumerate(result.ranking[:max(TOP, len(result.culprits))], 1):
@@ -63,8 +63,8 @@ def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
         "timings_s": {k: round(v, 3) for k, v in result.timings.items()}, "files": files or {},
     }
     if s is not None:
-        doc["search"] = {"candidates": len(s.candidates), "culprits_found": s.culprits, "evaluations": s.evaluations,
-                         "bound": s.bound, "budget_exhausted": s.exhausted,
+        doc["search"] = {"candidates": len(s.candidates), "culprits_found": s.culprits, "regime": s.regime,
+                         "evaluations": s.evaluations, "located_in": s.located_in, "bound": s.bound, "budget_exhausted": s.exhausted,
                          "log": [e.to_dict() for e in s.log]}
         if s.rule_of_thumb is not None:
             t = s.rule_of_thumb
@@ -102,7 +102,7 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
     style = {"PASS": "bold green", "FIXED": "bold yellow", "FAIL": "bold red"}[result.verdict]
     console.print(Text.assemble(("bisect ", "bold"), (result.verdict, style), "  ", Text(result.model),
                                 f"  profile {result.profile.name}  tolerance {result.rule.describe()}"))
-    first = a.first_crossing()
+    first = a.first_crossing(result.rule.rtol)
     if first is not None:
         why = "overflows" if first.overflow else f"breaks the tolerance (rel L2 {first.error:.3g})"
         console.print(Text.assemble("first node past the threshold: ", (first.label, "bold"), f" {why}"))
@@ -127,8 +127,10 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
             if items:
                 console.print(Text(f"  {label}: " + ", ".join(items[:8]) + (" ..." if len(items) > 8 else "")))
     if s is not None:
-        console.print(f"fix search: {s.evaluations} evaluations (bound 2 + k*ceil(log2 n) = {s.bound} for k = "
-                      f"{len(s.culprits)} among n = {len(s.candidates)} candidates)"
+        console.print(f"fix search: culprits located in {s.located_in} evaluations (bound 2 + k*ceil(log2 n) = "
+                      f"{s.bound} for k = {len(s.culprits)} among n = {len(s.candidates)} candidates"
+                      + (", error accumulated over many nodes: one fp32 island searched" if s.regime ==
+                         "accumulation" else "") + f"), {s.evaluations} in all"
                       + (f"; stopped: {s.exhausted}" if s.exhausted else ""))
     if result.verdict == "FIXED":
         rec = result.recommendation

@@ -45,6 +45,10 @@ from .samples import Sample
 from .stats import ErrorStats, Headroom, is_overflow
 
 LAYER_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose")
+#: More culprits than this in the first prefix search means no few nodes explain the error: it accumulates over
+#: many nodes (a deep fp16 chain). Extracting them one by one would cost ceil(log2 n) evaluations each for a set
+#: that is large anyway, so the search compares that prefix with one contiguous fp32 island instead.
+ACCUMULATION_PREFIX = 8
 RULE_OF_THUMB_EVERY = 6  # "a cast point every 5-6 fp16 layers": five fp16 layers, then one in fp32
 
 
@@ -184,6 +188,9 @@ class SearchResult:
     rule_of_thumb: Evaluation | None = None
     layers: list[str] = field(default_factory=list)
     log: list[Evaluation] = field(default_factory=list)   # every evaluation, in order
+    regime: str = "culprits"   # "culprits": a few nodes to move; "accumulation": error spread over many nodes
+    located_in: int = 0        # evaluations until the culprits were located (what `bound` bounds); the rest
+                               # tried cheaper moves for them (high_precision instead of fp32)
 
 
 def rank_candidates(analysis: Analysis) -> list[str]:
@@ -212,8 +219,25 @@ def high_precision_capable(executor: Executor, base: NumericsProfile, names: lis
     return out
 
 
-def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], layers: list[str]) -> SearchResult:
-    """The group testing described in the module docstring."""
+def _accumulation(evaluate: Evaluator, note, prefix: list[str], order: list[str]) -> list[str]:
+    """Error spread over many nodes: the passing ranked prefix, or the shortest fp32 island at the end of the
+    graph (one binary search over where the cast point goes, in execution order), whichever is smaller. An
+    island at the end keeps every rounding after its cast point away; roundings before it are the ones the
+    output tolerates."""
+    low, high = 0, len(order)   # no island fails (the baseline); everything kept passes
+    while high - low > 1:
+        mid = (low + high) // 2
+        if note(evaluate(FixConfig(keep_dtype=frozenset(order[-mid:])), f"fp32 island: last {mid} nodes")).passed:
+            high = mid
+        else:
+            low = mid
+    tail = order[-high:]
+    return tail if len(tail) < len(prefix) else list(prefix)
+
+
+def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], layers: list[str],
+           position: dict[str, int]) -> SearchResult:
+    """The group testing described in the module docstring; `position`: node name -> execution index."""
     n = len(candidates)
     log2n = max(1, math.ceil(math.log2(n))) if n > 1 else 1
     state = {"best_pass": None, "closest": None}
@@ -228,12 +252,14 @@ def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], lay
         return ev
 
     culprits: list[str] = []
-    baseline = exhausted = None
+    baseline = exhausted = located = None
+    regime = "culprits"
+    order = sorted(candidates, key=position.__getitem__)
     try:
         baseline = note(evaluate(FixConfig(), "profile as given"))
         if baseline.passed:
             return SearchResult(baseline, FixConfig(), baseline, [], candidates, evaluate.count, 1, None,
-                                log=list(evaluate.log))
+                                log=list(evaluate.log), located_in=evaluate.count)
         if n:
             everything = note(evaluate(FixConfig(keep_dtype=frozenset(candidates)), f"all {n} candidates in fp32"))
             if everything.passed:
@@ -248,10 +274,15 @@ def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], lay
                             low = mid
                     if high == 0:
                         break
+                    if not culprits and high > ACCUMULATION_PREFIX:
+                        regime = "accumulation"
+                        culprits = _accumulation(evaluate, note, pool[:high], order)
+                        break
                     culprits.append(pool[high - 1])
                     pool = pool[:high - 1]
                     low, high = -1, len(pool)  # F + the whole remaining prefix passes; F alone is untested
-                hp = [c for c in culprits if c in hp_capable]
+                located = evaluate.count
+                hp = [c for c in culprits if c in hp_capable] if regime == "culprits" else []
                 if hp:
                     keep = [c for c in culprits if c not in hp_capable]
                     cfg = FixConfig(keep_dtype=frozenset(keep), high_precision=frozenset(hp))
@@ -278,7 +309,7 @@ def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], lay
                                  f"rule of thumb: fp32 every {RULE_OF_THUMB_EVERY}th layer", counted=False)
             except BudgetExhausted:  # pragma: no cover - uncounted evaluations never exhaust
                 thumb = None
-    k = len(culprits)
+    bound = 2 + (2 if regime == "accumulation" else len(culprits)) * log2n
     return SearchResult(baseline, best_pass.config if best_pass else None, best_pass or state["closest"],
-                        culprits, candidates, evaluate.count, 2 + k * log2n, exhausted, thumb, layers,
-                        list(evaluate.log))
+                        culprits, candidates, evaluate.count, bound, exhausted, thumb, layers,
+                        list(evaluate.log), regime, located if located is not None else evaluate.count)

@@ -126,9 +126,44 @@ def patched_onnx(model: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.ModelProt
     max)."""
     from onnxconverter_common import float16
 
+    model = _unshare_initializers(model, fp32_nodes)
     return float16.convert_float_to_float16(model, min_positive_val=float(np.finfo(np.float16).smallest_subnormal),
                                             max_finite_val=float(np.finfo(np.float16).max), keep_io_types=True,
                                             node_block_list=sorted(fp32_nodes))
+
+
+def _unshare_initializers(model: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.ModelProto:
+    """A copy where every float initializer read both by an fp32 node and by an fp16 node has a second copy
+    for the fp32 readers: the converter converts a shared initializer once, and one of its readers would then
+    get the wrong type (onnxruntime: "Type parameter (T) ... bound to different types")."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    readers: dict[str, set[bool]] = {}
+    for node in graph.node:
+        for name in node.input:
+            if name in inits:
+                readers.setdefault(name, set()).add(node.name in fp32_nodes)
+    shared = {n for n, kinds in readers.items() if len(kinds) == 2
+              and inits[n].data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)}
+    taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+    renamed = {}
+    for name in sorted(shared):
+        new = f"{name}__fp32"
+        while new in taken:
+            new += "_"
+        taken.add(new)
+        copy = onnx.TensorProto()
+        copy.CopyFrom(inits[name])
+        copy.name = new
+        graph.initializer.append(copy)
+        renamed[name] = new
+    for node in graph.node:
+        if node.name in fp32_nodes:
+            for k, name in enumerate(node.input):
+                if name in renamed:
+                    node.input[k] = renamed[name]
+    return model
 
 
 @dataclass

@@ -1,0 +1,230 @@
+"""mschecker bisect on planted faults: each test asserts the exact culprit and the exact fix, the evaluation
+bound, the proof re-run, and that the written files say what was proven."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import onnx
+import pytest
+
+from mschecker.bisect import Budget, Sample, bisect_model
+from mschecker.bisect.report import to_dict, write_outputs
+from mschecker.graph.executor import Executor
+from mschecker.graph.runner import npu_profile
+from mschecker.npu import NpuPolicy, load_profile, parse_keep_dtype, parse_op_precision_ini
+
+from . import models as M
+
+
+def _save(tmp_path, model, name="m.onnx"):
+    path = tmp_path / name
+    onnx.save(model, str(path))
+    return path
+
+
+def _samples(model, n=2, scale=1.0):
+    return [Sample(f"sample{i}", M.feeds(model, 10 + i, scale)) for i in range(n)]
+
+
+def _check_bound(result):
+    s = result.search
+    assert s.located_in <= s.bound, (s.located_in, s.bound)
+    k, n = len(s.culprits), len(s.candidates)
+    if s.regime == "culprits":
+        assert s.bound == 2 + k * max(1, math.ceil(math.log2(n)))
+
+
+def _minimal(result):
+    """Every move of the fix is needed: leaving any one out fails (the attribution re-runs)."""
+    assert result.attribution and not any(a.passes_without for a in result.attribution)
+
+
+def test_poor_polynomial_gelu_is_fixed_by_high_precision_gelu(tmp_path, poly_gelu):
+    model = M.gelu_branches()
+    path = _save(tmp_path, model)
+    desc = Executor(str(path), NpuPolicy("ascend910b")).step("gelu0").ctx.description
+    assert "gelu:fp16_poly" in desc and "high_performance" in desc  # the plant is what the NPU runs
+    r = bisect_model(path, _samples(model), tolerance=1e-2)
+    assert r.verdict == "FIXED" and r.exit_code == 0
+    assert sorted(r.search.culprits) == ["gelu0", "gelu1", "gelu2"]
+    assert [n.op_type for n in r.ranking[:3]] == ["Gelu"] * 3  # own error ranks them first
+    assert r.recommendation.keep_dtype == [] and r.recommendation.by_node == {}
+    assert r.recommendation.by_op_type == {"Gelu": "high_precision"}
+    _check_bound(r)
+    _minimal(r)
+    assert r.proof.passed and all(s.passed for s in r.proof.outputs.values())
+    assert not any(s.passed for s in r.analysis.outputs.values())  # it failed before
+    assert r.onnx_check.ran and r.onnx_check.passed
+
+
+def test_layernorm_variance_overflow_is_fixed_by_that_nodes_fp32_statistics(tmp_path):
+    model = M.layernorm_pair()
+    r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=1e-2)
+    assert r.verdict == "FIXED"
+    assert r.analysis.first_crossing(1e-2).name == "ln_big"
+    assert r.ranking[0].name == "ln_big" and r.ranking[0].own_error > 0.5  # collapsed to beta: ~100% error
+    assert r.analysis.node("ln_small").own_error < 5e-3  # same op, small values: fine in fp16
+    # high_precision = fp32 statistics with fp16 storage: the cheaper move wins over keep_dtype
+    assert r.recommendation.by_node == {"ln_big": "high_precision"}
+    assert r.recommendation.keep_dtype == [] and r.recommendation.by_op_type == {}
+    _check_bound(r)
+    _minimal(r)
+    assert r.onnx_check.ran and r.onnx_check.passed
+
+
+def test_bundled_vae_decoder_overflow_is_fixed_by_its_norm_nodes(tmp_path):
+    from mschecker.sd.presets import get_preset
+    from mschecker.sd.vae import build_vae_decoder
+
+    p = get_preset("tiny")
+    model = build_vae_decoder(p, 0)
+    rng = np.random.default_rng(0)
+    samples = [Sample("latents", {"latent_sample": (rng.standard_normal((1,) + tuple(p.latent_shape))
+                                                    / p.scaling_factor).astype(np.float32)})]
+    r = bisect_model(_save(tmp_path, model), samples, tolerance=1e-2, check_onnx=False)
+    assert r.verdict == "FIXED"
+    fix = r.recommendation
+    assert fix.keep_dtype == [] and fix.by_op_type == {}
+    assert set(fix.by_node.values()) == {"high_precision"}
+    assert {r.analysis.node(n).op_type for n in fix.by_node} == {"InstanceNormalization"}
+    assert "decoder.mid_block.resnets.0.norm1/InstanceNormalization" in fix.by_node  # the first one to collapse
+    assert r.ranking[0].name == "decoder.mid_block.resnets.0.norm1/InstanceNormalization"
+    _check_bound(r)
+    _minimal(r)
+    assert r.search.rule_of_thumb is not None and not r.search.rule_of_thumb.passed
+
+
+def test_deep_fp16_chain_without_single_culprit_gets_a_cast_point(tmp_path):
+    model = M.deep_chain()
+    r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=2e-3)
+    assert r.verdict == "FIXED"
+    s = r.search
+    assert s.regime == "accumulation"
+    own = [n.own_error for n in r.ranking]
+    assert max(own) < 2 * min(own)  # no node stands out
+    kept = r.recommendation.config.keep_dtype
+    assert r.recommendation.by_node == {} and len(kept) > 1
+    doc = to_dict(r)
+    assert len(doc["islands"]) == 1  # one contiguous island after one cast point ...
+    island = doc["islands"][0]
+    assert island["nodes"][-1] == "layer47" and island["cast_out"] == ["y"]
+    first = int(island["nodes"][0][len("layer"):])
+    assert island["cast_in"] == [f"h{first - 1}"]
+    # ... whose cast point is as late as possible: one node fewer fails
+    later = {f"layer{i}" for i in range(first + 1, 48)}
+    from mschecker.bisect.search import Evaluator, FixConfig
+    ev = Evaluator(r.analysis and onnx_loaded(tmp_path), r.profile, r.samples, r.analysis, r.rule)
+    assert not ev(FixConfig(keep_dtype=frozenset(later)), "one later").passed
+    _check_bound(r)
+    assert doc["rule_of_thumb"]["changes"] == 8 and doc["rule_of_thumb"]["rule"]
+
+
+def onnx_loaded(tmp_path):
+    from mschecker.graph.loader import load_model
+    return load_model(tmp_path / "m.onnx")
+
+
+def test_nothing_to_fix_exits_0_with_zero_changes(tmp_path):
+    model = M.tiny_mlp()
+    r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=1e-2)
+    assert r.verdict == "PASS" and r.exit_code == 0 and r.recommendation is None
+    assert r.search.evaluations == 1
+    files = write_outputs(r, tmp_path / "out", json_report=True)
+    assert not (tmp_path / "out" / "keep_dtype.cfg").exists() and set(files) == {"plot", "json"}
+    doc = json.loads((tmp_path / "out" / "bisect_report.json").read_text())
+    assert doc["verdict"] == "PASS" and doc["recommendation"] is None
+
+
+def test_no_configuration_meets_an_impossible_tolerance_exit_1(tmp_path):
+    model = M.tiny_mlp()
+    r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=1e-12)
+    assert r.verdict == "FAIL" and r.exit_code == 1 and r.recommendation is None
+    assert r.search.evaluations == 2  # as given, then everything in fp32: still fails, nothing further to try
+    doc = to_dict(r)
+    assert doc["closest"]["failing_outputs"] == ["y"]
+    write_outputs(r, tmp_path / "out")
+    assert not (tmp_path / "out" / "keep_dtype.cfg").exists()  # an unproven fix is never written
+
+
+def test_exhausted_evaluation_budget_exit_1_and_reports_it(tmp_path, poly_gelu):
+    model = M.gelu_branches()
+    r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=1e-2, budget=Budget(evaluations=1))
+    assert r.verdict == "FAIL" and r.search.evaluations == 1 and "budget 1" in r.search.exhausted
+
+
+def test_saturation_mode_overflow_is_reported_as_overflow(tmp_path):
+    model = M.overflowing_product()
+    path = _save(tmp_path, model)
+    r = bisect_model(path, _samples(model, scale=30.0), tolerance=1e-2, profile="ascend310p")
+    blow = r.analysis.node("blow_up")
+    head = blow.outputs[0].headroom
+    assert head.inf == 0 and head.nan == 0  # saturation left no inf in the tensor ...
+    assert head.hidden_overflow > 0 and head.saturated == head.hidden_overflow and blow.overflow  # ... we saw it
+    assert r.analysis.first_crossing(1e-2).name == "blow_up"
+    assert r.verdict == "FIXED" and r.recommendation.keep_dtype == ["OpType::Mul"]
+    # the same model under IEEE overflow: the inf is there, same verdict
+    r2 = bisect_model(path, _samples(model, scale=30.0), tolerance=1e-2, profile="ascend910b")
+    assert r2.analysis.node("blow_up").outputs[0].headroom.inf > 0 and r2.analysis.node("blow_up").overflow
+    assert r2.recommendation.keep_dtype == ["OpType::Mul"]
+
+
+def test_an_inf_inside_fails_a_configuration_whose_outputs_look_fine(tmp_path):
+    """Both Muls keep the output finite under saturation only by clamping: the output error alone would not
+    show the overflow of `blow_up`; the configuration must still fail while it overflows."""
+    model = M.overflowing_product()
+    path = _save(tmp_path, model)
+    r = bisect_model(path, _samples(model, scale=30.0), tolerance=1e-2, profile="ascend310p")
+    base = r.search.log[0]
+    assert not base.passed and "blow_up" in base.overflow_nodes
+
+
+def test_written_files_round_trip_into_the_npu_profile(tmp_path, poly_gelu):
+    model = M.layernorm_pair()
+    path = _save(tmp_path, model)
+    r = bisect_model(path, _samples(model), tolerance=1e-2)
+    files = write_outputs(r, tmp_path / "fix", json_report=True, html_report=True)
+    proven = r.recommendation.profile(r.profile)
+    via_files = npu_profile("ascend910b", keep_dtype=files["keep_dtype"], op_precision=files["op_precision"])
+    assert via_files.keep_dtype == proven.keep_dtype
+    assert dict(via_files.implmode_by_node) == dict(proven.implmode_by_node) == {"ln_big": "high_precision"}
+    assert parse_op_precision_ini(files["op_precision"]) == ({}, {"ln_big": "high_precision"})
+    assert parse_keep_dtype(files["keep_dtype"]) == []
+    from_json = load_profile(files["profile"])
+    assert dict(from_json.implmode_by_node) == {"ln_big": "high_precision"}
+    assert from_json.precision_mode == proven.precision_mode
+    flags = (tmp_path / "fix" / "atc_flags.txt").read_text()
+    assert "--op_precision_mode=op_precision.ini" in flags and "--keep_dtype" not in flags
+    patched = onnx.load(files["onnx"])
+    ln = next(n for n in patched.graph.node if n.name == "ln_big")
+    assert any(n.op_type == "Cast" for n in patched.graph.node)
+    types = {v.name: v.type.tensor_type.elem_type for v in patched.graph.value_info}
+    assert types.get(ln.output[0]) in (None, onnx.TensorProto.FLOAT)
+    doc = json.loads((tmp_path / "fix" / "bisect_report.json").read_text())
+    assert doc["verdict"] == "FIXED" and doc["proof"]["passed"] and doc["files"]["onnx"].endswith(".onnx")
+    assert "<html" in (tmp_path / "fix" / "bisect_report.html").read_text()[:200].lower()
+
+
+def test_results_are_deterministic(tmp_path, poly_gelu):
+    model = M.gelu_branches()
+    path = _save(tmp_path, model)
+    a = to_dict(bisect_model(path, _samples(model), tolerance=1e-2, check_onnx=False))
+    b = to_dict(bisect_model(path, _samples(model), tolerance=1e-2, check_onnx=False))
+    for d in (a, b):
+        d.pop("timings_s")
+        for e in d["search"]["log"]:
+            e.pop("seconds")
+    assert a == b
+
+
+def test_a_fix_must_hold_on_every_sample(tmp_path):
+    """ln_big only overflows on a loud sample: with a quiet one alone nothing is wrong; with both, the fix."""
+    model = M.layernorm_pair(big=40.0)  # sum of squares ~ 256 * 1600 = 4e5: overflows only at scale >~0.4
+    path = _save(tmp_path, model)
+    quiet = Sample("quiet", M.feeds(model, 1, 0.05))
+    loud = Sample("loud", M.feeds(model, 2, 3.0))
+    assert bisect_model(path, [quiet], tolerance=1e-2).verdict == "PASS"
+    r = bisect_model(path, [quiet, loud], tolerance=1e-2)
+    assert r.verdict == "FIXED" and r.recommendation.by_node == {"ln_big": "high_precision"}
+    assert len(r.proof.per_sample) == 2
