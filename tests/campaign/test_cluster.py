@@ -1,0 +1,133 @@
+"""Campaigns on a real Dask LocalCluster (2 worker processes, 1 thread each): the CLI against its address, resume,
+baseline comparison of two runs (bit-exact cells must compare `same`), and the failure paths: a cell that
+raises, one that runs past its timeout (its worker is restarted), one that kills its worker process."""
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from mschecker.campaign.engine import EngineConfig
+from mschecker.campaign.runner import run_campaign
+from mschecker.campaign.spec import load_campaign
+from mschecker.campaign.store import Store
+from mschecker.cli import main as cli
+
+from .helpers import behaving_cell
+
+DEFAULT = Path(__file__).resolve().parents[2] / "golden" / "default"
+
+CAMPAIGN = f"""
+[campaign]
+name = "ci [/bold]x"
+baseline = "previous"
+repeats = 2
+timeout_s = 120
+
+[[check]]
+name = "default <model>"
+model = "{DEFAULT / 'model.onnx'}"
+inputs = ["{DEFAULT / 'x.bin'}", "{DEFAULT / 't.bin'}"]
+golden = "{DEFAULT / 'expected'}"
+devices = ["ort", "reference"]
+
+[[kernels]]
+name = "kernels"
+kernels = ["softmax"]
+examples = 3
+
+[[sd]]
+name = "sd"
+preset = "tiny"
+prompts = ["[/bold]a cat"]
+steps = 1
+profiles = ["fp32"]
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import dask
+    from distributed import LocalCluster
+
+    # an operator's cluster: a task is declared lost on its first worker death (Dask's default retries 3 times)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0,
+                          "distributed.scheduler.worker-saturation": 1.0}):
+        c = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                         silence_logs=logging.ERROR)
+    yield c
+    c.close()
+
+
+def test_campaign_on_a_local_cluster(cluster, tmp_path, capsys):
+    spec_file = tmp_path / "ci.toml"
+    spec_file.write_text(CAMPAIGN)
+    store = tmp_path / "s.sqlite"
+    base = ["campaign", "run", str(spec_file), "--scheduler", cluster.scheduler_address, "--store", str(store)]
+    assert cli(base + ["--run-id", "r1"]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    # 4 cells, 5 tasks: the ort check runs twice (repeats = 2: its noise is measured)
+    assert "4 cells (4 pass); ran 5 task(s)" in out and "[/bold]a cat" in out
+    with Store.open(store) as s:
+        records = s.cells("r1")
+        assert sorted((r.key, r.repeat) for r in records) == sorted([
+            ('default <model> | device="ort"', 0), ('default <model> | device="ort"', 1),
+            ('default <model> | device="reference"', 0), ('kernels | kernel="softmax"', 0),
+            ('sd | prompt="[/bold]a cat" | seed=0 | profile="fp32"', 0)])
+        for r in records:
+            assert r.status == "pass" and r.metrics and r.worker.startswith("tcp://")
+            assert r.versions["numpy"] and r.versions["onnxruntime"] and r.versions["cpu"] and r.wall_s > 0
+            assert r.peak_rss_bytes > 10 << 20
+        check = next(r for r in records if r.kind == "check")
+        assert check.model_sha256 == __import__("hashlib").sha256((DEFAULT / "model.onnx").read_bytes()).hexdigest()
+        sd = next(r for r in records if r.kind == "sd")
+        assert sd.profile_hash and len(sd.model_sha256) == 64 and sd.metrics["image_psnr_db"] > 30
+
+    # resume: nothing left to run
+    assert cli(base + ["--run-id", "r1"]) == 0
+    assert "ran 0 task(s), skipped 5" in capsys.readouterr().out
+
+    # a second run is compared with the previous one: deterministic cells are bit-for-bit the same
+    assert cli(base + ["--run-id", "r2"]) == 0
+    out = capsys.readouterr().out
+    assert "no regression against the baseline" in out
+    html, js = tmp_path / "cmp.html", tmp_path / "cmp.json"
+    assert cli(["campaign", "compare", "r1", "r2", "--store", str(store), "--json", str(js), "--html", str(html),
+                "--all"]) == 0
+    result = json.loads(js.read_text())
+    assert result["counts"] == {"same": 4} and not result["regressed"]
+    for cell in result["cells"]:
+        if cell["device"] != "ort":
+            assert all(m["delta"] == 0 and m["noise"] == 0 for m in cell["metrics"]), cell
+    page = html.read_text()
+    assert page.count("data:image/png;base64,") >= 3     # one history plot per cell kind
+    assert "&lt;model&gt;" in page and "<model>" not in page
+
+    # a planted regression (the stored metric of a bit-exact cell made better in the baseline) is found
+    db = sqlite3.connect(store)
+    db.execute("UPDATE metrics SET value = value + 1 WHERE run_id='r1' AND name='image_psnr_db'")
+    db.commit()
+    db.close()
+    assert cli(["campaign", "compare", "r1", "r2", "--store", str(store)]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSED: 1 cell(s)" in out and "image_psnr_db" in out
+
+
+def test_crashes_timeouts_and_dead_workers_are_recorded(cluster, tmp_path):
+    spec_file = tmp_path / "bad.toml"
+    spec_file.write_text('[campaign]\nname = "faults"\ntimeout_s = 4\n'
+                         + "".join(f'[[kernels]]\nname = "{n}"\nkernels = ["softmax"]\nexamples = 2\n'
+                                   for n in ("ok", "raise", "hang", "die")))
+    summary = run_campaign(load_campaign(spec_file), tmp_path / "s.sqlite",
+                           EngineConfig(scheduler=cluster.scheduler_address), run_id="f1", cell_fn=behaving_cell)
+    blocks = {k.split(" |")[0]: s for k, s in summary.statuses.items()}
+    assert blocks == {"ok": "pass", "raise": "crashed", "hang": "timeout", "die": "killed"}
+    assert summary.exit_code == 3
+    with Store.open(tmp_path / "s.sqlite") as s:
+        reasons = {r.block: r.reason for r in s.cells("f1")}
+    assert reasons["raise"] == "RuntimeError: boom [/bold] <b>"
+    assert "ran past the cell timeout of 4 s" in reasons["hang"] and "its worker was restarted" in reasons["hang"]
+    assert "its worker died while running it" in reasons["die"]
