@@ -20,6 +20,7 @@ from rich.text import Text
 
 from .compare import CheckReport, TensorComparison
 from .errors import InputError
+from .untrusted import markup, plain
 
 #: Detail sections (metrics, worst elements, histogram) are shown for every tensor up to this many outputs,
 #: and only for failed tensors beyond it, so a 200-output model does not print 200 sections.
@@ -112,9 +113,9 @@ def _banner(report: CheckReport) -> Panel:
     head.append(f"  {len(report.tensors) - len(failed)}/{len(report.tensors)} outputs within tolerance")
     body = [head, Text(f"rule: {report.rule.describe()}")]
     for t in failed:
-        body.append(Text(f"failed: {t.name} ({', '.join(t.failed_rules)})", style="red"))
+        body.append(Text(plain(f"failed: {t.name} ({', '.join(t.failed_rules)})"), style="red"))
     for key, value in report.meta.items():
-        body.append(Text(f"{key}: {_meta_value(value)}", style="dim"))
+        body.append(Text(plain(f"{key}: {_meta_value(value)}"), style="dim"))
     return Panel(Group(*body), title="mschecker", border_style="green" if report.passed else "red",
                  box=box.ROUNDED)
 
@@ -139,14 +140,14 @@ def _summary_table(report: CheckReport) -> Table:
         tab.add_column(col, overflow="fold")
     for t in report.tensors:
         dtype = t.dtype if t.dtype == t.expected_dtype else f"{t.dtype}/{t.expected_dtype}"
-        tab.add_row(t.name, Text(_verdict(t.passed), style="green" if t.passed else "bold red"),
+        tab.add_row(Text(plain(t.name)), Text(_verdict(t.passed), style="green" if t.passed else "bold red"),
                     str(t.mismatches), fmt_num(t.max_abs_err, ".3g"), fmt_num(t.cosine, ".6f"), dtype,
                     "x".join(str(s) for s in t.shape) or "scalar")
     return tab
 
 
 def _detail(t: TensorComparison) -> Group:
-    parts = [Text(f"{t.name}: {_verdict(t.passed)}" + (f" ({', '.join(t.failed_rules)})" if t.failed_rules else ""),
+    parts = [Text(plain(t.name) + f": {_verdict(t.passed)}" + (f" ({', '.join(t.failed_rules)})" if t.failed_rules else ""),
                   style="bold " + ("green" if t.passed else "red"))]
     grid = Table(box=box.SIMPLE, show_header=False, padding=(0, 1))
     grid.add_column("metric", style="cyan")
@@ -155,7 +156,7 @@ def _detail(t: TensorComparison) -> Group:
         grid.add_row(label, value)
     parts.append(grid)
     if t.worst:
-        wt = Table(title=f"{t.name}: worst elements", box=box.SIMPLE, title_justify="left")
+        wt = Table(title=f"{markup(t.name)}: worst elements", box=box.SIMPLE, title_justify="left")
         for col in ("index", "actual", "expected", "|err|", "rel err"):
             wt.add_column(col, justify="left" if col == "index" else "right")
         for w in t.worst:
@@ -165,7 +166,7 @@ def _detail(t: TensorComparison) -> Group:
     rows = histogram_rows(t)
     if rows:
         top = max(c for _, c in rows)
-        ht = Table(title=f"{t.name}: |err| histogram (log10 buckets)", box=box.SIMPLE, show_header=False,
+        ht = Table(title=f"{markup(t.name)}: |err| histogram (log10 buckets)", box=box.SIMPLE, show_header=False,
                    title_justify="left")
         ht.add_column("bucket")
         ht.add_column("count", justify="right")
@@ -175,7 +176,7 @@ def _detail(t: TensorComparison) -> Group:
             ht.add_row(label, str(count), bar)
         parts.append(ht)
     for line in nonfinite_lines(t):
-        parts.append(Text("NaN/inf: " + line, style="yellow"))
+        parts.append(Text("NaN/inf: " + plain(line), style="yellow"))
     return Group(*parts)
 
 

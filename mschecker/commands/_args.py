@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def add_tolerance_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tolerance", type=_float("--tolerance"), help="one number for atol and rtol")
     g.add_argument("--atol", type=_float("--atol"), help="absolute tolerance")
     g.add_argument("--rtol", type=_float("--rtol"), help="relative tolerance")
-    g.add_argument("--ulp", type=_int("--ulp"), help="maximum ULP distance (in the golden's format)")
+    g.add_argument("--ulp", type=_int("--ulp", hi=ULP_MAX), help="maximum ULP distance (in the golden's format)")
     g.add_argument("--cosine", type=_float("--cosine", lo=-1.0), help="minimum cosine similarity per output")
 
 
@@ -90,16 +91,27 @@ def _float(flag, lo: float = 0.0):
     return conv
 
 
-def _int(flag):
+#: ULP distances are counted in int64 over the ordered bit patterns; fp64's whole range spans < 2**64, so no
+#: meaningful --ulp exceeds 2**62 and a larger one would overflow the comparison's int64 arithmetic.
+ULP_MAX = 2**62
+#: Integer flags that size work or memory (--topk, --examples) stay below this; larger asks are typos.
+COUNT_MAX = 10**6
+
+
+def _int(flag, hi: int = COUNT_MAX):
     def conv(text):
         try:
             value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} expects an integer, got {text!r}") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{flag} expects a non-negative integer, got {text!r}")
+        except ValueError:  # includes numbers of more than 4300 digits
+            raise argparse.ArgumentTypeError(f"{flag} expects an integer, got {_short(text)}") from None
+        if value < 0 or value > hi:
+            raise argparse.ArgumentTypeError(f"{flag} expects an integer in [0, {hi}], got {_short(text)}")
         return value
     return conv
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
 
 
 def _entries(values: list[str]) -> list[str]:
@@ -112,6 +124,7 @@ def _split_named(entry: str, flag: str) -> tuple[str | None, str]:
 
 
 _DIMS = re.compile(r"^\d+(?:[x,]\d+)*$")
+INT64_MAX = 2**63 - 1
 
 
 def parse_shapes(values: list[str]) -> dict[str | None, tuple[int, ...]]:
@@ -123,7 +136,10 @@ def parse_shapes(values: list[str]) -> dict[str | None, tuple[int, ...]]:
         if dims in ("", "scalar"):
             out[name] = ()
         elif _DIMS.match(dims):
-            out[name] = tuple(int(d) for d in re.split(r"[x,]", dims))
+            parts = re.split(r"[x,]", dims)
+            if any(len(d) > 19 for d in parts) or math.prod(int(d) for d in parts) > INT64_MAX:
+                raise UsageError(f"--shape {_short(entry)}: more elements than an int64 can count")
+            out[name] = tuple(int(d) for d in parts)
         else:
             raise UsageError(f"--shape {entry!r}: expected NAME:DIMS such as x:1x3x224x224")
     return out
@@ -161,10 +177,21 @@ def apply_overrides(metas: list[TensorMeta], shapes: dict, dtypes: dict, *, othe
 
 
 def check_writable(path, flag: str) -> Path:
-    """Fail before any work when a report cannot be written (its directory is missing)."""
+    """Fail before any work when a report cannot be written (its directory is missing or not writable, the path
+    is a directory, FIFO or device); the write itself still turns any OS fault into one line."""
+    import os
+
+    from ..fsio import check_write_target
+
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{flag} {path}: is a directory, expected a file path")
     if not path.parent.is_dir():
         raise UsageError(f"{flag} {path}: directory {path.parent} does not exist")
+    try:
+        check_write_target(path)
+    except Exception as exc:  # InputError naming the kind of file
+        raise UsageError(f"{flag} {exc}") from None
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: directory {path.parent} is not writable (Permission denied)")
     return path

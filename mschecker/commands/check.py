@@ -10,6 +10,7 @@ import time
 
 from .. import golden as golden_store
 from ..errors import InputError
+from ..modelcheck import check_runner_entries
 from ..runners import TensorMeta, file_sha256, make_runner
 from ..tensorio import read_tensors, split_spec
 from ._args import (ELEMENTWISE_FLAGS, Parser, _int, add_device_args, add_override_args, add_tolerance_args,
@@ -38,7 +39,9 @@ def run_check(model, inputs, golden, rule, *, device: str = "ort", profile: str 
 
     shapes, dtypes = dict(shapes or {}), dict(dtypes or {})
     t0 = time.perf_counter()
-    runner = runner or make_runner(model, device=device, profile=profile)
+    if runner is None:
+        runner = make_runner(model, device=device, profile=profile)
+        check_runner_entries(runner, f"model {model}")  # profile entries that match no node of this model
     t_load = time.perf_counter()
     in_metas, out_names = runner.inputs(), [m.name for m in runner.outputs()]
     if not out_names:
@@ -98,14 +101,29 @@ def add_report_args(p: Parser) -> None:
 
 
 def emit_report(report, args) -> int:
-    """Render to the console, write --json/--html, and return the exit code (0 pass, 1 mismatch)."""
+    """Render to the console, write --json/--html, and return the exit code (0 pass, 1 mismatch).
+
+    The two reports are written together or not at all: when the second write fails (disk full), the first is
+    removed again unless it replaced a file that was there before."""
+    import os
+
+    from ..console import make_console
+    from ..fsio import unlink_quietly
     from ..report import render_console, write_html, write_json
 
-    render_console(report)
-    if args.json:
-        write_json(report, args.json)
-    if args.html:
-        write_html(report, args.html)
+    render_console(report, make_console())
+    written = []
+    try:
+        for path, write in ((args.json, write_json), (args.html, write_html)):
+            if path:
+                existed = os.path.lexists(path)
+                write(report, path)
+                written.append((path, existed))
+    except BaseException:
+        for path, existed in written:
+            if not existed:
+                unlink_quietly(path)
+        raise
     return 0 if report.passed else 1
 
 

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from .. import golden as golden_store
 from ..errors import InputError
+from ..modelcheck import check_runner_entries
 from ..runners import file_sha256, make_runner
+from ..untrusted import plain
 from ..tensorio import read_tensors, split_spec
 from ._args import (Parser, add_device_args, add_override_args, add_tolerance_args, apply_overrides,
                     parse_dtypes, parse_shapes, tolerance_given, tolerance_rule)
@@ -41,6 +43,7 @@ def record_from_model(model, inputs, out, *, device="ort", profile=None, shapes=
     old = golden_store.read_manifest(out) if update and golden_store.manifest_path(out).is_file() else None
     damaged = golden_store.verify(out) if old is not None else []  # files that no longer matched their manifest
     runner = make_runner(model, device=device, profile=profile)
+    check_runner_entries(runner, f"model {model}")
     metas = apply_overrides(runner.inputs(), shapes or {}, dtypes or {})
     outputs = runner.run(read_tensors(inputs, metas, role="input"))
     extra = {"model": Path(model).name, "model_sha256": file_sha256(model), "inputs": [Path(i).name for i in split_spec(inputs)],
@@ -67,12 +70,12 @@ def verify_tree(root: Path) -> int:
     for directory in directories:
         problems = golden_store.verify(directory)
         for line in problems:
-            print(f"FAIL {directory}: {line}")
+            print(plain(f"FAIL {directory}: {line}"))
         try:
             n = len(golden_store.read_manifest(directory)["tensors"])
         except InputError:  # an unreadable manifest is already one of the problems
             n = 0
-        print(f"{directory}: {'OK' if not problems else f'{len(problems)} problem(s)'} ({n} tensor(s) in manifest)")
+        print(plain(f"{directory}: {'OK' if not problems else f'{len(problems)} problem(s)'} ({n} tensor(s) in manifest)"))
         failed += bool(problems)
     if len(directories) > 1:
         print(f"{len(directories) - failed}/{len(directories)} golden directories OK")
@@ -91,7 +94,8 @@ def main(argv: list[str]) -> int:
                                        shapes=parse_shapes(args.shape), dtypes=parse_dtypes(args.dtype),
                                        tolerance=tolerance, update=args.update)
     for name, e in manifest["tensors"].items():
-        print(f"recorded {name}: {e['dtype']}{e['shape']} -> {Path(args.out) / e['file']} (sha256 {e['sha256'][:12]})")
+        print(plain(f"recorded {name}: {e['dtype']}{e['shape']} -> {Path(args.out) / e['file']} "
+                    f"(sha256 {e['sha256'][:12]})"))
     if args.update:
-        print("changes: " + ("; ".join(diff) if diff else "none (identical goldens)"))
+        print(plain("changes: " + ("; ".join(diff) if diff else "none (identical goldens)")))
     return 0

@@ -16,7 +16,9 @@ from rich.table import Table
 from ..errors import InputError
 from ..kernel_suite import VERDICT_CAUGHT, VERDICT_PASS, SuiteReport, resolve_kernels, run_suite
 from ..tensorio import atomic_write_text
-from ._args import Parser, check_writable
+from ..console import make_console
+from ..untrusted import markup
+from ._args import Parser, _int, check_writable
 
 DEFAULT_EXAMPLES = 20
 
@@ -27,7 +29,7 @@ def build_parser() -> Parser:
                            "contract on hypothesis-generated (derandomized) and golden cases.")
     p.add_argument("--kernel", action="append", metavar="NAME",
                    help="kernel to check (repeatable); default: all registered kernels")
-    p.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES, metavar="N",
+    p.add_argument("--examples", type=_int("--examples"), default=DEFAULT_EXAMPLES, metavar="N",
                    help=f"cases drawn per strategy (default {DEFAULT_EXAMPLES})")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON (atomic)")
     p.add_argument("--module", action="append", default=[], metavar="MODULE",
@@ -68,7 +70,7 @@ def render_table(report: SuiteReport, console: Console) -> None:
         table.add_column(col, justify=just)
     for o in report.outcomes:
         style = "green" if o.verdict in (VERDICT_PASS, VERDICT_CAUGHT) else "bold red"
-        table.add_row(o.kernel, o.variant, o.dtype, _fmt(o.max_abs_err), _fmt(o.bound_at_worst),
+        table.add_row(markup(o.kernel), markup(o.variant), markup(o.dtype), _fmt(o.max_abs_err), _fmt(o.bound_at_worst),
                       _fmt(o.worst_ratio), f"{o.ulp_p99:.3g}",
                       f"[{style}]{o.verdict}[/]" + (f" ({o.no_claim}/{o.cases} no claim)" if o.no_claim else ""))
     console.print(table)
@@ -78,8 +80,8 @@ def render_table(report: SuiteReport, console: Console) -> None:
                       highlight=False)
     bad = [o for o in report.outcomes if not o.ok]
     for o in bad:
-        console.print(f"[bold red]{o.kernel}/{o.variant}: {o.verdict}[/]"
-                      + (f"\n{o.first_failure}" if o.first_failure else " (no violating input found)"),
+        console.print(f"[bold red]{markup(o.kernel)}/{markup(o.variant)}: {markup(o.verdict)}[/]"
+                      + (f"\n{markup(o.first_failure)}" if o.first_failure else " (no violating input found)"),
                       highlight=False)
     n_bugs = sum(o.planted_bug is not None for o in report.outcomes)
     console.print(f"{len(report.outcomes) - n_bugs} correct variants, {n_bugs} planted bugs: "
@@ -98,9 +100,7 @@ def main(argv: list[str]) -> int:
         raise InputError(str(exc.args[0])) from None
     if args.json:
         check_writable(args.json, "--json")
-    console = Console(no_color=bool(os.environ.get("NO_COLOR")) or None)
-    if not console.is_terminal:
-        console = Console(no_color=console.no_color, width=160)  # files and pipes: one unwrapped row per variant
+    console = make_console()  # files and pipes: wide rows, no escape codes (mschecker.console)
     total = sum(len(i.variants) for i in infos)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True,

@@ -14,7 +14,8 @@ import time
 import numpy as np
 
 from .. import golden as golden_store
-from ..errors import UsageError
+from ..errors import InputError, UsageError
+from ..modelcheck import check_runner_entries
 from ..runners import make_runner
 from ..tensorio import read_tensors
 from ._args import Parser, add_device_args, add_override_args, apply_overrides, parse_dtypes, parse_shapes
@@ -50,28 +51,31 @@ def _npu_options(args) -> dict:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     options = _npu_options(args)
-    if args.save_outputs and not args.overwrite and golden_store.manifest_path(args.save_outputs).is_file():
-        raise UsageError(f"--save-outputs {args.save_outputs}: outputs are already saved there (use --overwrite)")
+    if args.save_outputs:
+        _check_save_outputs(args.save_outputs, args.overwrite)
     t0 = time.perf_counter()
     runner = make_runner(args.model, device=args.device, profile=args.profile, **options)
+    check_runner_entries(runner, f"model {args.model}")  # --keep-dtype / --op-precision-mode entries must match
     metas = apply_overrides(runner.inputs(), parse_shapes(args.shape), parse_dtypes(args.dtype))
     feeds = read_tensors(args.input, metas, role="input")
     t1 = time.perf_counter()
     outputs = _run_with_progress(runner, feeds, show=not args.no_progress and sys.stderr.isatty())
     t2 = time.perf_counter()
-    from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{args.model} on {runner.name}")
+    from ..console import make_console
+    from ..untrusted import markup
+
+    table = Table(title=f"{markup(args.model)} on {markup(runner.name)}")
     for col in ("output", "shape", "dtype", "min", "max", "inf", "nan"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for name, v in outputs.items():
         f = np.asarray(v, dtype=np.float64) if v.dtype.kind in "fV" or v.dtype.kind in "iub" else None
         fin = f[np.isfinite(f)] if f is not None else np.array([])
-        table.add_row(name, str(tuple(v.shape)), str(v.dtype), f"{fin.min():.6g}" if fin.size else "-",
+        table.add_row(markup(name), str(tuple(v.shape)), str(v.dtype), f"{fin.min():.6g}" if fin.size else "-",
                       f"{fin.max():.6g}" if fin.size else "-", str(int(np.isinf(f).sum())) if f is not None else "-",
                       str(int(np.isnan(f).sum())) if f is not None else "-")
-    Console().print(table)
+    make_console().print(table)
     print(f"load+inputs {t1 - t0:.2f} s, run {t2 - t1:.2f} s")
     if args.save_outputs:
         golden_store.record(args.save_outputs, outputs, producer=runner.name, update=args.overwrite,
@@ -79,6 +83,21 @@ def main(argv: list[str]) -> int:
                                    "npu_options": {k: str(v) for k, v in options.items()}})
         print(f"outputs saved to {args.save_outputs}")
     return 0
+
+
+def _check_save_outputs(directory, overwrite: bool) -> None:
+    """Refuse before running: outputs already saved without --overwrite, or a path that is not a directory."""
+    import os
+
+    if os.path.lexists(directory) and not os.path.isdir(directory):
+        raise UsageError(f"--save-outputs {directory}: exists and is not a directory")
+    if overwrite:
+        return
+    try:
+        golden_store.refuse_existing(directory, update=False)
+    except InputError as exc:
+        raise UsageError(f"--save-outputs {directory}: outputs are already saved there (use --overwrite; {exc})") \
+            from None
 
 
 def _run_with_progress(runner, feeds, show: bool):
