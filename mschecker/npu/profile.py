@@ -19,7 +19,6 @@ A profile is a plain TOML or JSON file (presets live in presets/*.toml, one per 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -95,10 +94,38 @@ _TOP_KEYS = {"name", "description", "precision_mode", "storage_dtype", "cube_acc
              "implmode", "keep_dtype", "winograd", "int8_weight_only", "int4_intermediates", "variants"}
 
 
+def _profile_schema():
+    """The profile file's schema (mschecker.schema): types, choices and names checked before any field is used,
+    so a wrong type is one line naming the file and field instead of a TypeError."""
+    from .. import schema as sc
+
+    name = sc.Str(max_len=1024)
+    mode = sc.Str(choices=IMPLMODES)
+    implmode = sc.OneOf((mode, sc.Table({"default": (mode, False), "by_op_type": (sc.MapOf(mode, key=name), False),
+                                         "by_node_name": (sc.MapOf(mode, key=name), False)})))
+    return sc.Table({
+        "name": (sc.Str(max_len=200), False), "description": (sc.Str(), False),
+        "precision_mode": (sc.Str(choices=PRECISION_MODES), False),
+        "storage_dtype": (sc.Str(max_len=64), False), "cube_accumulation": (sc.Str(max_len=64), False),
+        "overflow_mode": (sc.Str(choices=OVERFLOW_MODES), False),
+        "implmode": (implmode, False),
+        "keep_dtype": (sc.ListOf(name, max_len=1 << 16), False),
+        "winograd": (sc.OneOf((sc.Str(max_len=200), sc.Checked(sc.Bool(), lambda v: "true is not a variant name"
+                                                                if v else None))), False),
+        "int8_weight_only": (sc.Bool(), False), "int4_intermediates": (sc.Bool(), False),
+        "variants": (sc.MapOf(sc.Str(max_len=200), key=name), False),
+    })
+
+
 def profile_from_dict(data: Mapping[str, Any], where: str) -> NumericsProfile:
-    unknown = sorted(set(data) - _TOP_KEYS)
-    if unknown:
-        raise InputError(f"{where}: unknown profile field(s) {', '.join(unknown)} (known: {', '.join(sorted(_TOP_KEYS))})")
+    from ..schema import validate
+
+    if isinstance(data, Mapping):
+        unknown = sorted(str(k) for k in set(data) - _TOP_KEYS)
+        if unknown:
+            raise InputError(f"{where}: unknown profile field(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(sorted(_TOP_KEYS))})")
+    data = validate(dict(data) if isinstance(data, Mapping) else data, _profile_schema(), where)
     imp = data.get("implmode", {})
     if isinstance(imp, str):
         imp = {"default": imp}
@@ -129,16 +156,14 @@ def profile_from_dict(data: Mapping[str, Any], where: str) -> NumericsProfile:
 
 
 def _parse_text(text: str, where: str, suffix: str) -> dict:
+    """Profile text parsed (mschecker.schema: invalid syntax and runaway nesting are one InputError line)."""
+    from ..schema import parse_json, parse_toml
+
     try:
-        if suffix == ".json":
-            return json.loads(text)
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib
-        return tomllib.loads(text)
-    except (ValueError, TypeError) as exc:  # JSONDecodeError and TOMLDecodeError are ValueErrors
-        raise InputError(f"{where}: not a valid {suffix[1:].upper()} profile ({exc})") from None
+        return parse_json(text, where) if suffix == ".json" else parse_toml(text, where)
+    except InputError as exc:  # "<where>: not valid TOML (...)" -> "... not a valid TOML profile (...)"
+        raise InputError(str(exc).replace(f": not valid {suffix[1:].upper()} (",
+                                          f": not a valid {suffix[1:].upper()} profile (", 1)) from None
 
 
 def preset_names() -> list[str]:
@@ -158,6 +183,9 @@ def load_profile(spec: str | Path | NumericsProfile) -> NumericsProfile:
     path = Path(text_spec)
     if path.suffix.lower() not in (".toml", ".json"):
         raise InputError(f"profile {text_spec!r} is neither a preset ({', '.join(preset_names())}) nor a .toml/.json file")
-    if not path.is_file():
+    from ..fsio import read_text
+
+    if not path.exists():
         raise InputError(f"{path}: profile file does not exist")
-    return profile_from_dict(_parse_text(path.read_text(encoding="utf-8"), str(path), path.suffix.lower()), str(path))
+    text = read_text(path, "profile")  # regular file (a FIFO is refused, not opened), UTF-8
+    return profile_from_dict(_parse_text(text, str(path), path.suffix.lower()), str(path))
