@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from .compare import BoundRule, CheckReport, TensorComparison, ToleranceRule, compare_arrays
-from .dtypes import dtype_name, is_float, round_to
+from .dtypes import dtype_name, is_float
 from .kernelcheck import (OutputCheck, _to_f64, as_tuple, check_case, compare_to_contract, run_reference,
                           run_variant)
 from .registry import Case, Contract, KernelInfo, Variant, get_kernel, register_kernel, registry
+from .runstore import RunSession, active
 
 __all__ = [
     "CheckFailure", "ContractRule", "GoldenDir", "assert_close_to_reference", "assert_matches_golden",
@@ -70,10 +70,7 @@ def _contract_summary(name: str, result, why: str) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 
 def _session():
-    try:
-        from .pytest_plugin import active
-    except ImportError:  # pytest not installed: plain library use
-        return None
+    """The active pytest run's store (None outside pytest: plain library use)."""
     return active()
 
 
@@ -295,8 +292,6 @@ def assert_matches_golden(name: str, actual, *, rule: ToleranceRule | None = Non
         if state is not None:
             state.add_pending(directory, name, actual, nodeid=nodeid)
         else:
-            from .pytest_plugin import RunSession
-
             now = RunSession(directory, update_golden=True)
             now.add_pending(directory, name, actual)
             now.commit_goldens(producer="mschecker.testing.assert_matches_golden")

@@ -243,9 +243,9 @@ def test_golden_dir_option_and_ini(pytester):
 
 
 def test_assert_matches_golden_outside_pytest(tmp_path, monkeypatch):
-    from mschecker import pytest_plugin
+    from mschecker import runstore
 
-    monkeypatch.setattr(pytest_plugin, "_ACTIVE", [])  # as in a script: no pytest run to defer updates to
+    monkeypatch.setattr(runstore, "_ACTIVE", [])  # as in a script: no pytest run to defer updates to
     x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
     with pytest.raises(AssertionError, match="update=True"):
         assert_matches_golden("x", x, directory=tmp_path / "g")
@@ -407,10 +407,10 @@ def test_unknown_profile_is_a_usage_error(pytester):
 
 
 def test_bf16_golden_round_trip_and_damage_detection(tmp_path, monkeypatch):
-    from mschecker import pytest_plugin
+    from mschecker import runstore
     from mschecker.dtypes import bfloat16
 
-    monkeypatch.setattr(pytest_plugin, "_ACTIVE", [])
+    monkeypatch.setattr(runstore, "_ACTIVE", [])
     x = np.linspace(-3, 3, 7).astype(bfloat16)
     assert_matches_golden("x", x, directory=tmp_path, update=True)
     assert_matches_golden("x", x, directory=tmp_path)  # bit-exact by default, bf16 restored from its uint16 bits
@@ -423,7 +423,7 @@ def test_bf16_golden_round_trip_and_damage_detection(tmp_path, monkeypatch):
 
 def test_worker_golden_conflict_is_refused(tmp_path):
     """Two xdist workers recording different tensors under one name: the controller writes nothing there."""
-    from mschecker.pytest_plugin import RunSession
+    from mschecker.runstore import RunSession
 
     target, staging = tmp_path / "golden", tmp_path / "staging"
     controller = RunSession(target, update_golden=True, staging_dir=staging)

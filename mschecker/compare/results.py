@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:  # the rules import BoundStats from here
-    from .rules import ToleranceRule
 
 SCHEMA_VERSION = 1
 
@@ -174,7 +170,7 @@ class CheckReport:
     """
 
     tensors: list[TensorComparison]
-    rule: ToleranceRule
+    rule: "ToleranceRule"  # compare.rules (which imports this module, not the other way round)
     meta: dict = field(default_factory=dict)
 
     @property

@@ -6,75 +6,14 @@ An implementation is `fn(ctx, attrs, *inputs) -> array | tuple of arrays`; absen
 runs inside the executor's np.errstate(all="ignore") (Executor.run and run_node, the only callers): inf/NaN are
 values, not warnings, and the implementations do not pay for an errstate of their own per node.
 Modules: elementwise.py (numpy in the node's dtype), compute.py (registry kernels: matmul, conv, norms, ...),
-tensor.py (shape/index ops), onnx_reference.py (ops delegated to onnx.reference where ONNX semantics are fiddly).
+tensor.py (shape/index ops), onnx_reference.py (ops delegated to onnx.reference where ONNX semantics are fiddly);
+table.py holds the table itself (OpSpec, register), a leaf the op modules import.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from .table import OPS, OpFn, OpSpec, attribute_values, register
 
-import onnx
-from onnx import helper, numpy_helper
-
-OpFn = Callable[..., Any]
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """How the executor runs one op type."""
-
-    op_type: str
-    fn: OpFn
-    # Registry kernels the node calls: a tuple, or a function of (attrs, opset) for attribute-dependent choices.
-    kernels: tuple[str, ...] | Callable[[Mapping[str, Any], int], tuple[str, ...]] = ()
-    cube: bool = False  # a matrix-unit op (MatMul, Gemm, Conv, ConvTranspose, Attention, Einsum)
-    exact_inputs: tuple[int, ...] = ()  # float inputs that are shape-like (Resize scales): never rounded
-    # The kernel that receives node input k as its positional operand k (so that kernel variant's
-    # staged_f32_operands name node input positions the executor may stage in fp32 at plan time).
-    operands_in_node_order: str | None = None
-    convert_inputs: bool = True  # False: inputs reach the op untouched (Shape, Cast, Identity-like ops)
-    keeps_output_dtype: bool = False  # the op decides its float output dtype itself (Cast, CastLike)
-    # fn also takes `out=`, one of its input arrays (that object): the executor offers it only when that input dies
-    # at this node and no other name or array can see its memory, and fn may return its result in it (in place)
-    reuses_input: bool = False
-    # Returns a reason string when an attribute combination is not supported (checked before running).
-    check: Callable[[Mapping[str, Any], onnx.NodeProto, int], str | None] | None = None
-    min_opset: int = 1
-
-    def kernel_names(self, attrs: Mapping[str, Any], opset: int) -> tuple[str, ...]:
-        return tuple(self.kernels(attrs, opset)) if callable(self.kernels) else tuple(self.kernels)
-
-
-OPS: dict[str, OpSpec] = {}
-
-
-def register(op_type: str, **options) -> Callable[[OpFn], OpFn]:
-    """Decorator: register `fn` as the implementation of `op_type` (several names may share one fn)."""
-
-    def deco(fn: OpFn) -> OpFn:
-        if op_type in OPS:
-            raise ValueError(f"op {op_type!r} is registered twice")
-        OPS[op_type] = OpSpec(op_type, fn, **options)
-        return fn
-
-    return deco
-
-
-def attribute_values(node: onnx.NodeProto) -> dict[str, Any]:
-    """Node attributes as python values (strings decoded, tensors as numpy arrays)."""
-    out: dict[str, Any] = {}
-    for a in node.attribute:
-        if a.ref_attr_name:
-            continue
-        v = helper.get_attribute_value(a)
-        if isinstance(v, bytes):
-            v = v.decode("utf-8")
-        elif isinstance(v, onnx.TensorProto):
-            v = numpy_helper.to_array(v)
-        elif isinstance(v, list) and v and isinstance(v[0], bytes):
-            v = [s.decode("utf-8") for s in v]
-        out[a.name] = v
-    return out
+__all__ = ["OPS", "OpFn", "OpSpec", "attribute_values", "lookup", "register", "supported_ops"]
 
 
 def _load_all() -> None:

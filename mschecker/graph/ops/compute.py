@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from . import register
+from .table import register
 
 
 # ---------------------------------------------------------------- matrix unit (cube) ops

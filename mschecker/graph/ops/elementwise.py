@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import register
+from .table import register
 from ...optimized_kernels.halfcast import f16_binary
 from ..policy import is_float_dtype
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.ops import load_op
 
-from . import register
+from .table import register
 
 DELEGATED = (
     # issue 4's list

@@ -5,7 +5,7 @@ import numpy as np
 from onnx import helper
 
 from ...dtypes import dtype_name
-from . import register
+from .table import register
 from .onnx_reference import run_onnx_reference
 
 
