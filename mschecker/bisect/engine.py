@@ -180,7 +180,10 @@ def _attribute(evaluator: Evaluator, config: FixConfig) -> list[Attribution]:
 def _patched_check(loaded: LoadedModel, config: FixConfig, samples, analysis, rule):
     try:
         full = onnx.load(str(loaded.path))
-        proto = patched_onnx(full, set(config.keep_dtype | config.high_precision))
+        # host-folded nodes (shape arithmetic) stay fp32 as the NPU compiler folds them in fp32 (NpuPolicy.bind);
+        # it also keeps the converter off int -> float Casts, which it mistypes
+        folded = {n.name for n in analysis.nodes if n.folded}
+        proto = patched_onnx(full, set(config.keep_dtype | config.high_precision) | folded)
         from .writers import serialize
         data = serialize(proto)
     except Exception as exc:  # noqa: BLE001 - a converter failure is reported; the emulator's proof stands

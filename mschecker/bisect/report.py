@@ -107,9 +107,10 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
         why = "overflows" if first.overflow else f"breaks the tolerance (rel L2 {first.error:.3g})"
         console.print(Text.assemble("first node past the threshold: ", (first.label, "bold"), f" {why}"))
     table = Table(title="culprits by own error (own = the node on the reference's inputs)")
-    for col in ("#", "node (op type)", "own rel L2", "rel L2", "peak/max", "overflow", "in fix",
-                "outputs without it"):
-        table.add_column(col)
+    table.add_column("#")
+    table.add_column("node (op type)", overflow="fold", ratio=3)  # the model's own name, never cut
+    for col in ("own rel L2", "rel L2", "peak/max", "overflow", "in fix", "outputs without it"):
+        table.add_column(col, ratio=1)
     attribution = {x.node: x for x in result.attribution}
     culprit_names = {c.name for c in result.culprits}
     for rank, n in enumerate(result.ranking[:TOP], 1):

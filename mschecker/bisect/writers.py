@@ -127,15 +127,17 @@ def patched_onnx(model: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.ModelProt
     from onnxconverter_common import float16
 
     model = _unshare_initializers(model, fp32_nodes)
-    return float16.convert_float_to_float16(model, min_positive_val=float(np.finfo(np.float16).smallest_subnormal),
-                                            max_finite_val=float(np.finfo(np.float16).max), keep_io_types=True,
-                                            node_block_list=sorted(fp32_nodes))
+    half = np.finfo(np.float16)
+    converted = float16.convert_float_to_float16(model, min_positive_val=float(half.smallest_subnormal),
+                                                 max_finite_val=float(half.max), keep_io_types=True,
+                                                 node_block_list=sorted(fp32_nodes))
+    return _retarget_casts(converted)
 
 
 def _unshare_initializers(model: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.ModelProto:
-    """A copy where every float initializer read both by an fp32 node and by an fp16 node has a second copy
-    for the fp32 readers: the converter converts a shared initializer once, and one of its readers would then
-    get the wrong type (onnxruntime: "Type parameter (T) ... bound to different types")."""
+    """A copy prepared for the converter: every float initializer read both by an fp32 node and by an fp16 node
+    gets a second copy for the fp32 readers (the converter converts a shared initializer once, and one reader
+    then gets the wrong type: onnxruntime's "Type parameter (T) ... bound to different types")."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
@@ -163,6 +165,17 @@ def _unshare_initializers(model: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.
             for k, name in enumerate(node.input):
                 if name in renamed:
                     node.input[k] = renamed[name]
+    return model
+
+
+def _retarget_casts(model: onnx.ModelProto) -> onnx.ModelProto:
+    """After the converter: a Cast whose output it typed fp16 but whose `to` it left at FLOAT casts to fp16."""
+    f16 = {v.name for v in model.graph.value_info if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
+    for node in model.graph.node:
+        if node.op_type == "Cast" and node.output[0] in f16:
+            for attr in node.attribute:
+                if attr.name == "to" and attr.i == onnx.TensorProto.FLOAT:
+                    attr.i = onnx.TensorProto.FLOAT16
     return model
 
 
