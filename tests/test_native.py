@@ -105,3 +105,13 @@ def test_status_names_every_fast_path(fresh):
 def test_unknown_name_is_refused():
     with pytest.raises(KeyError, match="_fastnope"):
         native.load("_fastnope")
+
+
+def test_version_flag_names_the_fast_paths(capsys, monkeypatch):
+    from mschecker import __version__, cli
+
+    monkeypatch.setenv("MSCHECKER_NO_FASTCOMPARE", "1")
+    assert cli.main(["--version"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"mschecker {__version__}" and len(out) == 1 + len(native.FAST_PATHS)
+    assert any(line.strip().startswith("_fastcompare: ") and "MSCHECKER_NO_FASTCOMPARE=1" in line for line in out)
