@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from .dtypes import gamma, unit_roundoff
+from .dtypes import gamma, is_float, unit_roundoff
 from .registry import Case, Contract, Variant
 
 
@@ -61,3 +61,26 @@ def baseline_bound(naive: Callable[..., np.ndarray], reference: Callable[..., np
         return factor * naive_err + output_rounding(ref, variant) + subnormal_floor(variant)
 
     return Contract(bound, why)
+
+
+def blas_reference_bound(reference: Callable[..., np.ndarray], *, slack: float = 1.0):
+    """KernelInfo.reference_bits_bound for a multilinear float64 reference (sums of products: MatMul, Gemm, Conv)
+    computed by BLAS, whose summation order is the CPU's BLAS kernel's. Each evaluation is within
+    gamma_K(u64) |A||B| of the exact result (Higham 3.5), so two evaluations differ by at most 2 gamma_K(u64)
+    |A||B|, and |A||B| is the reference itself on absolute inputs (|alpha|, |beta| for Gemm). K is bounded by the
+    largest input's size (every sum has fewer terms) plus 20 roundings of transforms (the float64 Winograd route
+    of reference/conv.py, whose transform magnitudes `slack` covers). About 1e-11 relative for the golden
+    shapes: a dropped rounding or a wrong epsilon in a reference moves results by far more."""
+
+    def bound(case: Case, refs):
+        absolute = tuple(np.abs(np.asarray(x).astype(np.float64)) if is_float(np.asarray(x).dtype) else x
+                         for x in case.inputs)
+        params = {k: (abs(v) if k in ("alpha", "beta") else v) for k, v in case.params.items()}
+        scale = reference(*absolute, **params)
+        k = max((np.size(x) for x in case.inputs), default=1) + 20
+        factor = 2 * slack * gamma(k, unit_roundoff("float64"))
+        if isinstance(scale, (tuple, list)):
+            return tuple(factor * np.asarray(s) for s in scale)
+        return factor * np.asarray(scale)
+
+    return bound

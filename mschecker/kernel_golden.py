@@ -7,13 +7,18 @@ sha256, atomic files). Per case i:
   case{i}.ref{k}@<dtype>     the float64 reference on the inputs rounded to <dtype>, for every storage dtype a
                              correct variant uses: what that variant is held to (contracts bound a kernel's own
                              error, never its input rounding; registry.py)
+  case{i}.bits.<variant>.{k} the raw bits (unsigned integers of the output's width) of every correct variant whose
+                             bits are ours (Variant.platform_bits None): a deterministic emulated kernel whose
+                             bits change fails its golden, whatever its contract says; explain and --update
 The case parameters, labels and tensor names go in the manifest's `extra`. The checks (used by
-tests/kernels/test_goldens.py): the reference reproduces every stored output bit for bit, and every correct
-variant stays within its contract of the stored outputs.
+tests/kernels/test_goldens.py): the reference reproduces every stored output bit for bit (a reference backed by
+BLAS, KernelInfo.reference_bits_bound, within that documented bound: its float64 sums are ordered by the CPU's
+BLAS kernel), every correct variant stays within its contract of the stored outputs, and every variant with
+stored bits reproduces them exactly.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +27,7 @@ from . import golden, golden_data
 from .errors import InputError
 from .kernelcheck import CheckResult, check_outputs, run_reference, run_variant
 from .registry import Case, KernelInfo, Variant, registry
+from .twosided import definition_mismatches
 
 GOLDEN_ROOT = golden_data.path("kernels")  # the repository's golden/kernels, installed as package data
 PRODUCER = "mschecker.kernel_golden (float64 reference)"
@@ -31,6 +37,7 @@ PRODUCER = "mschecker.kernel_golden (float64 reference)"
 class GoldenCase:
     case: Case
     outputs: dict[str, tuple[np.ndarray, ...]]  # "float64" (raw inputs) and each storage dtype -> reference outputs
+    variant_bits: dict[str, tuple[np.ndarray, ...]] = field(default_factory=dict)  # variant -> its outputs' bits
 
 
 def _jsonable(value, where: str):
@@ -75,6 +82,15 @@ def golden_tensors(info: KernelInfo) -> tuple[dict[str, np.ndarray], dict]:
                 name = f"case{i}.ref{k}{suffix}"
                 put(name, y)
                 entry["outputs"][dt].append(name)
+        entry["variant_bits"] = {}
+        for v in info.correct_variants:
+            if v.platform_bits is None:
+                _, outs = run_variant(v, case)
+                entry["variant_bits"][v.name] = []
+                for k, y in enumerate(outs):
+                    name = f"case{i}.bits.{v.name}.{k}"
+                    put(name, _raw_bits(y))
+                    entry["variant_bits"][v.name].append(name)
         cases.append(entry)
     return tensors, {"kernel": info.name, "family": info.family, "cases": cases}
 
@@ -113,12 +129,22 @@ def load_kernel_goldens(directory) -> tuple[str, list[GoldenCase]]:
         inputs = tuple(get(n) for n in entry["inputs"])
         params = {k: _from_json(v) for k, v in entry["params"].items()}
         outputs = {dt: tuple(get(n) for n in names) for dt, names in entry["outputs"].items()}
-        cases.append(GoldenCase(Case(inputs, params, entry["label"]), outputs))
+        bits = {v: tuple(get(n) for n in names) for v, names in entry.get("variant_bits", {}).items()}
+        cases.append(GoldenCase(Case(inputs, params, entry["label"]), outputs, bits))
     return extra.get("kernel", Path(directory).name), cases
 
 
+def _raw_bits(y) -> np.ndarray:
+    """A float array's bit patterns as unsigned integers of its width (bf16 stored as uint16, not as a void)."""
+    y = np.ascontiguousarray(y)
+    return y.view(np.dtype(f"u{y.dtype.itemsize}"))
+
+
 def reference_mismatches(info: KernelInfo, gcase: GoldenCase) -> list[str]:
-    """Where the reference does not reproduce a stored output bit for bit (empty = reproduced)."""
+    """Where the reference does not reproduce a stored output (empty = reproduced): bit for bit, or for a
+    BLAS-backed reference within KernelInfo.reference_bits_bound (non-finite values must match exactly)."""
+    if info.reference_bits_bound is not None:
+        return _reference_outside_bound(info, gcase)
     problems = []
     for dt, stored in gcase.outputs.items():
         case = gcase.case if dt == "float64" else gcase.case.cast(dt)
@@ -130,6 +156,51 @@ def reference_mismatches(info: KernelInfo, gcase: GoldenCase) -> list[str]:
             if got.shape != want.shape or not np.array_equal(got.view(np.uint64), np.asarray(want, np.float64).view(np.uint64)):
                 diff = np.max(np.abs(got - want)) if got.shape == want.shape else "shape"
                 problems.append(f"{info.name} {gcase.case.label} output {k} ({dt} inputs): not bit-exact (max diff {diff})")
+    return problems
+
+
+def _reference_outside_bound(info: KernelInfo, gcase: GoldenCase) -> list[str]:
+    problems = []
+    for dt, stored in gcase.outputs.items():
+        case = gcase.case if dt == "float64" else gcase.case.cast(dt)
+        outs = run_reference(info, case)
+        if len(outs) != len(stored) or any(g.shape != w.shape for g, w in zip(outs, stored)):
+            problems.append(f"{info.name} {gcase.case.label} ({dt} inputs): outputs differ in number or shape")
+            continue
+        with np.errstate(all="ignore"):
+            bounds = info.reference_bits_bound(case, outs if len(outs) > 1 else outs[0])
+        bounds = tuple(bounds) if len(outs) > 1 else (bounds,)
+        for k, (got, want, bound) in enumerate(zip(outs, stored, bounds)):
+            want = np.asarray(want, np.float64)
+            finite = np.isfinite(want)
+            with np.errstate(invalid="ignore"):
+                same_nonfinite = (got == want) | (np.isnan(got) & np.isnan(want))
+                bad = np.where(finite, ~(np.abs(got - want) <= bound), ~same_nonfinite)
+            if bad.any():
+                problems.append(f"{info.name} {gcase.case.label} output {k} ({dt} inputs): {int(bad.sum())} elements "
+                                f"outside the BLAS reordering bound (max diff {np.nanmax(np.abs(got - want)):.3g})")
+    return problems
+
+
+def variant_bit_mismatches(info: KernelInfo, variant: Variant, gcase: GoldenCase) -> list[str]:
+    """Where a variant whose bits are ours does not reproduce its stored output bits (empty = reproduced, or the
+    variant's bits are set by the platform and are not pinned)."""
+    if variant.platform_bits is not None:
+        return []
+    stored = gcase.variant_bits.get(variant.name)
+    if stored is None:
+        return [f"{info.name}/{variant.name}: the golden holds no bits for this variant; record them with --update"]
+    _, outs = run_variant(variant, gcase.case)
+    problems = []
+    for k, (out, bits) in enumerate(zip(outs, stored)):
+        out, bits = np.asarray(out), np.asarray(bits)
+        if bits.dtype.itemsize != out.dtype.itemsize or bits.size != out.size:
+            bad = out.size or 1
+        else:  # a 0-d output may come back from the store as shape (1,): compare the values, not the container
+            bad = definition_mismatches(out, bits.view(out.dtype).reshape(out.shape))
+        if bad:
+            problems.append(f"{info.name}/{variant.name} {gcase.case.label} output {k}: {bad} elements changed bits "
+                            "against the golden (explain the change, then re-record with --update)")
     return problems
 
 

@@ -572,11 +572,14 @@ def bitpack4(mode):
 BLAS_FP32 = "fp32 BLAS summation order (sgemm)"
 
 
-def attach(info, definitions: dict, platform_bits: dict | None = None):
+def attach(info, definitions: dict, platform_bits: dict | str | None = None):
     """`info` with each named variant's `definition` (and `platform_bits`) set; entries call this on their
-    KernelInfo before registering it, so the association stays next to the variants."""
+    KernelInfo before registering it, so the association stays next to the variants. A string platform_bits
+    applies to every correct variant."""
     import dataclasses
 
+    if isinstance(platform_bits, str):
+        platform_bits = {v.name: platform_bits for v in info.correct_variants}
     platform_bits = platform_bits or {}
     unknown = sorted((set(definitions) | set(platform_bits)) - set(info.variants))
     if unknown:
