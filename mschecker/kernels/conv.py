@@ -41,7 +41,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .. import strategies as S
-from ..contracts import dot_bound, output_rounding, subnormal_floor
+from ..contracts import blas_reference_bound, dot_bound, output_rounding, subnormal_floor
+from . import definitions as D
 from ..dtypes import float_format, gamma, unit_roundoff
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
 from ..reference import conv as ref
@@ -69,6 +70,9 @@ def _conv_transpose_inner(case: Case) -> int:
     return (x.shape[1] // group) * w.shape[2] * w.shape[3] + _has_bias(case)
 
 
+# The float64 reference's Winograd route (reference/conv.py) rounds in its transforms, whose matrices have entries
+# up to 1 and rows summing (in |.|) up to 4 (B^T of F(2x2,3x3)): slack 16 covers the componentwise growth.
+CONV_REFERENCE_BITS = blas_reference_bound(ref.conv2d, slack=16.0)
 CONV_CONTRACT = dot_bound(lambda c: ref.conv2d(*_abs_inputs(c), **c.params), _conv_inner)
 CONV_TRANSPOSE_CONTRACT = dot_bound(lambda c: ref.conv_transpose2d(*_abs_inputs(c), **c.params),
                                     _conv_transpose_inner)
@@ -178,10 +182,11 @@ def _golden(kind: str):
 
 _CONV_SIG = "conv2d(x, w, b=None, strides=(1,1), pads=(0,0,0,0), dilations=(1,1), group=1), NCHW, ONNX pads"
 
-register_kernel(KernelInfo(
+register_kernel(D.attach(KernelInfo(
     name="conv2d",
     family="conv",
     reference=ref.conv2d,
+    reference_bits_bound=CONV_REFERENCE_BITS,
     variants={
         # x, w and b may come staged in fp32 (Variant.staged_f32_operands): x and w are upcast exactly by
         # halfcast.as_f32, b by astype, and nothing else reads their dtype
@@ -205,13 +210,14 @@ register_kernel(KernelInfo(
     },
     golden_cases=_golden("conv2d"),
     doc="Conv2D: " + _CONV_SIG,
-))
+), {}, D.BLAS_FP32))
 
-register_kernel(KernelInfo(
+register_kernel(D.attach(KernelInfo(
     name="conv2d_winograd",
     family="conv",
     defaults=("fp16_fp32acc", "winograd_f2x3_fp16"),
     reference=ref.conv2d,
+    reference_bits_bound=CONV_REFERENCE_BITS,
     variants={
         "fp16_fp32acc": Variant("fp16_fp32acc", direct.conv2d_fp16_fp32acc, "float16", CONV_CONTRACT,
                                 doc="direct im2col + GEMM (the baseline Winograd is measured against)"),
@@ -234,13 +240,14 @@ register_kernel(KernelInfo(
     },
     golden_cases=_golden("conv2d_winograd"),
     doc=f"Conv2D restricted to Winograd's domain ({WINOGRAD_DOMAIN}): " + _CONV_SIG,
-))
+), {}, D.BLAS_FP32))
 
-register_kernel(KernelInfo(
+register_kernel(D.attach(KernelInfo(
     name="conv_transpose2d",
     family="conv",
     defaults=("fp16_fp32acc_scatter",),
     reference=ref.conv_transpose2d,
+    reference_bits_bound=blas_reference_bound(ref.conv_transpose2d),
     variants={
         "fp16_fp32acc_scatter": Variant("fp16_fp32acc_scatter", ct.conv_transpose2d_fp16_fp32acc_scatter,
                                         "float16", CONV_TRANSPOSE_CONTRACT, doc="GEMM + col2im scatter"),
@@ -262,4 +269,4 @@ register_kernel(KernelInfo(
     golden_cases=_golden("conv_transpose2d"),
     doc="ConvTranspose2D (ONNX): conv_transpose2d(x, w, b=None, strides, pads, dilations, group, output_padding), "
         "w (C_in, C_out/group, kH, kW)",
-))
+), {}, D.BLAS_FP32))

@@ -23,7 +23,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .. import strategies as S
-from ..contracts import dot_bound
+from ..contracts import blas_reference_bound, dot_bound
 from ..dtypes import float_format, round_to
 from . import definitions as D
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
@@ -234,6 +234,7 @@ register_kernel(D.attach(KernelInfo(
     family="linalg",
     defaults=("fp16_fp32acc",),
     reference=ref.matmul,
+    reference_bits_bound=blas_reference_bound(ref.matmul),
     variants=_variants({
         "fp32": opt.matmul_fp32, "fp16_fp32acc": opt.matmul_fp16_fp32acc, "bf16_fp32acc": opt.matmul_bf16_fp32acc,
         "fp16_fp16acc": opt.matmul_fp16_fp16acc, "fp16_fp32acc_kblocked": opt.matmul_fp16_fp32acc_kblocked,
@@ -248,6 +249,7 @@ register_kernel(D.attach(KernelInfo(
     family="linalg",
     defaults=("fp16_fp32acc",),
     reference=ref.gemm,
+    reference_bits_bound=blas_reference_bound(ref.gemm),
     variants=_variants({
         "fp32": opt.gemm_fp32, "fp16_fp32acc": opt.gemm_fp16_fp32acc, "bf16_fp32acc": opt.gemm_bf16_fp32acc,
         "fp16_fp16acc": opt.gemm_fp16_fp16acc, "fp16_fp32acc_kblocked": opt.gemm_fp16_fp32acc_kblocked,

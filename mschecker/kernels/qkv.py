@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .. import strategies as S
-from ..contracts import dot_bound
+from ..contracts import blas_reference_bound, dot_bound
 from .matmul import with_underflow
 from ..dtypes import round_to
 from . import definitions as D
@@ -87,6 +87,7 @@ register_kernel(D.attach(KernelInfo(
     name="qkv_projection",
     family="linalg",
     reference=ref.qkv_projection,
+    reference_bits_bound=blas_reference_bound(ref.qkv_projection),
     variants={
         "fp32": Variant("fp32", opt.qkv_projection_fp32, "float32", QKV_CONTRACT, doc="fused, fp32"),
         "fp16_fp32acc": Variant("fp16_fp32acc", opt.qkv_projection_fp16_fp32acc, "float16", QKV_CONTRACT,

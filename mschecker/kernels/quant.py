@@ -18,7 +18,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .. import strategies as S
-from ..contracts import output_rounding, subnormal_floor
+from ..contracts import blas_reference_bound, output_rounding, subnormal_floor
 from ..dtypes import gamma, unit_roundoff
 from . import definitions as D
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
@@ -96,6 +96,7 @@ register_kernel(D.attach(KernelInfo(
     name="int8_weight_gemm",
     family="quant",
     reference=ref.weight_gemm,
+    reference_bits_bound=blas_reference_bound(ref.weight_gemm),
     variants={
         "fp16_fp32acc_minmax": Variant("fp16_fp32acc_minmax", opt.int8_gemm_fp16_fp32acc_minmax, "float16", MINMAX,
                                        doc="per-channel s = max|w|/127, fp16 dequantized weights, fp32 accumulation"),
