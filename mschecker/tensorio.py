@@ -274,6 +274,8 @@ def resolve_shape(shape: Shape, nbytes: int, dtype: np.dtype, where: str) -> tup
     elems = nbytes // itemsize
     unknown = [i for i, d in enumerate(shape) if is_dynamic(d)]
     known = math.prod(int(d) for d in shape if not is_dynamic(d))  # exact: an int64 product could wrap around
+    if known > INT64_MAX:
+        raise InputError(f"{where}: shape {_fmt_shape(shape)} has more elements than an int64 can count")
     if not unknown:
         if known != elems:
             raise InputError(
@@ -620,7 +622,7 @@ _TENSOR_SUFFIXES = (".npy", ".pb", ".bin", ".npz")
 
 def _read_directory(directory: Path, metas) -> tuple[dict[str, np.ndarray], bool]:
     """A directory of tensors: (name -> array, positional?)."""
-    if (directory / "manifest.json").is_file():
+    if os.path.lexists(directory / "manifest.json"):  # a FIFO or directory named so is refused by the reader
         from . import golden
 
         return golden.load(directory, verify=True), False

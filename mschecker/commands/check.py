@@ -6,6 +6,7 @@ Without tolerance flags, a golden directory's manifest hint is used, else Tolera
 """
 from __future__ import annotations
 
+import os
 import time
 
 from .. import golden as golden_store
@@ -20,7 +21,7 @@ from ._args import (ELEMENTWISE_FLAGS, Parser, _int, add_device_args, add_overri
 def golden_tolerance_hint(golden_spec) -> dict | None:
     """The tolerance hint of a golden directory's manifest, if the golden set is one."""
     items = split_spec(golden_spec)
-    if len(items) == 1 and golden_store.manifest_path(items[0]).is_file():
+    if len(items) == 1 and os.path.isdir(items[0]) and os.path.lexists(golden_store.manifest_path(items[0])):
         return golden_store.read_manifest(items[0]).get("tolerance")
     return None
 

@@ -40,6 +40,11 @@ def build_parser(prog: str = "mschecker run") -> Parser:
 
 
 def _npu_options(args) -> dict:
+    from ..fsio import check_readable
+
+    for flag, path in (("--keep-dtype", args.keep_dtype), ("--op-precision-mode", args.op_precision_mode)):
+        if path:  # refused by stat before the ATC parsers open it (a FIFO would block)
+            check_readable(path, f"{flag} file")
     opts = {"precision_mode": args.precision_mode, "keep_dtype": args.keep_dtype,
             "op_precision": args.op_precision_mode, "overflow_mode": args.overflow_mode}
     given = {k: v for k, v in opts.items() if v}
