@@ -9,11 +9,12 @@ The rule (see registry.py for the conventions):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .dtypes import float_format, round_to, ulp_distance
+from .compare import BoundRule, TensorComparison, compare_arrays
 from .registry import Case, KernelInfo, Variant
 from .twosided import emulation_problems
 
@@ -34,6 +35,21 @@ class OutputCheck:
     @property
     def passed(self) -> bool:
         return self.violations == 0 and self.nonfinite_mismatches == 0
+
+    @classmethod
+    def from_comparison(cls, tc: TensorComparison) -> "OutputCheck":
+        """The contract summary of a BoundRule comparison: violations are the elements whose expected value is
+        finite and whose output is not within the bound (a NaN/inf output there counts, with an infinite error);
+        nonfinite_mismatches those whose expected value is NaN/inf and whose output differs. ULP p99 is the
+        engine's nearest-rank percentile (compare.ulp), the one definition every report uses."""
+        b = tc.bound
+        violations = tc.mismatches - b.expected_nonfinite_mismatches
+        invented = tc.nonfinite_mismatches - b.expected_nonfinite_mismatches
+        max_err = math.inf if invented else (tc.max_abs_err or 0.0)
+        return cls(max_abs_err=max_err, bound_at_worst=b.bound_at_worst, worst_ratio=b.worst_ratio,
+                   worst_index=b.worst_index or (), violations=violations,
+                   nonfinite_mismatches=b.expected_nonfinite_mismatches, ulp_p99=float(tc.ulp_p99 or 0),
+                   size=tc.size)
 
 
 @dataclass
@@ -104,58 +120,21 @@ def _to_f64(x):
     return a.astype(np.float64)
 
 
-def check_output(out: np.ndarray, ref: np.ndarray, bound, dtype: str) -> OutputCheck:
-    out64 = np.asarray(out).astype(np.float64)
+def compare_to_contract(out, ref, bound, dtype: str, *, name: str = "output", why: str = "",
+                        topk: int = 0) -> TensorComparison:
+    """The streaming engine's comparison of a variant's output with the float64 reference under the contract's
+    elementwise bound (compare.BoundRule: the conventions of the module docstring), with every metric."""
+    out = np.asarray(out)
     ref = np.asarray(ref, dtype=np.float64)
-    if out64.shape != ref.shape:
-        raise AssertionError(f"variant output shape {out64.shape} != reference shape {ref.shape}")
-    ref_stored = round_to(ref, dtype).astype(np.float64)
-    bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), ref.shape)
-    finite_ref = np.isfinite(ref_stored)
-    # Non-finite expectations: same inf sign, NaN for NaN.
-    nf = ~finite_ref
-    nonfinite_bad = nf & ~((np.isnan(ref_stored) & np.isnan(out64)) | (ref_stored == out64))
-    # Finite expectations: finite output within bound.
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.where(finite_ref, np.abs(out64 - ref), 0.0)
-    err = np.where(finite_ref & ~np.isfinite(out64), np.inf, err)
-    # A result within the bound of the reference may lie past the overflow threshold and round to inf: allowed
-    # when the inf has the reference's sign and |ref| + bound reaches the threshold.
-    fmt = float_format(dtype)
-    threshold = fmt.max + 2.0 ** (np.floor(np.log2(fmt.max)) - fmt.mantissa_bits - 1)
-    with np.errstate(invalid="ignore", over="ignore"):
-        overflow_ok = (finite_ref & np.isinf(out64) & (np.sign(out64) == np.sign(ref))
-                       & (np.abs(ref) + bound >= threshold))
-    err = np.where(overflow_ok, 0.0, err)
-    violations = finite_ref & ~(err <= bound)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(err == 0, 0.0, err / bound)
-    # An infinite bound means "no promise here" (outside a variant's domain): ratio 0, never inf or NaN.
-    ratio = np.where(np.isposinf(bound), 0.0, np.where(np.isnan(ratio), np.inf, ratio))
-    if ref.size:
-        flat = int(np.argmax(ratio))
-        worst_index = tuple(int(i) for i in np.unravel_index(flat, ref.shape))
-        worst_ratio = float(ratio.reshape(-1)[flat])
-        bound_at_worst = float(bound.reshape(-1)[flat])
-        max_err = float(err.max())
-    else:
-        worst_index, worst_ratio, bound_at_worst, max_err = (), 0.0, 0.0, 0.0
-    fin = finite_ref & np.isfinite(out64)
-    if fin.any():
-        ulps = ulp_distance(out64[fin], ref[fin], dtype)
-        ulp_p99 = float(np.percentile(ulps, 99))
-    else:
-        ulp_p99 = 0.0
-    return OutputCheck(
-        max_abs_err=max_err,
-        bound_at_worst=bound_at_worst,
-        worst_ratio=worst_ratio,
-        worst_index=worst_index,
-        violations=int(violations.sum()),
-        nonfinite_mismatches=int(nonfinite_bad.sum()),
-        ulp_p99=ulp_p99,
-        size=int(ref.size),
-    )
+    if out.shape != ref.shape:
+        raise AssertionError(f"variant output shape {out.shape} != reference shape {ref.shape}")
+    rule = BoundRule(atol=0.0, rtol=0.0, ulp_format=dtype, bound=bound, dtype=dtype, why=why)
+    return compare_arrays(out, BoundRule.expected_of(ref, dtype), rule, name=name, topk=topk)
+
+
+def check_output(out: np.ndarray, ref: np.ndarray, bound, dtype: str) -> OutputCheck:
+    """Hold one output to its contract (compare_to_contract) and summarise it for the kernel suite."""
+    return OutputCheck.from_comparison(compare_to_contract(out, ref, bound, dtype))
 
 
 def check_outputs(info: KernelInfo, variant: Variant, rounded: Case, outs: tuple, refs: tuple) -> CheckResult:
@@ -189,3 +168,4 @@ def assert_meets_contract(info: KernelInfo, variant: Variant | str, case: Case) 
         why = info.contract_of(info.variant(variant) if isinstance(variant, str) else variant).why
         raise AssertionError(result.describe() + f"\n  contract: {why}")
     return result
+
