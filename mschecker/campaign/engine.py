@@ -10,14 +10,20 @@ Semantics the campaign relies on:
 - Each cell is one task (`pure=False`: a repeat is a new sample, never a cached result). The driver stores
   each result as it arrives, so an interrupted campaign keeps what finished and a rerun with the same run id
   resumes (the caller filters finished cells out before calling `run`).
+- The driver keeps at most one task per worker thread in the cluster (the rest wait in file order): dask
+  assigns a submitted task to a worker early, and a task assigned to a worker that dies fails with it even if
+  it never started. So only running cells are hit by a restart or a death.
 - Timeout: each task announces its start (a worker event on TOPIC); a task running longer than the cell
-  timeout is cancelled, recorded `timeout`, and its worker restarted through its nanny, which is the only way
-  to stop Python code busy in numpy. (On a cluster without nannies the worker cannot be restarted; the
-  record says so and that worker stays busy until the cell ends.)
+  timeout (counted from that start, so a worker's first imports count) is cancelled, recorded `timeout`, and
+  its worker restarted through its nanny, which is the only way to stop Python code busy in numpy. (On a
+  cluster without nannies the worker cannot be restarted; the record says so and that worker stays busy until
+  the cell ends.)
 - A worker that dies while running a cell (out of memory, a segfault in a native library) makes the task fail
   with KilledWorker: the cell is recorded `killed` and the others go on. On our own LocalCluster a task is
-  declared killed on the first death (allowed-failures 0; worker-saturation 1.0 so that a worker only holds
-  the task it runs and a death blames no bystander); an existing cluster keeps its own settings.
+  declared killed on the first death (allowed-failures 0) instead of being retried on the next worker it would
+  kill; an existing cluster keeps its own setting (Dask's default retries 3 times).
+- Shipped files lost with a restarted or dead worker (a one-worker cluster loses all of them; dask cannot
+  recompute scattered data) are scattered again before the next cell is submitted.
 """
 from __future__ import annotations
 
@@ -92,8 +98,7 @@ class DaskEngine:
                                  f"({one_line(exc)})") from None
             return self
         n = cfg.workers or os.cpu_count() or 1
-        with dask.config.set({"distributed.scheduler.allowed-failures": 0,
-                              "distributed.scheduler.worker-saturation": 1.0}):
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
             self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
                                         memory_limit=cfg.memory_limit, silence_logs=logging.ERROR)
             self.client = Client(self.cluster, set_as_default=False)
@@ -114,34 +119,53 @@ class DaskEngine:
         return {"engine": "dask.distributed", "scheduler": self.config.scheduler or "LocalCluster",
                 "workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values())}
 
-    def ship(self, cells: list[Cell]) -> dict[str, tuple[str, dict]]:
-        """Scatter every file the check cells read to every worker once; {task key: (bundle, {path: future})}."""
+    def ship(self, cells: list[Cell]) -> None:
+        """Read every file the check cells read once and scatter it to every worker once (keyed by content)."""
         from .shipping import bundle_digest, check_cell_files, file_digest
 
-        contents: dict[str, bytes] = {}
-        per_cell: dict[str, list[str]] = {}
+        self._contents: dict[str, bytes] = {}
+        self._bundles: dict[str, tuple[str, list[str]]] = {}
+        self._blob_futures: dict[str, object] = {}
         for cell in cells:
             if cell.kind != "check":
                 continue
             paths = [str(p) for p in check_cell_files(cell.params)]
             for p in paths:
-                if p not in contents:
+                if p not in self._contents:
                     try:
-                        contents[p] = open(p, "rb").read()
+                        with open(p, "rb") as f:
+                            self._contents[p] = f.read()
                     except OSError as exc:
                         raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
-            per_cell[cell.task_key] = paths
-        if not contents:
-            return {}
-        names = list(contents)
-        futures = dict(zip(names, self.client.scatter([contents[n] for n in names], broadcast=True, hash=True)))
-        digests = {n: file_digest(contents[n]) for n in names}
-        return {key: (bundle_digest({p: digests[p] for p in paths}), {p: futures[p] for p in paths})
-                for key, paths in per_cell.items()}
+            digests = {p: file_digest(self._contents[p]) for p in paths}
+            self._bundles[cell.task_key] = (bundle_digest(digests), paths)
+        self._scatter(list(self._contents))
+
+    def _scatter(self, paths: list[str], *, fresh: bool = False) -> None:
+        if paths:  # fresh: new keys (a lost key's futures stay cancelled in the client)
+            futures = self.client.scatter([self._contents[p] for p in paths], broadcast=True, hash=not fresh)
+            self._blob_futures.update(zip(paths, futures))
+
+    def _reship_lost(self) -> None:
+        """After a worker restart or death: scatter again what no live worker holds any more (a one-worker
+        cluster loses every shipped file with its worker; dask cannot recompute scattered data, it cancels
+        its futures)."""
+        live = {p: f for p, f in self._blob_futures.items() if f.status == "finished"}
+        holders = self.client.who_has(list(live.values())) if live else {}
+        lost = [p for p in self._blob_futures if p not in live or not holders.get(live[p].key)]
+        self._scatter(lost, fresh=True)
+
+    def _slots(self) -> int:
+        """Threads in the cluster now (at least 1: submitting waits for workers when there are none)."""
+        return max(1, sum(self.client.nthreads().values()))
 
     def run(self, cells: list[Cell], run_id: str, *, timeout_s: float, ship_files: bool = True,
             on_result: Callable[[Cell, dict], None], cell_fn: Callable = run_cell) -> None:
-        """Submit every cell and call on_result(cell, record) as each one ends (in completion order)."""
+        """Run every cell and call on_result(cell, record) as each one ends (in completion order).
+
+        At most one task per worker thread is submitted at a time (the rest wait here, in file order): a task
+        dask has assigned to a worker dies with it even if it never started, so only cells that run may be in
+        the cluster when a worker is restarted or dies."""
         started: dict[str, tuple[float, str]] = {}
 
         def on_event(event):
@@ -150,35 +174,54 @@ class DaskEngine:
                 started[msg["task"]] = (msg["start"], msg["worker"])
 
         self.client.subscribe_topic(TOPIC, on_event)
-        shipped = self.ship(cells) if ship_files else {}
-        futures = {}
-        for cell in cells:
-            bundle, blobs = shipped.get(cell.task_key, (None, None))
+        self._blob_futures = {}
+        if ship_files:
+            self.ship(cells)
+        queue = list(cells)
+        in_flight: dict = {}
+        submitted = 0
+
+        def submit(cell: Cell) -> None:
+            nonlocal submitted
+            bundle, paths = self._bundles.get(cell.task_key, (None, [])) if ship_files else (None, [])
+            blobs = {p: self._blob_futures[p] for p in paths} or None
             fut = self.client.submit(_task, dataclasses.asdict(cell), run_id, bundle, blobs, cell_fn, pure=False,
-                                     key=f"mschecker-cell-{run_id}-{len(futures)}")
-            futures[fut] = cell
-        pending = set(futures)
+                                     key=f"mschecker-cell-{run_id}-{submitted}")
+            submitted += 1
+            in_flight[fut] = cell
+
+        slots, slots_checked = 1, 0.0
         try:
-            while pending:
-                done = [f for f in pending if f.done()]
-                if not done:
-                    time.sleep(POLL_S)
-                for fut in done:
-                    pending.discard(fut)
-                    on_result(futures[fut], self._outcome(fut, started.get(futures[fut].task_key)))
+            while queue or in_flight:
                 now = time.time()
-                for fut in list(pending):
-                    cell = futures[fut]
+                if now - slots_checked > 2.0:
+                    slots, slots_checked = self._slots(), now
+                while queue and len(in_flight) < slots:
+                    submit(queue.pop(0))
+                done = [f for f in in_flight if f.done()]
+                lost_worker = False
+                for fut in done:
+                    cell = in_flight.pop(fut)
+                    record = self._outcome(fut, started.get(cell.task_key))
+                    lost_worker |= record["status"] == STATUS_KILLED
+                    on_result(cell, record)
+                for fut, cell in list(in_flight.items()):
                     start = started.get(cell.task_key)
                     if start and now - start[0] > timeout_s and not fut.done():
-                        pending.discard(fut)
+                        del in_flight[fut]
                         on_result(cell, self._timed_out(fut, start, timeout_s))
+                        lost_worker = True
+                if lost_worker:
+                    self._reship_lost()
+                    slots_checked = 0.0
+                if not done:
+                    time.sleep(POLL_S)
         finally:
             with contextlib.suppress(Exception):
-                self.client.cancel(list(pending))
+                self.client.cancel(list(in_flight))
             with contextlib.suppress(Exception):
                 self.client.unsubscribe_topic(TOPIC)
-            if shipped:
+            if self._blob_futures:
                 with contextlib.suppress(Exception):
                     self.client.run(_cleanup_files, run_id)
 

@@ -174,8 +174,8 @@ def parse_campaign(raw: dict, path: Path) -> CampaignSpec:
                         repeats=repeats, ship_files=head.get("ship_files", True), allow=allow, raw=raw)
     base = path.resolve().parent
     names: set[tuple[str, str]] = set()
-    for kind in _BLOCK_KEYS:
-        for i, block in enumerate(raw.get(kind, [])):
+    for kind in [k for k in raw if k in _BLOCK_KEYS]:  # in the file's order (of each kind's first block)
+        for i, block in enumerate(raw[kind]):
             label = f"{where}: [[{kind}]] #{i + 1}"
             if not isinstance(block, dict):
                 raise InputError(f"{label}: must be a table")

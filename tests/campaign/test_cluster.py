@@ -58,8 +58,17 @@ def cluster():
                           "distributed.scheduler.worker-saturation": 1.0}):
         c = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                          silence_logs=logging.ERROR)
+    with c.get_client() as client:  # the cells' imports once, so that short timeouts time the cells
+        client.run(_warm_up)
     yield c
     c.close()
+
+
+def _warm_up():
+    import mschecker.campaign.cells  # noqa: F401
+    import mschecker.commands.check  # noqa: F401
+    import mschecker.kernel_suite  # noqa: F401
+    import mschecker.sd.check  # noqa: F401
 
 
 def test_campaign_on_a_local_cluster(cluster, tmp_path, capsys):
@@ -120,11 +129,14 @@ def test_crashes_timeouts_and_dead_workers_are_recorded(cluster, tmp_path):
     spec_file = tmp_path / "bad.toml"
     spec_file.write_text('[campaign]\nname = "faults"\ntimeout_s = 4\n'
                          + "".join(f'[[kernels]]\nname = "{n}"\nkernels = ["softmax"]\nexamples = 2\n'
-                                   for n in ("ok", "raise", "hang", "die")))
+                                   for n in ("ok", "raise", "hang", "die"))
+                         # submitted after both workers were restarted: the shipped files must be sent again
+                         + f'[[check]]\nname = "after"\nmodel = "{DEFAULT / "model.onnx"}"\ndevices = ["reference"]\n'
+                           f'inputs = ["{DEFAULT / "x.bin"}", "{DEFAULT / "t.bin"}"]\ngolden = "{DEFAULT / "expected"}"\n')
     summary = run_campaign(load_campaign(spec_file), tmp_path / "s.sqlite",
                            EngineConfig(scheduler=cluster.scheduler_address), run_id="f1", cell_fn=behaving_cell)
     blocks = {k.split(" |")[0]: s for k, s in summary.statuses.items()}
-    assert blocks == {"ok": "pass", "raise": "crashed", "hang": "timeout", "die": "killed"}
+    assert blocks == {"ok": "pass", "raise": "crashed", "hang": "timeout", "die": "killed", "after": "pass"}
     assert summary.exit_code == 3
     with Store.open(tmp_path / "s.sqlite") as s:
         reasons = {r.block: r.reason for r in s.cells("f1")}
