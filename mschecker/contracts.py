@@ -1,4 +1,4 @@
-"""Builders for error contracts: the bounds of NUMERICS.md section 2 turned into elementwise bound functions.
+"""Builders for error contracts: the bounds of docs/NUMERICS.md §2-§6 turned into elementwise bound functions.
 
 Every builder returns a `Contract` whose `why` names the bound and its source, so a reader of the registry sees
 why a tolerance is what it is. Bounds take (case, reference output, variant) as registry.py describes.
@@ -50,7 +50,7 @@ def baseline_bound(naive: Callable[..., np.ndarray], reference: Callable[..., np
 
     The naive implementation runs on the same rounded inputs; its max abs error against the float64 reference
     (over the whole output) sets the scale, plus one storage-ulp floor of the output so that a naive error of 0
-    does not demand exactness. NUMERICS.md section 4.
+    does not demand exactness. docs/NUMERICS.md §9.
     """
 
     def bound(case: Case, ref, variant: Variant):

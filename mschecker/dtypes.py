@@ -1,6 +1,6 @@
 """Floating-point formats mschecker speaks: names, unit roundoff, range, and ULP distance.
 
-One place for format facts (NUMERICS.md section 1) so that every tolerance derives from the same numbers.
+One place for format facts (docs/NUMERICS.md §1) so that every tolerance derives from the same numbers.
 bf16 comes from ml_dtypes; numpy's own testing helpers reject it, so ULP distance maps bit patterns to a
 sign-magnitude ordinal here.
 """

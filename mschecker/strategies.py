@@ -1,4 +1,4 @@
-"""Public hypothesis strategies for numerical tensors, including the adversarial families of NUMERICS.md s7.
+"""Public hypothesis strategies for numerical tensors, including the adversarial families of docs/NUMERICS.md §10.
 
 Two kinds of array strategies, both composable with ``hypothesis.extra.numpy`` (shapes may be a tuple or a
 shape strategy such as ``hnp.array_shapes()``):
@@ -91,7 +91,7 @@ def cancellation(draw, shape=None, dtype="float16"):
     """c + eps*z: values sharing a large common offset, so sums and variances cancel catastrophically.
 
     Hazard: a mean or variance computed as E[x^2] - E[x]^2, or a difference of two large sums, loses every
-    significant digit (relative error ~ n kappa^2 u, NUMERICS.md s2); |c|/eps reaches 4096/0.01, far past where
+    significant digit (relative error ~ n kappa^2 u, docs/NUMERICS.md §3); |c|/eps reaches 4096/0.01, far past where
     fp16 (u ~ 4.9e-4) keeps any digit of the spread.
     """
     shape = _draw_shape(draw, shape, shapes())

@@ -2,7 +2,7 @@
 
 - ``assert_close_to_reference(actual, reference, contract=... | rule=... | atol=/rtol=/ulp=)``: the actual
   tensor against a float64 reference (an array, or a callable run on the inputs), held either to a registry
-  ``Contract`` (an elementwise error bound derived in NUMERICS.md style) or to a ``ToleranceRule``.
+  ``Contract`` (an elementwise error bound derived as in docs/NUMERICS.md) or to a ``ToleranceRule``.
 - ``assert_matches_golden(name, actual, ...)`` / the ``mschecker_golden`` fixture (``GoldenDir``): the actual
   tensor against a recorded golden; with ``--mschecker-update-golden`` the golden is (re)recorded instead.
 - ``register_user_kernel(...)``: a user's kernel, reference, contract and strategies join the op registry, so

@@ -4,7 +4,7 @@ Every public kernel takes an array in its storage dtype (fp16, bf16 or fp32) and
 - `*_accurate`: upcast to fp32, evaluate an accurate formula in fp32, round once to storage. Used for the
   fp32, fp16_fp32acc and bf16_fp32acc variants (the output dtype follows the input).
 - GELU approximations (`gelu_tanh_form`, `gelu_quick`, `gelu_poly`): fp32 evaluation of a cheaper formula; the
-  error is dominated by the approximation itself (NUMERICS.md section 3), not by the arithmetic.
+  error is dominated by the approximation itself (docs/NUMERICS.md §6), not by the arithmetic.
 - `*_fast_fp16`: fp16 arithmetic throughout with exp computed as 2^n * p(f) (range reduction plus a degree-4
   polynomial), as a vector unit's high_performance mode does.
 - `bug_*`: planted bugs for the kernel checker to catch; each docstring says what is wrong.

@@ -127,7 +127,7 @@ class _Fp16OutputRunner:
 
 
 def test_planted_fp16_rounding_is_caught_and_bounded():
-    """fp16 storage moves each output by up to u_fp16 = 2^-11 relative (one rounding, NUMERICS.md section 1):
+    """fp16 storage moves each output by up to u_fp16 = 2^-11 relative (one rounding, docs/NUMERICS.md §1):
     the fp32 hint must reject it, a rule of rtol = u_fp16 (plus the subnormal floor 2^-25 as atol, half the
     spacing of fp16 subnormals) must accept it."""
     runner = _Fp16OutputRunner(make_runner(MODEL))

@@ -53,7 +53,7 @@ def record_from_model(model, inputs, out, *, device="ort", profile=None, shapes=
 
 
 # Tolerance hint recorded when none is given: torch.testing.assert_close's fp32 defaults (rtol 1.3e-6, atol 1e-5;
-# NUMERICS.md section 4). Rerunning an fp32 model on another CPU or onnxruntime build changes summation order
+# docs/NUMERICS.md §9). Rerunning an fp32 model on another CPU or onnxruntime build changes summation order
 # and kernels, which moves results by a few fp32 ULPs (gamma_K * u_fp32 relative to sum |terms| for a length-K dot
 # product); this peer convention covers that and nothing coarser.
 DEFAULT_FP32_HINT = {"atol": 1e-5, "rtol": 1.3e-6}

@@ -39,7 +39,7 @@ def _fast_kernel():
     return native.active("_fastcompare")
 
 
-#: Thresholds of Ascend's "thousandth ratio" style metrics (NUMERICS.md section 4).
+#: Thresholds of Ascend's "thousandth ratio" style metrics (docs/NUMERICS.md §9).
 REL_THRESHOLDS = (1e-3, 5e-3)
 
 #: Default streaming chunk, in elements: 128 Ki elements = 1 MiB per float64 buffer; each worker reuses about

@@ -124,7 +124,7 @@ class Policy:
 
 
 def saturate(value: np.ndarray) -> np.ndarray:
-    """Saturation overflow mode: +-inf -> +-max of the dtype, NaN -> 0 (NUMERICS.md section 5)."""
+    """Saturation overflow mode: +-inf -> +-max of the dtype, NaN -> 0 (docs/NUMERICS.md §7)."""
     big = float_format(value.dtype).max
     bad = ~np.isfinite(value)
     if not bad.any():

@@ -2,7 +2,7 @@
 
 Every contract has the form  bound = A + rel(x) |y| + u_storage |y| + floor  where
 - A is the maximum absolute error of a documented approximation against the reference function (0 for kernels
-  that compute the reference function itself). The A values are NUMERICS.md section 3's, and
+  that compute the reference function itself). The A values are docs/NUMERICS.md §6's, and
   tests/kernels/test_exhaustive_fp16.py re-measures them on a dense float64 grid;
 - rel(x) is the relative error of evaluating the formula in the accumulator format (u_acc), derived per kernel
   below; it may grow with |x| where a rounded argument is amplified (exp's range reduction, erfc's tail);
@@ -25,7 +25,7 @@ from ..reference import activations as ref
 from ..registry import Case, Contract, KernelInfo, Variant, register_kernel
 from . import definitions as D
 
-# Maximum |approximation - erf GELU| over the real line (NUMERICS.md section 3; re-measured on a dense float64
+# Maximum |approximation - erf GELU| over the real line (docs/NUMERICS.md §6; re-measured on a dense float64
 # grid over [-10, 10] in tests/kernels/test_exhaustive_fp16.py; outside it every form converges to GELU).
 GELU_APPROX_MAX_ABS_ERR = {"tanh": 4.74e-4, "quick": 2.04e-2, "poly": 1.82e-2}
 # Numerical Recipes' erfcc: fractional error < 1.2e-7 everywhere (Press et al., 2nd ed., section 6.2).
@@ -168,7 +168,7 @@ def _contract(rel, why, approx_abs=0.0, rel_on_x=False, x_times_subnormal=False)
 
 def _approx_contract(form: str) -> Contract:
     a = GELU_APPROX_MAX_ABS_ERR[form]
-    return _contract(rel_approx_gelu, f"GELU {form} approximation max |error| {a:g} vs erf GELU (NUMERICS.md 3, "
+    return _contract(rel_approx_gelu, f"GELU {form} approximation max |error| {a:g} vs erf GELU (docs/NUMERICS.md §6, "
                      "re-measured) + 8u32|x| fp32 rounding + u_storage|y| + subnormal floor", a, rel_on_x=True,
                      x_times_subnormal=True)
 

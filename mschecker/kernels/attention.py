@@ -21,13 +21,13 @@ the mask) are computed and rounded too, and an overflowed one gives inf + (-inf)
 is outside its domain: its bound is +inf on those rows (no promise); tests/kernels/test_linalg_extra.py shows the NaN as a finding and the wide_scores strategy holds
 fp32_upcast and flash to their contracts there.
 
-flash_fp16_fp32acc: FlashAttention's test rule (NUMERICS.md s4): max error <= 2x the max error of the naive
+flash_fp16_fp32acc: FlashAttention's test rule (docs/NUMERICS.md §9): max error <= 2x the max error of the naive
 implementation of the same maths on the same inputs (contracts.baseline_bound). The naive twin of flash is
 fp32_upcast (fp16 storage, fp32 logits and softmax, P rounded to fp16): same formats, only the blocking differs.
 (Against fp16_naive the rule would be weaker where the latter is finite, and empty where it overflows.) The
 absolute floor beyond 2x baseline: flash rounds the unnormalized exp(s - m) to fp16, the naive rounds the
 normalized P, so the two P roundings fall on different values and cannot be expected to cancel:
-u_storage P|V|, plus the online rescales, about one u_acc per key block (NUMERICS.md s2), <= 2 gamma_Lk(u_acc)
+u_storage P|V|, plus the online rescales, about one u_acc per key block (docs/NUMERICS.md §4), <= 2 gamma_Lk(u_acc)
 P|V|.
 
 Strategies: generic (logits of moderate size), multi_block (65-200 keys: several of flash's key blocks, so the
@@ -134,7 +134,7 @@ FP16_NAIVE_CONTRACT = Contract(functools.partial(_attention_bound, logits_dtype=
                                NAIVE_WHY + "; fp16 logits; +inf (no promise) on rows whose logits overflow fp16")
 FLASH_CONTRACT = Contract(_flash_bound, "FlashAttention's rule: <= 2x max error of the naive same-maths kernel "
                           "(fp32_upcast) on the same inputs, + u_storage|O| + (u_storage + 2 gamma_Lk(u_acc))P|V| "
-                          "(P rounded at a different point; online rescales) (NUMERICS.md s4, module docstring)")
+                          "(P rounded at a different point; online rescales) (docs/NUMERICS.md §9, module docstring)")
 
 # ------------------------------------------------------------------------------------------------ strategies
 _QK_SCALES = {"generic": [0.1, 0.5, 1.0, 2.0], "multi_block": [0.5, 1.0, 2.0], "large_scores": [3.0, 10.0, 30.0, 60.0],

@@ -25,15 +25,13 @@ Contracts
   inputs (|x|, |w| ~ 1e-3, products ~ 1e-6) otherwise break the relative-error model (hypothesis found one).
   This worst-case bound is loose for fp16 transforms (measured error/bound 1e-3..1.5e-2, fp32 transforms
   0.26..0.94 because output rounding dominates there), so tests/kernels/test_conv_extra.py also pins the
-  measured baseline of NUMERICS.md, re-measured on this machine (64 channels, 16x16, fp16 inputs, three seeds,
-  reproduce with the command in that test's docstring): max |err| relative to the direct fp16_fp32acc conv's max |err|
-      F(2x2,3x3) fp16 transforms 2.6 / 3.2 / 4.1   (NUMERICS.md: ~3.5)   -> asserted <= 8   (2x margin)
-      F(4x4,3x3) fp16 transforms 35 / 43 / 60      (NUMERICS.md: ~27)    -> asserted <= 120 (2x margin)
-      fp32 transforms 1.00 (output rounding dominates)                    -> asserted <= 1.5
-  Our F(4x4) ratio is above NUMERICS.md's ~27x; every transform, the rounded matrix entries and the stored M are
-  fp16 here (an all-fp16 vector unit), and which of those the quoted measurement kept in fp16 is not known, so
-  the cause is not isolated. The margin is 2x the worst of three seeds because the ratio of two maxima moves by
-  ~1.7x between seeds.
+  measured baseline (docs/NUMERICS.md §5; benchmarks/numerics_facts.py re-measures it): max |err| relative to
+  the direct fp16_fp32acc conv's max |err|, 64 channels, 16x16, fp16 inputs, three seeds
+      F(2x2,3x3) fp16 transforms 2.6 / 3.2 / 4.1   -> asserted <= 8   (2x margin)
+      F(4x4,3x3) fp16 transforms 35 / 43 / 60      -> asserted <= 120 (2x margin)
+      fp32 transforms 1.00 (output rounding dominates) -> asserted <= 1.5
+  Every transform, the rounded matrix entries and the stored M are fp16 here (an all-fp16 vector unit). The
+  margin is 2x the worst of three seeds because the ratio of two maxima moves by ~1.7x between seeds.
 """
 from __future__ import annotations
 
@@ -204,7 +202,7 @@ register_kernel(D.attach(KernelInfo(
         "generic": lambda: conv_cases(),
         "cancellation": lambda: conv_cases(x_values=lambda s: S.cancellation(shape=s)),
         "many_channels": lambda: conv_cases(max_cg=64),
-        # > 256 positive terms per output: a fp16 running sum drifts by many fp16 ulps of |y| (NUMERICS.md 2).
+        # > 256 positive terms per output: a fp16 running sum drifts by many fp16 ulps of |y| (docs/NUMERICS.md §2.1).
         "long_accumulation": lambda: conv_cases(min_cg=32, max_cg=64, x_values=lambda s: S.tensors(
             shape=s, dtype="float16", dist="uniform").map(np.abs)),
     },

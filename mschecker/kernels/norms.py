@@ -200,7 +200,7 @@ def _variants(make, contract_for, prefix: str) -> dict[str, Variant]:
         "bug_fp32_onepass_as_twopass": Variant(
             "bug_fp32_onepass_as_twopass", make(opt.stats_onepass, f32), "float32", None,
             planted_bug=f"{prefix}: naive one-pass E[x^2]-E[x]^2 in fp32 sold as two-pass (254% variance error at "
-            "n=4096, mean 1000, NUMERICS.md 2)", bug_of="fp32_twopass", catch_with="cancellation"),
+            "n=4096, mean 1000, docs/NUMERICS.md §3)", bug_of="fp32_twopass", catch_with="cancellation"),
         "bug_fp32stats_as_fp16stats": Variant(
             "bug_fp32stats_as_fp16stats", make(opt.stats_onepass, f32), "float16", None, accumulate="float16",
             implmode="high_performance", planted_bug=f"{prefix}: one-pass statistics in fp32 sold as the fp16 kernel "

@@ -1,12 +1,12 @@
 """Registry entry: int8_weight_gemm, y = x @ w with w quantized to int8 per output channel (weight-only).
 
-Contract (NUMERICS.md section 2, "int8 symmetric weight-only quantization"), per output element y[m, n]:
+Contract (docs/NUMERICS.md §2.4), per output element y[m, n]:
     |y_hat - y| <= (1 + u16) |x| @ D + gamma_K(u_fp32) |x| @ (|w| + D) + u16 |y| + floor
 where D_kn bounds the error of the weight the cube unit multiplies (w_hat = fp16(q * s)):
     D_kn = E_kn + u16 (|w_kn| + E_kn) + 2^-24 + 2 u32 |w_kn|,   E_kn = max(s_n / 2, |w_kn| - 127 s_n)
 E is the quantization error: half a step for weights inside the threshold (round to nearest), the clipped
 distance for weights beyond it (KL calibration clips; minmax never does, so there E = s/2 and the first term is
-the (s/2) sum|x| of NUMERICS.md). u16 (|w| + E) + 2^-24 is rounding w_hat to fp16 (2^-24: one subnormal
+the (s/2) sum|x| of docs/NUMERICS.md §2.4). u16 (|w| + E) + 2^-24 is rounding w_hat to fp16 (2^-24: one subnormal
 spacing, for dequantized weights below fp16's smallest normal), 2 u32 |w| the fp32 divide and
 multiply of quantize/dequantize. The GEMM term is dot_bound's (exact fp16 products in fp32, Blanchard et al.
 2020) on the dequantized weights; u16 |y| is the output rounding (the (1 + u16) factor covers rounding the
@@ -49,7 +49,7 @@ def _contract(calibration: str) -> Contract:
         return quant + gemm + output_rounding(y, variant) + subnormal_floor(variant)
 
     return Contract(bound, f"int8 weight-only ({calibration}): (1+u16)|x|@D + gamma_K(u32)|x|@(|w|+D) + u16|y|, "
-                    "D = max(s/2, |w|-127s) + u16(|w|+E) + 2u32|w| (NUMERICS.md 2; derivation in "
+                    "D = max(s/2, |w|-127s) + u16(|w|+E) + 2u32|w| (docs/NUMERICS.md §2.4; derivation in "
                     "mschecker/kernels/quant.py)")
 
 

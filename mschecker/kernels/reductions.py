@@ -1,6 +1,6 @@
 """Registry entries: reduce_sum and reduce_mean, each summation order with fp16 and fp32 accumulators.
 
-Contract (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., ch. 4; NUMERICS.md section 2):
+Contract (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., ch. 4; docs/NUMERICS.md §2.1):
     |s_hat - s| <= g_alg(n, u_acc) * sum|x|  +  u_storage |s|  +  subnormal floor
 with g_alg = gamma_{n-1} (recursive, eq. 4.4), gamma_{ceil(log2 n)} (pairwise, eq. 4.6),
 gamma_{(b-1) + (ceil(n/b)-1)} (blocked: recursive within blocks of b, then across blocks; ~ (b + n/b - 2)u),

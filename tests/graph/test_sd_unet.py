@@ -34,7 +34,7 @@ def test_fp32_profile_is_as_close_to_the_reference_as_onnxruntime(unet):
 def test_fp16_profiles_run_and_show_reduced_precision_error(unet):
     """The 910B- and 310P-like runs finish with finite fp16 outputs whose error exceeds 10x the fp32 run's
     (u_fp16 / u_fp32 = 8192, so 10x is a conservative sign that fp16 numerics are in effect) and stays under the
-    0.05 relative Euclidean distance that Ascend's comparison tools flag (NUMERICS.md section 4; measured 5.7e-3)."""
+    0.05 relative Euclidean distance that Ascend's comparison tools flag (docs/NUMERICS.md §9; measured 5.7e-3)."""
     path, feeds, ref = unet
     fp32 = _err(next(iter(Executor(path, NpuPolicy("fp32")).run(feeds).values())), ref)
     for preset in ("ascend910b", "ascend310p"):

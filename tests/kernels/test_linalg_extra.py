@@ -21,7 +21,7 @@ def _f16(x):
 
 # ------------------------------------------------------------------------------------------------ matmul
 def test_fp16_accumulation_stalls_at_2048():
-    """NUMERICS.md s2: a sequential fp16 sum of ones stops at 2048; fp32 accumulation does not."""
+    """docs/NUMERICS.md §2.1: a sequential fp16 sum of ones stops at 2048; fp32 accumulation does not."""
     a, b = np.ones((1, 4096), np.float16), np.ones((4096, 1), np.float16)
     assert mm.matmul_fp16_fp16acc(a, b)[0, 0] == 2048
     assert mm.matmul_fp16_fp32acc(a, b)[0, 0] == 4096
@@ -91,7 +91,7 @@ def _wide_case():
 
 
 def test_fp16_naive_overflows_where_upcast_and_flash_do_not():
-    """Finding (NUMERICS.md s6, SD 2.x): logits beyond 65504 become inf in fp16 and the softmax returns NaN
+    """Finding (docs/NUMERICS.md §8, SD 2.x): logits beyond 65504 become inf in fp16 and the softmax returns NaN
     while the reference is finite; the fp32-upcast and flash kernels keep the logits in fp32 and meet their
     contracts on the same input. fp16_naive's contract makes no promise on such rows (bound +inf)."""
     info = get_kernel("attention")

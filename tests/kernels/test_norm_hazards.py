@@ -2,7 +2,7 @@
 
 - fp16 statistics: x^2 overflows for |x| >= 256, the output turns inf/NaN or silently wrong where the reference
   is finite; the fp16 contract correctly makes no claim there, and fp32 statistics meet theirs on the same input.
-- one-pass E[x^2] - E[x]^2 in fp32 (NUMERICS.md 2, Chan-Golub-LeVeque): catastrophic cancellation when the mean
+- one-pass E[x^2] - E[x]^2 in fp32 (docs/NUMERICS.md §3, Chan-Golub-LeVeque): catastrophic cancellation when the mean
   dwarfs the spread; two-pass and Welford stay accurate. The planted bug selling it as two-pass is caught.
 - fp16 accumulators: a running sum of ones stalls at 2048; gamma_{n-1}(u16) is infinite there, so the contract
   makes no claim (it does not falsely pass a finite bound), and the bug "fp16 accumulation sold as fp32" is caught
@@ -70,8 +70,8 @@ def test_group_norm_fp16_statistics_on_vae_like_activations():
 
 
 def test_variance_algorithms_on_large_mean():
-    """NUMERICS.md 2: fp32, n = 4096, mean 1000, std 1. Measured here (seed 0): one-pass 126% relative error
-    of the variance (NUMERICS quotes 254% for its draw: same order), two-pass 1.4e-8, Welford 2.4e-5."""
+    """docs/NUMERICS.md §3: fp32, n = 4096, mean 1000, std 1. Measured here (seed 0): one-pass 126% relative error
+    of the variance, two-pass 1.4e-8, Welford 2.4e-5."""
     x = (1000 + np.random.default_rng(0).standard_normal((1, 4096))).astype(np.float32)
     true_var = x.astype(np.float64).var()
     rel = {f.__name__: abs(float(f(x, np.dtype(np.float32))[1][0, 0]) - true_var) / true_var

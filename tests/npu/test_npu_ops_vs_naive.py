@@ -54,7 +54,7 @@ def test_op_within_2x_of_naive_same_precision(name, node, inputs, prec):
 
 def test_high_performance_gelu_is_the_documented_approximation():
     """ascend910b (high_performance) maps exact Gelu to an approximation variant; its error must be the one
-    NUMERICS.md section 3 measured for that approximation (i-GELU 1.82e-2 at most, tanh form 4.73e-4) plus fp16
+    docs/NUMERICS.md §6 measured for that approximation (i-GELU 1.82e-2 at most, tanh form 4.73e-4) plus fp16
     rounding of inputs and output (u_fp16 (|x| + |y|) with |x| <= 10)."""
     x = np.linspace(-10, 10, 4001).astype(np.float16)
     node = h.make_node("Gelu", ["x"], ["y"])

@@ -115,7 +115,7 @@ def test_missing_variant_is_a_plan_time_error(monkeypatch):
 
 def test_npu_error_within_bound_and_planted_bug_is_caught():
     """MatMul K=1024 with fp16 inputs: the emulated run's error vs the float64 reference on the same (fp16-rounded)
-    inputs stays within the cube bound gamma_K(u_fp32)|A||B| + u_fp16|C| (NUMERICS.md section 2); the planted
+    inputs stays within the cube bound gamma_K(u_fp32)|A||B| + u_fp16|C| (docs/NUMERICS.md §2.3); the planted
     bug (fp16 accumulation sold as fp32) exceeds it, so the check can fail."""
     rng = np.random.default_rng(5)
     k = 1024
@@ -146,7 +146,7 @@ def _matmul_model(k=256, n=16):
 
 
 def test_int8_weight_only_uses_the_quantized_gemm_within_its_bound():
-    """|dy| <= (s/2) sum_k |x_k| per output channel (s = max|w_n|/127, NUMERICS.md section 2) plus the cube
+    """|dy| <= (s/2) sum_k |x_k| per output channel (s = max|w_n|/127, docs/NUMERICS.md §2.4) plus the cube
     bound's output rounding u_fp16 |y|; and it is really quantized: the error exceeds the plain fp16 run's."""
     m, w = _matmul_model()
     x = np.random.default_rng(12).standard_normal((4, 256)).astype(np.float16).astype(np.float32)
@@ -223,8 +223,8 @@ def test_bf16_profile_runs_where_the_registry_has_bf16_variants():
 
 
 def test_winograd_profile_uses_the_winograd_variant_for_3x3_convs():
-    """F(4x4,3x3) with fp16 transforms is measurably less accurate than direct convolution (NUMERICS.md section 2:
-    ~27x the direct error with 64 channels); here we only require that it is the variant bound and that its
+    """F(4x4,3x3) with fp16 transforms is measurably less accurate than direct convolution (docs/NUMERICS.md §5:
+    35-60x the direct error with 64 channels); here we only require that it is the variant bound and that its
     output differs from the direct one."""
     m, x = _mixed_graph()
     direct = Executor(m, NpuPolicy("ascend910b"))
