@@ -12,7 +12,8 @@ export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" OMP_NUM_THREADS="${OMP_
 export MSCHECKER_REQUIRE_NATIVE=1
 unset PYTHONPATH MSCHECKER_NO_FASTCOMPARE MSCHECKER_NO_FASTFP16 MSCHECKER_NO_FASTREF
 
-step() { echo "== smoke: $*"; }
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+step() { echo "== smoke (${SECONDS}s): $*"; }
 expect() {  # expect RC CMD...: run CMD, fail unless it exits with RC
   local want="$1"; shift
   local got=0
@@ -25,11 +26,11 @@ expect() {  # expect RC CMD...: run CMD, fail unless it exits with RC
 }
 
 step "build the wheel"
-python -m pip wheel -q --no-deps "$repo" -w "$work/wheels"
-step "install it into a fresh venv"
+expect 0 python -m pip wheel -q --no-deps "$repo" -w "$work/wheels"  # its log: setuptools' package-data notices
+step "install it into a fresh venv (with its declared dependencies)"
 python -m venv "$work/venv"
 py="$work/venv/bin/python" mschecker="$work/venv/bin/mschecker"
-"$py" -m pip install -q "$work"/wheels/mschecker-*.whl "pytest>=7"
+expect 0 "$py" -m pip install -q "$work"/wheels/mschecker-*.whl "pytest>=7"
 
 cd "$work"  # outside the repository: nothing may be found through the source tree
 step "imported from site-packages, bundled data shipped, compiled fast paths active"
