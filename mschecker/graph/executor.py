@@ -10,6 +10,7 @@ set, and hands each produced tensor to an optional capture callback (filtered by
 """
 from __future__ import annotations
 
+import os
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -124,6 +125,11 @@ _PRIVATE_REFS = _calibrated_private_refs()
 REUSE_MIN_ELEMENTS = 1 << 16
 
 
+#: Debug switch: MSCHECKER_VERIFY_REUSE=1 checks every in-place reuse against the garbage collector's list of
+#: what refers to the buffer (slow; for tests and for hunting a suspected aliasing bug).
+VERIFY_REUSE = os.environ.get("MSCHECKER_VERIFY_REUSE", "") not in ("", "0")
+
+
 def _reusable(args: list, k: int) -> bool:
     """args[k] (a tensor dying at this node, as Step.donate says) may be overwritten: referenced only by the run's
     env and args (any view of it, capture callback or other name holding it adds a reference), owning its memory
@@ -131,7 +137,34 @@ def _reusable(args: list, k: int) -> bool:
     if _refs_in(args, k) != _PRIVATE_REFS:
         return False
     x = args[k]
-    return x.size >= REUSE_MIN_ELEMENTS and x.base is None and x.flags.writeable
+    ok = x.size >= REUSE_MIN_ELEMENTS and x.base is None and x.flags.writeable
+    if ok and VERIFY_REUSE:
+        _verify_private(args, k)
+    return ok
+
+
+def _verify_same_result(label: str, fresh, in_place) -> None:
+    """MSCHECKER_VERIFY_REUSE: an op computing into its dying input must give the bits of a fresh result (an op
+    that reads an input after writing part of `out` would not)."""
+    first = lambda r: r[0] if isinstance(r, (tuple, list)) else r  # noqa: E731 (out= is the first output)
+    a, b = np.asarray(first(fresh)), np.asarray(first(in_place))
+    if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != b.tobytes():
+        raise ExecutionError(f"node {label!r}: its result computed in place differs from a fresh one "
+                             "(MSCHECKER_VERIFY_REUSE)")
+
+
+def _verify_private(args: list, k: int) -> None:
+    """What the reference count inferred, checked directly: the only holders of args[k] are the args list and
+    at most one dict (the run's env). Anything else the garbage collector sees (a capture hook's list, another
+    dict) means the count was fooled and reusing the buffer would corrupt a tensor someone can still see."""
+    import gc
+
+    holders = [r for r in gc.get_referrers(args[k]) if r is not args]
+    dicts = [r for r in holders if type(r) is dict]  # env; a dict of untracked values is invisible to gc
+    others = [type(r).__name__ for r in holders if type(r) is not dict]
+    if len(dicts) > 1 or others:
+        raise ExecutionError(f"in-place reuse of a {args[k].shape} buffer refused by MSCHECKER_VERIFY_REUSE: it "
+                             f"is also held by {len(dicts)} dict(s) and {others or 'nothing else'}")
 
 
 class Executor:
@@ -357,7 +390,10 @@ class Executor:
             if out is None:
                 result = step.spec.fn(step.ctx, step.attrs, *args)
             else:
+                fresh = step.spec.fn(step.ctx, step.attrs, *args) if VERIFY_REUSE else None
                 result = step.spec.fn(step.ctx, step.attrs, *args, out=out)
+                if fresh is not None:
+                    _verify_same_result(step.label, fresh, result)
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure inside a node is reported with the node
@@ -430,7 +466,9 @@ class Executor:
         # CLI's one-line error contract)
         with np.errstate(all="ignore"):
             for s, step in enumerate(self.steps):
-                produced = execute(step, [env[key] for key in step.reads])
+                # With a capture hook, no in-place reuse: the hook may keep a tensor in a way the reference
+                # count cannot tell from the run's own holders (a weak reference, a buffer export, a C extension).
+                produced = execute(step, [env[key] for key in step.reads], capture is None)
                 env.update(produced)
                 if capture is not None and lo <= s <= hi:
                     _hand_over(capture, rx, step.node, produced)
@@ -468,8 +506,8 @@ class Executor:
 
 
 def _hand_over(capture: CaptureFn, rx, node: onnx.NodeProto, produced: dict[str, np.ndarray]) -> None:
-    """The captured outputs of one node to the callback (a function of its own: no loop variable of run() keeps
-    a tensor referenced, which would stop _reusable from reusing it)."""
+    """The captured outputs of one node to the callback (a function of its own, so that no loop variable of run()
+    keeps a tensor alive past its last reader)."""
     for name, v in produced.items():
         if rx is None or rx.search(name) or rx.search(node.name):
             capture(node, name, v)

@@ -19,6 +19,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
+from mschecker.errors import ExecutionError
 from mschecker.graph import Executor, ReferencePolicy
 from mschecker.graph import executor as executor_module
 from mschecker.npu import NpuPolicy
@@ -141,10 +142,16 @@ def _aliasing_graph():
     return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), feeds
 
 
+def _run_outputs(ex: Executor, feeds) -> dict[str, bytes]:
+    """The graph outputs of a plain run (no capture hook, which turns reuse off), as in every_output. z reads every
+    intermediate, so an overwritten live tensor shows in it."""
+    return {n: f"{v.dtype}{v.shape}".encode() + v.tobytes() for n, v in ex.run(feeds).items()}
+
+
 def _no_reuse(model, policy, monkeypatch, feeds):
     with monkeypatch.context() as m:
         m.setattr(executor_module, "REUSE_MIN_ELEMENTS", 1 << 62)
-        return _every_output(Executor(model, policy), feeds)
+        return _run_outputs(Executor(model, policy), feeds)
 
 
 @pytest.mark.parametrize("name", ["reference", "fp32"])
@@ -156,25 +163,78 @@ def test_results_computed_into_dying_inputs_are_bit_identical(name, monkeypatch)
     monkeypatch.setattr(executor_module, "_reusable", lambda a, k: offered.append(r := real(a, k)) or r)
     ex = Executor(model, _policy(name))
     assert [s.node.op_type for s in ex.steps if s.donate] == ["Add", "Mul", "Sub", "Div"]  # not x's Mul
-    out = _every_output(ex, feeds)
+    out = _run_outputs(ex, feeds)
     assert sum(offered) == 3  # t1 at Add, y at Div, and the Sub's t2 once v's view of it is gone; not v
     assert _differing(out, _no_reuse(model, _policy(name), monkeypatch, feeds)) == []
     assert all(np.array_equal(feeds[k], kept[k]) for k in feeds)  # the caller's arrays are never written
 
 
 def test_tensors_a_capture_callback_keeps_are_never_overwritten(monkeypatch):
-    """A capture callback holding a tensor is one more reference: that tensor is not private any more. Planted
-    bug: a refcount rule off by one (the callback's reference ignored) must be caught."""
+    """With a capture callback there is no in-place reuse at all: the callback may keep a tensor in a way no
+    reference count sees (here a weak reference). Planted bug: reuse left on under capture must be caught."""
+    import weakref
+
     model, feeds = _aliasing_graph()
 
-    def kept_values_intact():
+    def kept_values_intact(keep):
         kept = {}
-        Executor(model, ReferencePolicy()).run(feeds, capture=lambda node, n, v: kept.__setitem__(n, (v, v.copy())))
-        return all(np.array_equal(v, snapshot) for v, snapshot in kept.values())
+        result = Executor(model, ReferencePolicy()).run(  # noqa: F841 (keeps z, the last reused buffer, alive)
+            feeds, capture=lambda node, n, v: kept.__setitem__(n, (keep(v), v.copy())))
+        return all(ref() is None or np.array_equal(ref(), snapshot) for ref, snapshot in kept.values())
 
-    assert kept_values_intact()
+    strong = lambda v: (lambda: v)  # noqa: E731
+    assert kept_values_intact(strong) and kept_values_intact(weakref.ref)
+    real = Executor._execute
+    monkeypatch.setattr(Executor, "_execute", lambda self, step, args, reuse=True: real(self, step, args, True))
+    assert not kept_values_intact(weakref.ref)
+
+
+def test_verify_reuse_catches_a_fooled_reference_count(monkeypatch):
+    """MSCHECKER_VERIFY_REUSE checks each reuse against the garbage collector's holders. Planted bug: a count off
+    by one (one more holder taken as private) must be refused by the check, and pass unnoticed without it."""
+    x = np.zeros(executor_module.REUSE_MIN_ELEMENTS)
+    env, other, args = {"x": x}, [x], [x]
+    del x
     monkeypatch.setattr(executor_module, "_PRIVATE_REFS", executor_module._PRIVATE_REFS + 1)
-    assert not kept_values_intact()
+    assert executor_module._reusable(args, 0)  # fooled
+    monkeypatch.setattr(executor_module, "VERIFY_REUSE", True)
+    with pytest.raises(ExecutionError, match="VERIFY_REUSE"):
+        executor_module._reusable(args, 0)
+    other.clear()
+    monkeypatch.setattr(executor_module, "_PRIVATE_REFS", executor_module._PRIVATE_REFS - 1)
+    assert executor_module._reusable(args, 0)  # really private: the check agrees
+    assert env
+
+
+def test_a_whole_run_passes_the_reuse_verification(monkeypatch):
+    model, feeds = _aliasing_graph()
+    expected = _no_reuse(model, ReferencePolicy(), monkeypatch, feeds)
+    offered = []
+    real = executor_module._reusable
+    monkeypatch.setattr(executor_module, "_reusable", lambda a, k: offered.append(r := real(a, k)) or r)
+    monkeypatch.setattr(executor_module, "VERIFY_REUSE", True)
+    assert _differing(_run_outputs(Executor(model, ReferencePolicy()), feeds), expected) == []
+    assert sum(offered) == 3  # the three reuses happened, each verified
+
+
+def test_verify_reuse_catches_an_op_whose_in_place_result_differs(monkeypatch):
+    """Planted bug: an Add whose out= path reads its input after overwriting it (here: adds c twice)."""
+    from mschecker.graph.ops import OPS, lookup
+
+    model, feeds = _aliasing_graph()
+    spec = lookup("Add")
+
+    def clobbering(ctx, attrs, a, b, out=None):
+        if out is None:
+            return spec.fn(ctx, attrs, a, b)
+        np.add(out, b, out=out)
+        return np.add(out, b, out=out)
+
+    monkeypatch.setitem(OPS, "Add", dataclasses.replace(spec, fn=clobbering))
+    Executor(model, ReferencePolicy()).run(feeds)  # unnoticed without the switch
+    monkeypatch.setattr(executor_module, "VERIFY_REUSE", True)
+    with pytest.raises(ExecutionError, match="computed in place differs"):
+        Executor(model, ReferencePolicy()).run(feeds)
 
 
 def test_a_view_of_a_live_tensor_is_never_overwritten(monkeypatch):
@@ -183,7 +243,7 @@ def test_a_view_of_a_live_tensor_is_never_overwritten(monkeypatch):
     model, feeds = _aliasing_graph()
     expected = _no_reuse(model, ReferencePolicy(), monkeypatch, feeds)
     ex = Executor(model, ReferencePolicy())
-    assert _differing(_every_output(ex, feeds), expected) == []
+    assert _differing(_run_outputs(ex, feeds), expected) == []
 
     def without_base_check(args, k):
         x = args[k]
@@ -191,7 +251,7 @@ def test_a_view_of_a_live_tensor_is_never_overwritten(monkeypatch):
             and x.size >= executor_module.REUSE_MIN_ELEMENTS  # (+1: the local x)
 
     monkeypatch.setattr(executor_module, "_reusable", without_base_check)
-    assert _differing(_every_output(Executor(model, ReferencePolicy()), feeds), expected)
+    assert _differing(_run_outputs(Executor(model, ReferencePolicy()), feeds), expected)
 
 
 def test_run_node_never_writes_into_the_callers_arrays():
