@@ -99,7 +99,7 @@ class TensorComparison:
     #: a BoundRule's worst err/bound and where (None under a ToleranceRule)
     bound: BoundStats | None = None
 
-    # Flat aliases named in apis.md ("nan/inf counts and first positions for actual and expected").
+    # NaN and inf counts of the actual tensor (the SD check's per-stage summary reads them).
     @property
     def actual_nan(self) -> int:
         return self.actual_nonfinite.nan
@@ -107,14 +107,6 @@ class TensorComparison:
     @property
     def actual_inf(self) -> int:
         return self.actual_nonfinite.posinf + self.actual_nonfinite.neginf
-
-    @property
-    def expected_nan(self) -> int:
-        return self.expected_nonfinite.nan
-
-    @property
-    def expected_inf(self) -> int:
-        return self.expected_nonfinite.posinf + self.expected_nonfinite.neginf
 
     def to_dict(self) -> dict:
         idx = lambda t: None if t is None else [int(i) for i in t]  # noqa: E731
