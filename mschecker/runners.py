@@ -187,10 +187,18 @@ def _ort_source(model, opts) -> tuple[object, list]:
     from onnx import numpy_helper
 
     graph = model.graph
-    small = [t for t in graph.initializer if len(t.raw_data) <= ORT_VALUE_BYTES]
     large = [t for t in graph.initializer if len(t.raw_data) > ORT_VALUE_BYTES]
+    # onnxruntime replaces only initializers declared as external data: a placeholder location no file holds
+    placeholders = []
+    for t in graph.initializer:
+        if len(t.raw_data) > ORT_VALUE_BYTES:
+            t = onnx.TensorProto(name=t.name, dims=t.dims, data_type=t.data_type,
+                                 data_location=onnx.TensorProto.EXTERNAL)
+            entry = t.external_data.add()
+            entry.key, entry.value = "location", "supplied-as-OrtValue"
+        placeholders.append(t)
     stripped = onnx.helper.make_model(
-        onnx.helper.make_graph(list(graph.node), graph.name, list(graph.input), list(graph.output), small,
+        onnx.helper.make_graph(list(graph.node), graph.name, list(graph.input), list(graph.output), placeholders,
                                value_info=list(graph.value_info)),
         opset_imports=list(model.opset_import))
     stripped.ir_version = model.ir_version

@@ -15,13 +15,17 @@ from .loader import from_proto, load_model
 from .policy import KernelUnavailable, Policy, ReferencePolicy
 
 
-def _meta(info: onnx.ValueInfoProto):
+def tensor_meta(info: onnx.ValueInfoProto):
+    """A graph input/output declaration as a mschecker.runners.TensorMeta (dims: int, or str/None if dynamic)."""
     from ..runners import TensorMeta
 
     tt = info.type.tensor_type
     dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else np.dtype(np.float32)
     return TensorMeta(info.name, dims, dtype)
+
+
+_meta = tensor_meta  # the older private name (mschecker.commands.bisect imports it)
 
 
 class GraphRunner:
@@ -46,10 +50,10 @@ class GraphRunner:
         self.progress: Callable[[int, int], None] | None = None
 
     def inputs(self):
-        return [_meta(i) for i in self.executor.input_infos]
+        return [tensor_meta(i) for i in self.executor.input_infos]
 
     def outputs(self):
-        return [_meta(o) for o in self.executor.model.graph.output]
+        return [tensor_meta(o) for o in self.executor.model.graph.output]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.executor.run(feeds, progress=self.progress)
