@@ -123,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of our stdout went away (`| head`): nothing more to say
         _silence_stdout()
         return EXIT_BROKEN_PIPE
+    except OSError as exc:  # an OS fault on a path some reader did not translate: still about the user's files
+        if exc.filename is None:
+            return _internal(exc, show_traceback)
+        from .fsio import os_reason
+
+        _say(f"error: {exc.filename}: {os_reason(exc)}")
+        return EXIT_BAD_INPUT
     except BaseException as exc:  # noqa: BLE001 - the exit code is the API: an internal error is exit 3
         return _internal(exc, show_traceback)
 

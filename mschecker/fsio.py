@@ -189,7 +189,7 @@ def make_directory(directory) -> list[Path]:
     directory = Path(directory)
     missing = []
     p = directory
-    while not p.exists() and p != p.parent:
+    while not os.path.lexists(p) and p != p.parent:
         missing.append(p)
         p = p.parent
     created = []
@@ -197,7 +197,7 @@ def make_directory(directory) -> list[Path]:
         try:
             d.mkdir()
         except FileExistsError:
-            if not d.is_dir():
+            if not os.path.isdir(d):
                 remove_directories(created)
                 raise InputError(f"cannot create directory {d}: a file of that name exists") from None
             continue
@@ -205,7 +205,7 @@ def make_directory(directory) -> list[Path]:
             remove_directories(created)
             raise InputError(f"cannot create directory {d}: {os_reason(exc)}") from None
         created.append(d)
-    if directory.exists() and not directory.is_dir():
+    if os.path.lexists(directory) and not os.path.isdir(directory):
         raise InputError(f"{directory}: exists and is not a directory")
     return created
 

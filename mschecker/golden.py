@@ -81,7 +81,7 @@ def manifest_path(directory) -> Path:
 def read_manifest(directory) -> dict:
     """The parsed, schema-validated manifest; InputError naming the file and field when missing or malformed."""
     path = manifest_path(directory)
-    if not Path(directory).is_dir():
+    if not os.path.isdir(directory):
         raise InputError(f"golden directory {directory}: not found")
     if not os.path.lexists(path):
         raise InputError(f"golden directory {directory}: no {MANIFEST}")
@@ -133,7 +133,11 @@ def refuse_existing(directory, update: bool) -> None:
         return
     if os.path.lexists(manifest_path(directory)):
         raise InputError(f"golden directory {directory} already holds goldens; pass --update to replace them")
-    if directory.is_dir() and any(directory.glob("*.npy")):
+    try:
+        npys = os.path.isdir(directory) and any(n.endswith(".npy") for n in os.listdir(directory))
+    except OSError:
+        npys = False  # unreadable: the write that follows names the OS's reason
+    if npys:
         raise InputError(f"golden directory {directory} holds .npy files but no {MANIFEST} (an interrupted first "
                          f"record, or not a golden set): pass --update to record over them, or delete them")
 
@@ -178,7 +182,7 @@ def record(directory, tensors: Mapping[str, np.ndarray], *, producer: str, toler
     directory = Path(directory)
     if not tensors:
         raise InputError(f"golden directory {directory}: nothing to record")
-    if os.path.lexists(directory) and not directory.is_dir():
+    if os.path.lexists(directory) and not os.path.isdir(directory):
         raise InputError(f"golden directory {directory}: exists and is not a directory")
     refuse_existing(directory, update)
     old = _old_manifest(directory, update)

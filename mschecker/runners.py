@@ -7,8 +7,11 @@ instead of a backend's multi-line exception.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol, runtime_checkable
@@ -80,7 +83,7 @@ def _check_model_path(model_path) -> Path:
     from .fsio import check_readable
 
     path = Path(model_path)
-    if path.is_dir():
+    if os.path.isdir(path):
         raise InputError(f"model {path}: is a directory, expected an .onnx file")
     check_readable(path, "model")
     return path
@@ -94,13 +97,44 @@ def _check_external_data(path: Path) -> None:
     read_model_proto(path)
 
 
+@contextlib.contextmanager
+def native_stderr_silenced():
+    """File descriptor 2 pointed at /dev/null for the duration: onnxruntime writes some lines from C++ before any
+    logger setting can apply (at import: "Failed to persist telemetry device ID" where $HOME is not writable).
+    Its errors still arrive as exceptions."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def import_onnxruntime():
+    """onnxruntime, imported with its import-time log lines kept off stderr and its loggers set to fatal only."""
+    if "onnxruntime" not in sys.modules:
+        with native_stderr_silenced():
+            import onnxruntime  # noqa: F401
+    quiet_onnxruntime()
+    return sys.modules["onnxruntime"]
+
+
 def quiet_onnxruntime() -> None:
-    """onnxruntime's process-wide logger to errors only (3): its warnings go straight to stderr from C++ and
-    would break the one-line contract (session options cover only the session's own logger)."""
+    """onnxruntime's process-wide logger to fatal only (4): its warnings and error lines go straight to stderr
+    from C++ and would break the one-line contract (session options cover only the session's own logger); the
+    errors still arrive as exceptions, which the runner shortens into its InputError."""
     import onnxruntime as ort
 
     try:
-        ort.set_default_logger_severity(3)
+        ort.set_default_logger_severity(4)
     except Exception:  # noqa: BLE001 - an onnxruntime without the setter: session options still apply
         pass
 
@@ -122,21 +156,21 @@ class OrtRunner:
     session as OrtValues, no file is written) or a mschecker.graph.loader.LoadedModel."""
 
     def __init__(self, model, *, intra_op_threads: int | None = None, label: str | None = None):
-        import onnxruntime as ort
+        ort = import_onnxruntime()
 
         self.path = _check_model_path(model) if isinstance(model, (str, Path)) else None
         if self.path is not None:
             _check_external_data(self.path)
         where = self.label = model_label(model, label)
         self.name = f"onnxruntime {ort.__version__} (CPUExecutionProvider)"
-        quiet_onnxruntime()
         opts = ort.SessionOptions()
-        opts.log_severity_level = 3  # errors only: warnings would break the one-line contract on stderr
+        opts.log_severity_level = 4  # fatal only: its error lines would repeat the exception we report, on stderr
         if intra_op_threads:
             opts.intra_op_num_threads = int(intra_op_threads)
         try:
             source, self._external_values = _ort_source(model, opts)
-            self._session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+            with native_stderr_silenced():
+                self._session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
         except InputError:
             raise
         except Exception as exc:  # InvalidProtobuf, Fail, NotImplemented...: the model is the problem

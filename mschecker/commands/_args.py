@@ -55,12 +55,9 @@ def tolerance_rule(args, hint: dict | None = None):
     from ..compare import ToleranceRule
 
     elementwise = any(getattr(args, k) is not None for k in ELEMENTWISE_FLAGS)
-    if not elementwise and hint:  # the hint's element rule; a --cosine flag adds to (or replaces) its cosine
-        keys = ("tolerance", "atol", "rtol", "ulp", "cosine", "ulp_format")
-        kwargs = {k: hint[k] for k in keys if hint.get(k) is not None}
-        if args.cosine is not None:
-            kwargs["cosine"] = args.cosine
-        return ToleranceRule.from_args(**kwargs)
+    hinted = None if elementwise else ToleranceRule.from_hint(hint, cosine=args.cosine)
+    if hinted is not None:  # the hint's element rule; a --cosine flag adds to (or replaces) its cosine
+        return hinted
     # from_args raises InputError itself for bad values
     return ToleranceRule.from_args(tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, ulp=args.ulp,
                                    cosine=args.cosine)
@@ -180,18 +177,26 @@ def check_writable(path, flag: str) -> Path:
     """Fail before any work when a report cannot be written (its directory is missing or not writable, the path
     is a directory, FIFO or device); the write itself still turns any OS fault into one line."""
     import os
+    import tempfile
 
-    from ..fsio import check_write_target
+    from ..fsio import check_write_target, os_reason
 
     path = Path(path)
-    if path.is_dir():
+    if os.path.isdir(path):
         raise UsageError(f"{flag} {path}: is a directory, expected a file path")
-    if not path.parent.is_dir():
-        raise UsageError(f"{flag} {path}: directory {path.parent} does not exist")
+    try:
+        os.stat(path.parent)
+    except FileNotFoundError:
+        raise UsageError(f"{flag} {path}: directory {path.parent} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write in {path.parent} ({os_reason(exc)})") from None
     try:
         check_write_target(path)
     except Exception as exc:  # InputError naming the kind of file
         raise UsageError(f"{flag} {exc}") from None
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: directory {path.parent} is not writable (Permission denied)")
+    try:  # the OS's own answer (read-only file system, permission denied): an unnamed file, gone when closed
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write in {path.parent} ({os_reason(exc)})") from None
     return path
