@@ -26,9 +26,8 @@ Compiled loops: where the optional C extension mschecker._fastfp16 is built, `fp
 run there, and so does softmax.softmax_fp16_fp16acc; the numpy code stays as the fallback (no compiler, more
 than 3 folded dims, or a NaN result, whose payload only numpy's route reproduces) and as the definition the
 tests compare bits against (tests/kernels/test_fastfp16.py). MSCHECKER_NO_FASTFP16=1 forces the numpy paths.
-Measured (benchmarks/fastfp16_bench.py, shared 2-core box, two runs): 64 sums of 10240 5-16x faster, 8 rows
-of 131072 4x, fp16 softmax 5x, GroupNorm fp16stats 3-5x, fp16 multiply by a scalar 2.2x; one long row is
-latency-bound (~12-20 ns per add, numpy's speed).
+Speed of both routes: benchmarks/fastfp16_bench.py, recorded in benchmarks/results/fastfp16.json (the compiled
+loops win where rows run side by side; one long row is latency-bound on both routes).
 """
 from __future__ import annotations
 

@@ -3,12 +3,9 @@
 conv2d is im2col + one float64 BLAS GEMM per group: the patch matrix (K = C_in/group * kH * kW rows, one column
 per output pixel) is built in chunks over images and output rows (`fill_patches`, never more than
 PATCH_CHUNK_BYTES), with the images of a chunk side by side as GEMM columns, so that small feature maps (SD's
-8x8 and 4x4 stages) still make one wide GEMM instead of one skinny GEMM per image that re-reads the weights.
-Measured on the shared 2-core box (one BLAS thread, CPU time, min of 7 interleaved runs): x (2,320,32,32)
-w (320,320,3,3): the previous tap-by-tap form (nine dgemms with K = C_in, a slice copy and a full-output += per
-tap) ~145 ms, this form ~113 ms (a dgemm alone on the whole patch matrix: ~98 ms); x (2,1280,8,8)
-w (1280,1280,3,3): ~255 -> ~125 ms; x (2,2560,4,4) w (1280,2560,3,3): ~360 -> ~90 ms. Per SD layer against
-onnxruntime: benchmarks/results/kernels_bench.json, section sd_layers.
+8x8 and 4x4 stages) still make one wide GEMM instead of one skinny GEMM per image that re-reads the weights
+(it replaced a tap-by-tap form: nine dgemms with K = C_in per conv). Per SD layer against onnxruntime:
+benchmarks/kernels_bench.py, recorded in benchmarks/results/kernels_bench.json, section sd_layers.
 
 Accuracy: every summation order is the float64 truth up to gamma_K(2^-53)|w||x| (Higham 3.5; K = C_in/group *
 kH * kW), ~1e-13 relative, invisible next to any fp16/bf16 kernel's bound; the GEMM's blocked order is one of
@@ -20,10 +17,8 @@ behind agreement between the two.
 3x3 stride-1 undilated convs with enough tiles and input channels (`takes_winograd`) take a float64 Winograd
 F(2x2, 3x3) route instead (`_winograd_gemms`; transforms and their componentwise error bound
 gamma_{C_in/g + 20} |A^T|(sum_c |G||g||G^T| o |B^T||d||B|)|A| in reference/winograd64.py): 2.25x fewer GEMM
-multiplies, ~1.2-1.5x faster on SD's 32x32 and 16x16 stages (kernels_bench.json, sd_layers); the whole SD-1.5
-UNet at a 32x32 latent (sd15_256 of benchmarks/executor_bench.py, one BLAS thread, per-op timers, routes
-alternated in one process): Conv 7.5 -> 5.9 s,
-total 14.9 -> 13.0 s. Its bound term is ~7x (6-14x measured) the direct sum |w||x|; measured against fsum on
+multiplies (speed per SD layer, direct vs Winograd columns: kernels_bench.json, sd_layers; docs/NUMERICS.md §5
+for the accuracy). Its bound term is ~7x (6-14x measured) the direct sum |w||x|; measured against fsum on
 SD-like data (C_in = 320, 2000 sampled outputs) its max error is 7.9e-16 of max|y| vs im2col's 5.0e-16.
 
 conv_transpose2d is the scatter form: for each kernel tap a dgemm over the input channels, scattered into place.
