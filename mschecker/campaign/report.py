@@ -175,11 +175,11 @@ def _group_label(kind: str, record: CellRecord) -> str:
     return record.block
 
 
-def history_series(store: Store, campaign: str, last: int = HISTORY_RUNS) -> dict[str, dict[str, list]]:
-    """{kind: {group: [(run_id, value), ...]}} over the last runs of a campaign, oldest first. A group's value
+def history_series(store: Store, campaign: str, last: int = HISTORY_RUNS) -> tuple[list[str], dict]:
+    """(run ids oldest first, {kind: {group: {run_id: value}}}) over the last runs of a campaign. A group's value
     is the mean (kernels: max) over its cells' headline metric; NaN when any cell's is NaN."""
     runs = store.runs(campaign, limit=last)[::-1]
-    series: dict[str, dict[str, list]] = {}
+    series: dict[str, dict[str, dict]] = {}
     for run in runs:
         per_group: dict[tuple, list[float]] = {}
         for rec in store.cells(run.run_id):
@@ -190,8 +190,8 @@ def history_series(store: Store, campaign: str, last: int = HISTORY_RUNS) -> dic
                 per_group.setdefault((rec.kind, _group_label(rec.kind, rec)), []).append(v)
         for (kind, group), values in per_group.items():
             agg = max(values) if kind == "kernels" else sum(values) / len(values)
-            series.setdefault(kind, {}).setdefault(group, []).append((run.run_id, agg))
-    return series
+            series.setdefault(kind, {}).setdefault(group, {})[run.run_id] = agg
+    return [r.run_id for r in runs], series
 
 
 def _plot_text(text: str) -> str:
@@ -207,8 +207,13 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def history_plots(series: dict[str, dict[str, list]]) -> list[tuple[str, str]]:
-    """(caption, base64 PNG) per cell kind: the headline metric per group over the runs."""
+def _run_label(run_id: str) -> str:
+    return _plot_text(run_id if len(run_id) <= 40 else "..." + run_id[-37:])
+
+
+def history_plots(run_ids: list[str], series: dict[str, dict[str, dict]]) -> list[tuple[str, str]]:
+    """(caption, base64 PNG) per cell kind: the headline metric per group over the runs (x: runs, oldest
+    first). +-inf (e.g. the PSNR of identical images) is drawn at the plot's edge with a triangle marker."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -216,19 +221,32 @@ def history_plots(series: dict[str, dict[str, list]]) -> list[tuple[str, str]]:
 
     out = []
     for kind, groups in series.items():
-        run_ids = list(dict.fromkeys(r for pts in groups.values() for r, _ in pts))
+        finite = [v for pts in groups.values() for v in pts.values() if math.isfinite(v)]
+        hi, lo = (max(finite), min(finite)) if finite else (1.0, 0.0)
+        span = (hi - lo) or abs(hi) or 1.0
+        top, bottom = hi + 0.15 * span, lo - 0.15 * span
         fig, ax = plt.subplots(figsize=(8, 3.6))
         for group, pts in sorted(groups.items()):
-            xs = [run_ids.index(r) for r, _ in pts]
-            ys = [v if math.isfinite(v) else math.nan for _, v in pts]
-            ax.plot(xs, ys, marker="o", label=_plot_text(group))
+            xs = [i for i, r in enumerate(run_ids) if r in pts]
+            ys = [pts[run_ids[i]] for i in xs]
+            drawn = [top if v == math.inf else bottom if v == -math.inf else v for v in ys]
+            line, = ax.plot(xs, [d if not math.isnan(d) else math.nan for d in drawn], marker="o",
+                            label=_plot_text(group))
+            inf_x = [x for x, v in zip(xs, ys) if math.isinf(v)]
+            for x in inf_x:
+                y = top if ys[xs.index(x)] > 0 else bottom
+                ax.plot([x], [y], marker="^" if y == top else "v", markersize=10, color=line.get_color())
+                ax.annotate("inf" if y == top else "-inf", (x, y), textcoords="offset points", xytext=(8, -3),
+                            fontsize=7, color=line.get_color())
         ax.set_xticks(range(len(run_ids)))
-        ax.set_xticklabels([_plot_text(r[-24:]) for r in run_ids], rotation=30, ha="right", fontsize=7)
+        ax.set_xticklabels([_run_label(r) for r in run_ids], rotation=30, ha="right", fontsize=7)
+        ax.set_xlim(-0.5, len(run_ids) - 0.5)
         ax.set_ylabel(_plot_text(HEADLINE[kind][0]))
         ax.set_title(_plot_text(f"{kind}: {HEADLINE[kind][1]}"), fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-        out.append((f"{kind}: {HEADLINE[kind][1]}, last {len(run_ids)} runs (NaN points are gaps)", _png(fig)))
+        out.append((f"{kind}: {HEADLINE[kind][1]}, last {len(run_ids)} runs (triangles at the edge: +-inf, "
+                    f"e.g. identical images; gaps: NaN or no finished cell)", _png(fig)))
     return out
 
 
@@ -268,7 +286,7 @@ def write_html(comparison: Comparison, store: Store, path, *, last: int = HISTOR
                         cls=html.escape(c.verdict.replace(" ", "-")), key=_html(c.key), dev=_html(c.device),
                         b=_html(c.baseline_status or "-"), r=_html(c.run_status or "-"), v=_html(c.verdict),
                         m=_html(_metric_text(c)), reason=_html(c.reason[:300])))
-    figures = history_plots(history_series(store, comparison.campaign, last))
+    figures = history_plots(*history_series(store, comparison.campaign, last))
     worst = worst_cells_plot(comparison)
     if worst:
         figures.append(worst)
