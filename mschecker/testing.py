@@ -249,11 +249,8 @@ def _golden_rule(rule, tolerance, atol, rtol, ulp, cosine, manifest: dict | None
         return rule
     if any(v is not None for v in (tolerance, atol, rtol, ulp, cosine)):
         return ToleranceRule.from_args(tolerance=tolerance, atol=atol, rtol=rtol, ulp=ulp, cosine=cosine)
-    hint = (manifest or {}).get("tolerance")
-    if isinstance(hint, dict) and any(hint.get(k) is not None for k in ("atol", "rtol", "ulp", "cosine")):
-        return ToleranceRule.from_args(atol=hint.get("atol"), rtol=hint.get("rtol"), ulp=hint.get("ulp"),
-                                       cosine=hint.get("cosine"), ulp_format=hint.get("ulp_format"))
-    return ToleranceRule(atol=0.0, rtol=0.0)
+    hinted = ToleranceRule.from_hint((manifest or {}).get("tolerance"))
+    return hinted if hinted is not None else ToleranceRule(atol=0.0, rtol=0.0)
 
 
 def _record_command(nodeid: str | None, directory: Path, default_dir: Path | None) -> str:

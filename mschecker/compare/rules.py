@@ -162,6 +162,19 @@ class ToleranceRule:
         """True when the engine's C kernel implements this rule exactly (it knows only atol/rtol/ulp)."""
         return type(self) is ToleranceRule
 
+    @classmethod
+    def from_hint(cls, hint, cosine=None) -> "ToleranceRule | None":
+        """The rule a golden manifest's tolerance hint states (its tolerance/atol/rtol/ulp/cosine/ulp_format keys,
+        from_args conventions); `cosine`, when given, adds to or replaces the hint's. None when the hint states
+        no rule (absent, or every key null)."""
+        keys = ("tolerance", "atol", "rtol", "ulp", "cosine", "ulp_format")
+        kwargs = {k: hint[k] for k in keys if isinstance(hint, dict) and hint.get(k) is not None}
+        if cosine is not None:
+            kwargs["cosine"] = cosine
+        if not any(k in kwargs for k in ("tolerance", "atol", "rtol", "ulp", "cosine")):
+            return None
+        return cls.from_args(**kwargs)
+
     def describe(self) -> str:
         """One line that states the rule exactly."""
         parts = [f"|actual - expected| <= {self.atol:g} + {self.rtol:g}*|expected|"]
