@@ -9,8 +9,9 @@ file the current manifest names. New content goes to files under names the curre
 tensor's file name, or `<name>_2.npy` while the old set still holds `<name>.npy`), each written atomically; then
 the manifest is replaced atomically (os.replace + directory fsync): before that instant every reader sees the
 complete old set, after it the complete new set. Only then are the old set's files no longer named removed.
-A writer killed at any point leaves at most files no manifest names (and `.<name>.<random>.tmp` temp files):
-readers ignore them, `verify` lists them with how to clear them, and the next `record` removes them. A failed
+A writer killed at any point leaves at most .npy files no manifest names (and `.<name>.<random>.tmp` temp
+files): readers ignore them, `verify` lists them with how to clear them, and the next `record` (with update, or
+the first record of a directory) removes them. A failed
 record (disk full, read-only file system, permission denied, Ctrl-C) removes what it wrote and raises InputError.
 
 Manifest schema (schema_version 1; validated on every read, mschecker.schema):
@@ -189,6 +190,9 @@ def record(directory, tensors: Mapping[str, np.ndarray], *, producer: str, toler
     created = fsio.make_directory(directory)
     _clean_temp_leftovers(directory)
     old_files = {e["file"].lower(): e for e in (old or {}).get("tensors", {}).values()}
+    # .npy files no manifest names: left by a writer killed after its commit (the set it replaced) or before it
+    # (its new files); refuse_existing let us get here, so they go once the new set is committed
+    untracked = [n for n in _listdir(directory) if n.endswith(".npy") and n.lower() not in old_files]
     placed: list[Path] = []
     try:
         entries, used = {}, set()
@@ -226,10 +230,17 @@ def record(directory, tensors: Mapping[str, np.ndarray], *, producer: str, toler
         raise
     fsio.fsync_directory(directory)
     keep = {e["file"].lower() for e in entries.values()}
-    for key, entry in old_files.items():
-        if key not in keep:
-            fsio.unlink_quietly(directory / entry["file"])
+    for name in [e["file"] for e in old_files.values()] + untracked:
+        if name.lower() not in keep:
+            fsio.unlink_quietly(directory / name)
     return manifest
+
+
+def _listdir(directory: Path) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
 
 
 def changes(old: dict | None, new: dict) -> list[str]:
