@@ -19,7 +19,8 @@ def output_rounding(ref, variant: Variant) -> np.ndarray:
 
 
 def subnormal_floor(variant: Variant) -> float:
-    """Half the spacing of the smallest subnormal region: the absolute floor for results rounding to ~0."""
+    """One subnormal step (2^-24 in fp16): twice the rounding error u*N below the normal range (docs/NUMERICS.md
+    §1), the absolute floor for results rounding to ~0."""
     from .dtypes import float_format
 
     fmt = float_format(variant.dtype)
