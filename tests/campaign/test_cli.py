@@ -161,3 +161,22 @@ def test_shipping_keeps_sidecars_and_external_data(tmp_path):
     assert numpy_helper.to_array(loaded.graph.initializer[0])[63, 63] == 4095
     assert (Path(local[str(src / "x.bin")]).parent / "x.bin.json").is_file()
     assert (Path(local[str(gold)]) / "manifest.json").read_text() == "{}"
+
+
+def test_parquet_export(tmp_path, capsys):
+    raw = spec_raw()
+    key = parse_campaign(raw, tmp_path / "c.toml").cells()[0].key
+    store = tmp_path / "s.sqlite"
+    with Store.open(store, create=True) as s:
+        add_run(s, "a", raw, tmp_path, {key: record("pass", {"image_psnr_db": 40.0, "image_ssim": 0.99})})
+    out = tmp_path / "a.parquet"
+    try:
+        import pyarrow.parquet as pq
+    except ModuleNotFoundError:  # optional: without pyarrow the export is one clear line, exit 2
+        assert cli(["campaign", "export", "a", str(out), "--store", str(store)]) == 2
+        assert "Parquet export needs pyarrow" in one_line_error(capsys)
+        assert not out.exists()
+        return
+    assert cli(["campaign", "export", "a", str(out), "--store", str(store)]) == 0
+    rows = pq.read_table(out).to_pylist()
+    assert sorted((r["metric"], r["value"]) for r in rows) == [("image_psnr_db", 40.0), ("image_ssim", 0.99)]

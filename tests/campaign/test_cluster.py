@@ -143,3 +143,16 @@ def test_crashes_timeouts_and_dead_workers_are_recorded(cluster, tmp_path):
     assert reasons["raise"] == "RuntimeError: boom [/bold] <b>"
     assert "ran past the cell timeout of 4 s" in reasons["hang"] and "its worker was restarted" in reasons["hang"]
     assert "its worker died while running it" in reasons["die"]
+
+
+@pytest.mark.slow
+def test_cli_starts_its_own_local_cluster(tmp_path, capsys):
+    """`campaign run` without --scheduler: a LocalCluster of --workers processes, twice; the second run is
+    compared with the first (smoke.toml declares baseline = "previous") and nothing changed."""
+    smoke = Path(__file__).resolve().parents[2] / "examples" / "campaigns" / "smoke.toml"
+    argv = ["campaign", "run", str(smoke), "--workers", "2", "--store", str(tmp_path / "s.sqlite")]
+    assert cli(argv) == 0
+    assert "nothing to compare with" in capsys.readouterr().out
+    assert cli(argv) == 0
+    out = capsys.readouterr().out
+    assert "6 cells: 6 same" in out and "no regression against the baseline" in out
