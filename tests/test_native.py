@@ -115,3 +115,14 @@ def test_version_flag_names_the_fast_paths(capsys, monkeypatch):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"mschecker {__version__}" and len(out) == 1 + len(native.FAST_PATHS)
     assert any(line.strip().startswith("_fastcompare: ") and "MSCHECKER_NO_FASTCOMPARE=1" in line for line in out)
+
+
+def test_compare_kernel_sizes_are_checked(fresh):
+    """The comparison kernel's exact-bin count: a histogram sized differently on one side is refused at import."""
+    from mschecker.compare import engine, ulp
+
+    if engine._fastcompare is None:
+        pytest.skip("mschecker._fastcompare not built")
+    assert native.load("_fastcompare", EXACT_BINS=ulp._EXACT_ULP_BINS, NEDGES=engine._DECADE_EDGES.size)
+    with pytest.warns(RuntimeWarning, match="constant EXACT_BINS"):
+        assert native.load("_fastcompare", EXACT_BINS=ulp._EXACT_ULP_BINS // 2) is None
