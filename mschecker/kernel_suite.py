@@ -130,20 +130,29 @@ def _check(info: KernelInfo, variant: Variant, case: Case, outcome: VariantOutco
         outcome.add_crash(case, exc)
 
 
-def _search_bug(info: KernelInfo, bug: Variant, examples: int, outcome: VariantOutcome) -> None:
+def find_breaking_case(info: KernelInfo, bug: Variant, max_examples: int) -> Case | None:
+    """A case on which the planted bug breaks the contract it is held to, searched (derandomized) with its
+    catch_with strategy; None when `max_examples` draws find none. The one search the suite, the pytest helper
+    (testing.check_planted_bugs) and the registry-wide test all use. A crash is not a catch: the bug must break
+    its contract on an input it accepts."""
     strategy = info.strategies[bug.catch_with or "generic"]()
 
     def breaks(case: Case) -> bool:
         try:
             return not check_case(info, bug, case).passed
-        except Exception:  # a crash is not a catch: the bug must break its contract on an input it accepts
+        except Exception:  # noqa: BLE001 - see the docstring
             return False
 
     try:
-        case = find(strategy, breaks, settings=_settings(BUG_SEARCH_FACTOR * examples))
+        return find(strategy, breaks, settings=_settings(max_examples))
     except NoSuchExample:
-        return
-    _check(info, bug, case, outcome)
+        return None
+
+
+def _search_bug(info: KernelInfo, bug: Variant, examples: int, outcome: VariantOutcome) -> None:
+    case = find_breaking_case(info, bug, BUG_SEARCH_FACTOR * examples)
+    if case is not None:
+        _check(info, bug, case, outcome)
 
 
 def kernel_cases(info: KernelInfo, examples: int) -> list[Case]:

@@ -533,23 +533,17 @@ def check_planted_bugs(name: str, *, max_examples: int = 300) -> list[Case]:
     Returns the failing case found for each bug; AssertionError names a bug that was not caught.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not mschecker's internals
-    from hypothesis import HealthCheck, find
-    from hypothesis import settings as hsettings
-    from hypothesis.errors import NoSuchExample
+    from .kernel_suite import find_breaking_case
 
     info = get_kernel(name)
     found = []
     for bug in info.planted_bugs:
-        strategy = info.strategies[bug.catch_with or "generic"]()
-        try:
-            case = find(strategy, lambda c, bug=bug: not check_case(info, bug, c).passed,
-                        settings=hsettings(max_examples=max_examples, derandomize=True, database=None,
-                                           deadline=None, suppress_health_check=list(HealthCheck)))
-        except NoSuchExample:
+        case = find_breaking_case(info, bug, max_examples)
+        if case is None:
             text = (f"{name}/{bug.name} ({bug.planted_bug}) was not caught by strategy {bug.catch_with or 'generic'} "
                     f"in {max_examples} examples: the contract or the strategy is too weak")
             _record("planted-bug", f"{name}/{bug.name}", None, text, passed=False)
-            raise AssertionError(text) from None
+            raise AssertionError(text)
         _record("planted-bug", f"{name}/{bug.name}", None,
                 f"{name}/{bug.name} ({bug.planted_bug}) caught on {case.label}", passed=True)
         found.append(case)

@@ -6,9 +6,9 @@ Generic over the registry: a new kernel entry is tested here without a new test.
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, find, given, settings
-from hypothesis.errors import NoSuchExample
+from hypothesis import given
 
+from mschecker.kernel_suite import find_breaking_case
 from mschecker.kernelcheck import assert_meets_contract, check_case
 from mschecker.registry import get_kernel, registry
 
@@ -35,12 +35,8 @@ def test_variant_meets_contract(kernel, variant, strategy):
 def test_planted_bug_is_caught(kernel, variant):
     info = get_kernel(kernel)
     bug = info.variant(variant)
-    strategy = info.strategies[bug.catch_with or "generic"]()
-    try:
-        case = find(strategy, lambda c: not check_case(info, bug, c).passed,
-                    settings=settings(max_examples=300, derandomize=True, database=None, deadline=None,
-                                      suppress_health_check=list(HealthCheck)))
-    except NoSuchExample:
+    case = find_breaking_case(info, bug, 300)
+    if case is None:
         pytest.fail(f"{kernel}/{variant} ({bug.planted_bug}) was not caught by strategy "
                     f"{bug.catch_with or 'generic'}: the contract or the strategy is too weak")
     assert not check_case(info, bug, case).passed
