@@ -230,6 +230,8 @@ class PNDMScheduler(_Scheduler):
             self.prk_timesteps = np.array([], dtype=np.int64)
             plms = np.concatenate([ascending[:-1], ascending[-2:-1], ascending[-1:]])[::-1]
         else:
+            if n < 4:  # diffusers fails inside numpy here
+                c.fail("skip_prk_steps", f"needs >= 4 inference steps (the Runge-Kutta start takes 3), got {n}")
             prk = ascending[-4:].repeat(2) + np.tile(np.array([0, train // n // 2]), 4)
             self.prk_timesteps = prk[:-1].repeat(2)[1:-1][::-1].copy()
             plms = ascending[:-3][::-1]

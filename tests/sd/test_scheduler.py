@@ -278,10 +278,11 @@ def test_unknown_class_is_an_input_error_naming_it_and_the_supported_ones():
     ({"_class_name": "DDIMScheduler", "trained_betas": [0.1, 0.2]}, "trained_betas"),
     ({"_class_name": "DDIMScheduler", "clip_sample": "no"}, "clip_sample"),
     ({"_class_name": "DPMSolverMultistepScheduler", "solver_order": 4}, "solver_order"),
+    ({"_class_name": "PNDMScheduler", "skip_prk_steps": False, "steps": 3}, "skip_prk_steps"),
 ])
 def test_unsupported_or_malformed_options_are_input_errors_naming_the_key(changes, named):
     with pytest.raises(InputError, match=f"cfg.json: .*{named}"):
-        scheduler_from_config(dict(SD15_CONFIG, **changes), 10, source="cfg.json")
+        scheduler_from_config(dict(SD15_CONFIG, **changes), changes.get("steps", 10), source="cfg.json")
 
 
 @pytest.mark.parametrize("steps", [0, -1, 2.5, True, 1001])
@@ -334,3 +335,54 @@ def test_multistep_schedulers_refuse_out_of_order_steps():
     with pytest.raises(ValueError, match="index 2, expected 1"):
         s.step(x, 2, x)
     assert isinstance(DPMSolverMultistepScheduler(5), DPMSolverMultistepScheduler)
+
+
+# ------------------------------------------------------------------------------------------------ planted bugs
+def worst_float64_error(data, names) -> float:
+    """The largest per-step error against diffusers' float64 runs, in units of the bound the main test allows."""
+    worst = 0.0
+    for name in names:
+        _, _, samples = run_case(name, data)
+        bound = (1000 + 30 * (np.arange(len(samples)) + 1)) * U64
+        worst = max(worst, float((per_step_error(samples, data[f"{name}/samples_f64"]) / bound).max()))
+    return worst
+
+
+def cases_with(**match) -> list[str]:
+    return [n for n, c in CASES.items() if all(c["config"].get(k) == v or c["class"] == v
+                                               for k, v in match.items())]
+
+
+@pytest.mark.parametrize("bug", [
+    "karras rho 7.5", "v-prediction x0 sign", "zero SNR not rescaled", "cosine beta cap 0.99",
+    "PLMS warm-up at the next timestep", "DPM alpha_t without sqrt"])
+def test_planted_bugs_are_caught(bug, data, monkeypatch):
+    import mschecker.sd.scheduler as sched
+
+    if bug == "karras rho 7.5":
+        original = sched._karras
+        monkeypatch.setattr(sched, "_karras", lambda hi, lo, n, rho=7.0: original(hi, lo, n, 7.5))
+        names = cases_with(use_karras_sigmas=True)
+    elif bug == "v-prediction x0 sign":
+        monkeypatch.setattr(sched, "_x0_from_sigma", lambda kind, m, x, s: m * (s / np.sqrt(s ** 2 + 1))
+                            + x / (s ** 2 + 1) if kind == "v_prediction" else x - s * m)
+        names = ["euler_leading_v", "euler_a_v_trailing_cos"]
+    elif bug == "zero SNR not rescaled":
+        monkeypatch.setattr(sched, "_rescale_zero_terminal_snr", lambda betas: betas)
+        names = cases_with(rescale_betas_zero_snr=True)
+    elif bug == "cosine beta cap 0.99":
+        original = sched._betas_for_alpha_bar
+        monkeypatch.setattr(sched, "_betas_for_alpha_bar", lambda n, max_beta=0.999: original(n, 0.99))
+        names = cases_with(beta_schedule="squaredcos_cap_v2")
+    elif bug == "PLMS warm-up at the next timestep":
+        original = sched.PNDMScheduler._prev_sample
+        monkeypatch.setattr(sched.PNDMScheduler, "_prev_sample", lambda self, x, t, prev_t, m: original(
+            self, x, t - 1 if self.counter == 1 else t, prev_t, m))
+        names = ["pndm_sd15"]
+    else:
+        original = sched.DPMSolverMultistepScheduler._alpha_sigma_lambda  # alpha_t without its square root
+        monkeypatch.setattr(sched.DPMSolverMultistepScheduler, "_alpha_sigma_lambda", lambda self, s: (
+            original(self, s)[0] ** 2, *original(self, s)[1:]))
+        names = ["dpmpp_sd15"]
+    assert names
+    assert worst_float64_error(data, names) > 1e3
