@@ -13,7 +13,7 @@ What it adds (docs/PLUGIN.md is the user's view):
   directories are rewritten once at the end of the session (mschecker.golden.record: atomic per file, manifest
   last) and the terminal summary lists what was added or changed.
 - ``--mschecker-golden-dir DIR`` / ini ``mschecker_golden_dir`` (default ``tests/golden`` under the rootdir).
-- ``--mschecker-hypothesis-profile ci|thorough`` (or MSCHECKER_HYPOTHESIS_PROFILE): see mschecker.profiles.
+- ``--mschecker-hypothesis-profile ci|thorough`` (or MSCHECKER_HYPOTHESIS_PROFILE): see mschecker.hypothesis_profiles.
 
 pytest-xdist: a worker keeps its own records and, in update mode, stages its goldens under a directory the
 controller handed it (``workerinput``); at its end the records travel back in ``workeroutput``; the controller
@@ -98,12 +98,12 @@ def _configure_profiles(config) -> None:
     hyp = getattr(config.option, "hypothesis_profile", None)
     if not option and not hyp and not os.environ.get("MSCHECKER_HYPOTHESIS_PROFILE"):
         return  # nothing asked for: do not even import hypothesis
-    from . import profiles
+    from . import hypothesis_profiles
 
-    if hyp and str(hyp).startswith(profiles.PREFIX):
-        profiles.register_profiles()
+    if hyp and str(hyp).startswith(hypothesis_profiles.PREFIX):
+        hypothesis_profiles.register_profiles()
     try:
-        profiles.load_profile(option)
+        hypothesis_profiles.load_profile(option)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 

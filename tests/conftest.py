@@ -5,7 +5,7 @@ with one OpenBLAS thread and its Haswell (AVX2) kernels. OpenBLAS picks its summ
 by CPU kernel (measured: forcing the Sandybridge kernels breaks 4 bit-exact golden tests), so the suite pins both
 before numpy loads, on x86-64 CPUs with AVX2; explicit user settings win.
 
-Hypothesis profiles come from mschecker.profiles: `ci` (derandomized, default here) and `thorough`.
+Hypothesis profiles come from mschecker.hypothesis_profiles: `ci` (derandomized, default here) and `thorough`.
 Choose with MSCHECKER_HYPOTHESIS_PROFILE=thorough or `pytest --mschecker-hypothesis-profile=thorough`.
 """
 import os
@@ -29,6 +29,6 @@ def _pin_blas() -> None:
 
 _pin_blas()
 
-from mschecker.profiles import load_profile  # noqa: E402  (after the BLAS pin: it may import numpy)
+from mschecker.hypothesis_profiles import load_profile  # noqa: E402  (after the BLAS pin: it may import numpy)
 
 load_profile(default="ci")
