@@ -165,7 +165,8 @@ def judge_metric(name: str, base: list[float], run: list[float], *, bit_exact: b
     return MetricVerdict(name, b, r, noise, allow, verdict, (len(base), len(run)), measured)
 
 
-def compare_cell(base: list[CellRecord] | None, run: list[CellRecord] | None, allow: dict[str, float]) -> CellComparison:
+def compare_cell(base: list[CellRecord] | None, run: list[CellRecord] | None,
+                 allow: dict[str, float]) -> CellComparison:
     ref = (run or base)[0]
     bs = cell_status(base) if base else None
     rs = cell_status(run) if run else None
@@ -208,7 +209,8 @@ def compare_cell(base: list[CellRecord] | None, run: list[CellRecord] | None, al
 def compare_runs(store: Store, baseline_id: str, run_id: str, allow: dict[str, float] | None = None) -> Comparison:
     """Compare every cell of `run_id` with `baseline_id` (both must exist: InputError naming the id). The
     allowances are the run's campaign's ([compare] allow) unless given."""
-    base_info, run_info = store.run(baseline_id), store.run(run_id)
+    store.run(baseline_id)  # InputError naming an unknown id
+    run_info = store.run(run_id)
     if allow is None:
         allow = {k: float(v) for k, v in (run_info.spec.get("compare", {}).get("allow") or {}).items()}
     base, run = _group(store.cells(baseline_id)), _group(store.cells(run_id))

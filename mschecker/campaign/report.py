@@ -2,9 +2,9 @@
 matplotlib plots over the run history.
 
 Names in cells come from campaign files and models (prompts, tensor names, block names): untrusted text. Rich
-output escapes markup (`rich.markup.escape`, so `[/bold]x` prints as itself) and the HTML escapes everything
-it shows (`html.escape`); plots get the names as plain text (matplotlib does not parse markup unless a string
-holds `$...$` mathtext, which `_plot_text` neutralises).
+output goes through mschecker.untrusted.markup (control characters shown as escapes, Rich markup escaped, so
+`[/bold]x` prints as itself), the HTML through html.escape of the same plain text; plots get plain text
+(matplotlib parses no markup except `$...$` mathtext, which `_plot_text` neutralises).
 """
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import html
 import io
 import json
 import math
-import re
 import time
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..untrusted import markup, plain as _plain
 from .compare import BETTER, SAME, WORSE, CellComparison, Comparison
 from .store import CellRecord, Store
 
@@ -27,19 +27,8 @@ _ORDER = {WORSE: 0, "crashed": 1, "timeout": 1, "killed": 1, BETTER: 2, "changed
           "new": 4, "missing": 4, SAME: 5}
 _STYLE = {WORSE: "bold red", BETTER: "green", SAME: "dim", "crashed": "bold yellow", "timeout": "bold yellow",
           "killed": "bold yellow", "pass": "green", "fail": "red"}
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 HISTORY_RUNS = 10
 WORST_CELLS = 10
-
-
-def _plain(text) -> str:
-    """One line, control and bidi characters shown as escapes (a prompt may hold anything)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100
-                        else f"\\u{ord(m.group(0)):04x}", str(text))
-
-
-def _rich(text) -> str:
-    return escape(_plain(text))
 
 
 def _html(text) -> str:
@@ -67,7 +56,9 @@ def _metric_text(c: CellComparison) -> str:
     m = c.worst() or next((m for m in c.metrics if m.verdict == BETTER), None)
     if m is None:
         return ""
-    noise = f" (noise {fmt(m.noise)}{'' if m.noise_measured else ', unmeasured'})" if m.noise or not m.noise_measured else ""
+    noise = ""
+    if m.noise or not m.noise_measured:
+        noise = f" (noise {fmt(m.noise)}{'' if m.noise_measured else ', unmeasured'})"
     return f"{m.name}: {fmt(m.baseline)} -> {fmt(m.run)}{noise}"
 
 
@@ -78,14 +69,14 @@ def sorted_cells(comparison: Comparison) -> list[CellComparison]:
 # -------------------------------------------------------------------------------------------------- console
 def render_comparison(comparison: Comparison, console: Console, *, show_same: bool = False) -> None:
     counts = comparison.counts()
-    table = Table(title=f"campaign {_rich(comparison.campaign)}: {_rich(comparison.run)} vs baseline "
-                        f"{_rich(comparison.baseline)}")
+    table = Table(title=f"campaign {markup(comparison.campaign)}: {markup(comparison.run)} vs baseline "
+                        f"{markup(comparison.baseline)}")
     for col in ("cell", "device", "baseline", "run", "verdict", "metric (baseline -> run)", "reason"):
         table.add_column(col, overflow="fold")
     shown = [c for c in sorted_cells(comparison) if show_same or c.verdict != SAME]
     for c in shown:
-        table.add_row(_rich(c.key), _rich(c.device), _styled(c.baseline_status), _styled(c.run_status),
-                      _styled(c.verdict), _rich(_metric_text(c)), _rich(c.reason[:200]))
+        table.add_row(markup(c.key), markup(c.device), _styled(c.baseline_status), _styled(c.run_status),
+                      _styled(c.verdict), markup(_metric_text(c)), markup(c.reason[:200]))
     if shown:
         console.print(table)
     hidden = len(comparison.cells) - len(shown)
@@ -101,7 +92,7 @@ def render_run(summary, records: list[CellRecord], console: Console) -> None:
     """The run's cells (one row per cell, repeats folded) and its counts."""
     from .compare import cell_status
 
-    table = Table(title=f"campaign {_rich(summary.campaign)} run {_rich(summary.run_id)}")
+    table = Table(title=f"campaign {markup(summary.campaign)} run {markup(summary.run_id)}")
     for col in ("cell", "device", "status", "samples", "wall s", "reason"):
         table.add_column(col, overflow="fold")
     groups: dict[str, list[CellRecord]] = {}
@@ -111,8 +102,8 @@ def render_run(summary, records: list[CellRecord], console: Console) -> None:
         status = cell_status(samples)
         wall = sum(s.wall_s or 0.0 for s in samples)
         reason = next((s.reason for s in samples if s.reason and s.status == status), "")
-        table.add_row(_rich(key), _rich(samples[0].device), _styled(status), str(len(samples)), f"{wall:.1f}",
-                      _rich(reason[:200]))
+        table.add_row(markup(key), markup(samples[0].device), _styled(status), str(len(samples)), f"{wall:.1f}",
+                      markup(reason[:200]))
     console.print(table)
     counts = ", ".join(f"{summary.count(s)} {s}" for s in ("pass", "fail", "crashed", "timeout", "killed")
                        if summary.count(s))
@@ -121,13 +112,13 @@ def render_run(summary, records: list[CellRecord], console: Console) -> None:
                   f"worker(s) ({escape(str(summary.engine.get('scheduler')))})", highlight=False)
     if summary.unfinished:
         console.print(f"[bold yellow]{len(summary.unfinished)} cell(s) did not finish; rerun with --run-id "
-                      f"{_rich(summary.run_id)} to run only those[/]")
+                      f"{markup(summary.run_id)} to run only those[/]")
 
 
 def render_history(store: Store, runs, console: Console) -> None:
     from .compare import cell_status
 
-    table = Table(title=f"runs in {_rich(store.path)}")
+    table = Table(title=f"runs in {markup(store.path)}")
     for col in ("run id", "campaign", "created (UTC)", "status", "cells", "pass", "fail", "unfinished"):
         table.add_column(col)
     for r in runs:
@@ -135,8 +126,8 @@ def render_history(store: Store, runs, console: Console) -> None:
         for rec in store.cells(r.run_id):
             groups.setdefault(rec.key, []).append(rec)
         statuses = [cell_status(v) for v in groups.values()]
-        table.add_row(_rich(r.run_id), _rich(r.campaign),
-                      time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created_at)), _rich(r.status),
+        table.add_row(markup(r.run_id), markup(r.campaign),
+                      time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created_at)), markup(r.status),
                       str(len(statuses)), str(statuses.count("pass")), str(statuses.count("fail")),
                       str(sum(s not in ("pass", "fail") for s in statuses)))
     console.print(table)

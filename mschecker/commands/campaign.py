@@ -17,7 +17,7 @@ import sys
 
 from rich.console import Console
 
-from ..errors import InputError, UsageError
+from ..errors import UsageError
 from ._args import Parser, check_writable
 
 DEFAULT_STORE = "mschecker-campaign.sqlite"

@@ -132,7 +132,8 @@ def test_crashes_timeouts_and_dead_workers_are_recorded(cluster, tmp_path):
                                    for n in ("ok", "raise", "hang", "die"))
                          # submitted after both workers were restarted: the shipped files must be sent again
                          + f'[[check]]\nname = "after"\nmodel = "{DEFAULT / "model.onnx"}"\ndevices = ["reference"]\n'
-                           f'inputs = ["{DEFAULT / "x.bin"}", "{DEFAULT / "t.bin"}"]\ngolden = "{DEFAULT / "expected"}"\n')
+                           f'inputs = ["{DEFAULT / "x.bin"}", "{DEFAULT / "t.bin"}"]\n'
+                           f'golden = "{DEFAULT / "expected"}"\n')
     summary = run_campaign(load_campaign(spec_file), tmp_path / "s.sqlite",
                            EngineConfig(scheduler=cluster.scheduler_address), run_id="f1", cell_fn=behaving_cell)
     blocks = {k.split(" |")[0]: s for k, s in summary.statuses.items()}

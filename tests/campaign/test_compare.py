@@ -119,16 +119,18 @@ def test_changed_and_missing_cells(tmp_path):
 
 def test_repeated_cells_use_their_spread(tmp_path):
     raw = {"campaign": {"name": "nightly", "repeats": 3},
-           "check": [{"name": "m", "model": "../../golden/default/model.onnx", "golden": "../../golden/default/expected",
+           "check": [{"name": "m", "model": "../../golden/default/model.onnx",
+                      "golden": "../../golden/default/expected",
                       "inputs": ["../../golden/default/x.bin", "../../golden/default/t.bin"]}]}
     from pathlib import Path
 
     here = Path(__file__).resolve().parent
     (cell0, cell1, cell2) = cells_of(raw, here)
     assert not cell0.bit_exact
-    base = {c.task_key: record("pass", {"logits.max_abs_err": v}) for c, v in zip((cell0, cell1, cell2), (1e-6, 3e-6, 2e-6))}
-    within = {c.task_key: record("pass", {"logits.max_abs_err": v}) for c, v in zip((cell0, cell1, cell2), (2.5e-6, 3.5e-6, 3e-6))}
-    beyond = {c.task_key: record("pass", {"logits.max_abs_err": v}) for c, v in zip((cell0, cell1, cell2), (5.1e-6, 5.2e-6, 5.3e-6))}
+    def samples(*values):
+        return {c.task_key: record("pass", {"logits.max_abs_err": v}) for c, v in zip((cell0, cell1, cell2), values)}
+
+    base, within, beyond = samples(1e-6, 3e-6, 2e-6), samples(2.5e-6, 3.5e-6, 3e-6), samples(5.1e-6, 5.2e-6, 5.3e-6)
     store = Store.open(tmp_path / "s.sqlite", create=True)
     with store:
         add_run(store, "base", raw, here, base, created_at=1.0)
