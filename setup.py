@@ -1,12 +1,14 @@
 """Declares only the optional C extensions; all other metadata is in pyproject.toml.
 
 Each extension is a compiled fast path of a numpy implementation that stays in the package and gives the same
-results (bit for bit where the numpy twin says so); the Python side imports it with try/except:
+results (bit for bit where the numpy twin says so); mschecker/native.py loads them, checks the constants each
+shares with its Python side, and makes a missing one an error under MSCHECKER_REQUIRE_NATIVE=1 (set in CI):
 - mschecker._fastcompare: the one-pass kernel of the streaming comparison (mschecker/compare.py);
 - mschecker._fastfp16: fp16 loops of the emulated NPU (sequential fp16 sums, fp16 softmax, fp16 binary ops;
   optimized_kernels/halfcast.py, optimized_kernels/softmax.py);
 - mschecker._fastref: the float64 reference's exp and softmax (reference/exp64.py, reference/softmax.py).
-They are optional: when no C compiler is available their build fails quietly (optional=True) and numpy runs.
+They are optional: when no C compiler is available their build fails quietly (optional=True) and numpy runs;
+`mschecker --version` says which are active.
 -ffp-contract=off keeps a*b + c from becoming a fused multiply-add, so every operation rounds exactly as numpy
 computes it; no -march=native (portable builds), no -ffast-math (IEEE semantics are required).
 """
