@@ -12,6 +12,8 @@ metric the run's median is compared with the baseline's:
                 (flagged in the result), so a change is never hidden.
   allow       = the campaign's declared allowance for the metric ([compare] allow, by full name or by the
                 part after the last dot), default 0.
+Only the metrics matching `[compare] metrics` (fnmatch patterns, default every metric) are judged; every metric
+is stored either way.
   worse  if improvement < -(noise + allow);  better if improvement > noise;  same otherwise.
 NaN counts as the worst value (a finite metric turning NaN is worse; NaN turning finite is better).
 
@@ -23,6 +25,7 @@ in the run (`new`) or missing from it (`missing`), and one whose baseline did no
 """
 from __future__ import annotations
 
+import fnmatch
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -165,8 +168,13 @@ def judge_metric(name: str, base: list[float], run: list[float], *, bit_exact: b
     return MetricVerdict(name, b, r, noise, allow, verdict, (len(base), len(run)), measured)
 
 
+def judged(name: str, patterns: list[str]) -> bool:
+    """Whether `[compare] metrics` (fnmatch patterns, default ["*"]) selects the metric for the verdicts."""
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
 def compare_cell(base: list[CellRecord] | None, run: list[CellRecord] | None,
-                 allow: dict[str, float]) -> CellComparison:
+                 allow: dict[str, float], patterns: list[str] = ("*",)) -> CellComparison:
     ref = (run or base)[0]
     bs = cell_status(base) if base else None
     rs = cell_status(run) if run else None
@@ -184,7 +192,7 @@ def compare_cell(base: list[CellRecord] | None, run: list[CellRecord] | None,
         out.verdict, out.reason = NO_BASELINE, f"baseline cell {bs}"
         return out
     bit_exact = ref.bit_exact and base[0].bit_exact
-    names = sorted({n for s in base + run for n in s.metrics})
+    names = sorted({n for s in base + run for n in s.metrics if judged(n, patterns)})
     for name in names:
         bvals = [s.metrics[name] for s in base if name in s.metrics]
         rvals = [s.metrics[name] for s in run if name in s.metrics]
@@ -208,12 +216,15 @@ def compare_cell(base: list[CellRecord] | None, run: list[CellRecord] | None,
 
 def compare_runs(store: Store, baseline_id: str, run_id: str, allow: dict[str, float] | None = None) -> Comparison:
     """Compare every cell of `run_id` with `baseline_id` (both must exist: InputError naming the id). The
-    allowances are the run's campaign's ([compare] allow) unless given."""
+    allowances ([compare] allow, unless given) and the judged metrics ([compare] metrics) are the run's
+    campaign's."""
     store.run(baseline_id)  # InputError naming an unknown id
     run_info = store.run(run_id)
+    declared = run_info.spec.get("compare", {})
     if allow is None:
-        allow = {k: float(v) for k, v in (run_info.spec.get("compare", {}).get("allow") or {}).items()}
+        allow = {k: float(v) for k, v in (declared.get("allow") or {}).items()}
+    patterns = list(declared.get("metrics") or ["*"])
     base, run = _group(store.cells(baseline_id)), _group(store.cells(run_id))
     keys = list(dict.fromkeys([*run, *base]))
-    cells = [compare_cell(base.get(k), run.get(k), allow) for k in keys]
+    cells = [compare_cell(base.get(k), run.get(k), allow, patterns) for k in keys]
     return Comparison(baseline_id, run_id, run_info.campaign, cells)

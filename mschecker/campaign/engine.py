@@ -99,8 +99,9 @@ class DaskEngine:
             return self
         n = cfg.workers or os.cpu_count() or 1
         with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+            # the scheduler's log lines about restarted or dead workers would repeat what the records say
             self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                                        memory_limit=cfg.memory_limit, silence_logs=logging.ERROR)
+                                        memory_limit=cfg.memory_limit, silence_logs=logging.CRITICAL)
             self.client = Client(self.cluster, set_as_default=False)
         return self
 
@@ -170,8 +171,8 @@ class DaskEngine:
 
         def on_event(event):
             msg = event[1] if isinstance(event, tuple) else event
-            if isinstance(msg, dict) and msg.get("run_id") == run_id:
-                started[msg["task"]] = (msg["start"], msg["worker"])
+            if isinstance(msg, dict) and msg.get("run_id") == run_id:  # the driver's clock: workers' may differ
+                started[msg["task"]] = (time.time(), msg["worker"])
 
         self.client.subscribe_topic(TOPIC, on_event)
         self._blob_futures = {}

@@ -9,7 +9,7 @@ ones), every value's type is checked, and every path must exist, with one InputE
 Layout (docs/CAMPAIGN.md has the reference):
 
     [campaign]  name (required), baseline ("previous" | a run id), timeout_s, repeats, ship_files
-    [compare]   allow = {metric = allowed worsening}
+    [compare]   allow = {metric = allowed worsening}, metrics = [judged metric patterns]
     [[check]]   name, model, inputs, golden, devices, profiles, npu_options, tolerance, topk
     [[sd]]      name, preset, prompts, seeds, steps, scheduler, guidance_scale, profiles, npu_options,
                 stage_options, psnr_min, search_fix, weights_seed
@@ -42,7 +42,7 @@ BASELINE_PREVIOUS = "previous"
 
 _CAMPAIGN_KEYS = {"name": str, "baseline": str, "timeout_s": (int, float), "repeats": int, "ship_files": bool,
                   "description": str}
-_COMPARE_KEYS = {"allow": dict}
+_COMPARE_KEYS = {"allow": dict, "metrics": list}
 _NPU_OPTION_KEYS = {"precision_mode": str, "keep_dtype": list, "overflow_mode": str, "implmode": str,
                     "implmode_by_op_type": dict}
 _TOLERANCE_KEYS = {"tolerance": (int, float), "atol": (int, float), "rtol": (int, float), "ulp": int,
@@ -102,6 +102,7 @@ class CampaignSpec:
     repeats: int
     ship_files: bool
     allow: dict[str, float]
+    metrics: list[str]                                              # fnmatch patterns of the judged metrics
     blocks: list[tuple[str, dict]] = field(default_factory=list)   # (kind, validated block) in file order
     raw: dict = field(default_factory=dict)
 
@@ -170,8 +171,10 @@ def parse_campaign(raw: dict, path: Path) -> CampaignSpec:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or math.isinf(value):
             raise InputError(f"{where}: [compare] allow.{metric} must be a finite number >= 0, got {value!r}")
         allow[metric] = float(value)
+    judged = _list_of(compare, "metrics", str, f"{where}: [compare]", ["*"])
     spec = CampaignSpec(name=head["name"].strip(), path=path, baseline=head.get("baseline"), timeout_s=timeout,
-                        repeats=repeats, ship_files=head.get("ship_files", True), allow=allow, raw=raw)
+                        repeats=repeats, ship_files=head.get("ship_files", True), allow=allow, metrics=judged,
+                        raw=raw)
     base = path.resolve().parent
     names: set[tuple[str, str]] = set()
     for kind in [k for k in raw if k in _BLOCK_KEYS]:  # in the file's order (of each kind's first block)

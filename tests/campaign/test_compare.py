@@ -149,3 +149,21 @@ def test_allowance_comes_from_the_run_campaign(tmp_path):
                 {sd910: record("pass", {"image_psnr_db": 39.7})}, raw_run=raw, raw_base=raw) as store:
         (c,) = compare_runs(store, "base", "run").cells
         assert c.verdict == SAME and c.metrics[0].allow == 0.5
+
+
+def test_only_the_declared_metrics_are_judged(tmp_path):
+    raw = spec_raw()
+    raw["compare"] = {"metrics": ["image_*", "*.caught"]}
+    sd910, _, kern = [c.key for c in cells_of(raw, tmp_path)]
+    base = {sd910: record("pass", {"image_psnr_db": 40.0, "decoded.max_abs_err": 0.1}),
+            kern: record("pass", {"fp16.error_ratio": 0.5, "bug.caught": 1.0})}
+    run = {sd910: record("pass", {"image_psnr_db": 40.0, "decoded.max_abs_err": 0.2}),
+           kern: record("pass", {"fp16.error_ratio": 0.9, "bug.caught": 1.0})}
+    with _store(tmp_path, base, run, raw_run=raw, raw_base=raw) as store:
+        cmp = compare_runs(store, "base", "run")
+        assert [c.verdict for c in cmp.cells] == [SAME, SAME]
+        assert [m.name for c in cmp.cells for m in c.metrics] == ["image_psnr_db", "bug.caught"]
+    with pytest.raises(Exception, match=r"\[compare\]: metrics\[0\] must be a string"):
+        from mschecker.campaign.spec import parse_campaign
+
+        parse_campaign({**raw, "compare": {"metrics": [1]}}, tmp_path / "c.toml")
