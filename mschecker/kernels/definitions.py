@@ -588,3 +588,110 @@ def attach(info, definitions: dict, platform_bits: dict | str | None = None):
                                                platform_bits=platform_bits.get(name, v.platform_bits))
                      for name, v in info.variants.items()}
     return info
+
+
+# ------------------------------------------------------- pointwise ops and products (kernels/pointwise.py)
+# Further primitives here: numpy's float32 expm1 and log1p (libm's expm1f / log1pf), like exp above. Attributes
+# (alpha, beta, gamma) are taken as fp32 numbers; every product, sum and quotient rounds once to fp32.
+ONNX_SELU_ALPHA, ONNX_SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875  # fp32 schema defaults
+ONNX_HARD_SIGMOID_ALPHA = 0.20000000298023224  # fp32(0.2), the schema default
+HARD_SWISH_SLOPE = 0.1666666716337204  # fp32(1/6), ONNX's HardSwish function body
+
+
+def _fp32_pointwise(formula):
+    """_fp32_elementwise for formulas with attributes (and extra operands, upcast exactly to fp32 as well)."""
+
+    def definition(x, *operands, **attrs):
+        x = np.asarray(x)
+        with np.errstate(all="ignore"):
+            return formula(_f32(x), *(_f32(o) for o in operands), **attrs).astype(x.dtype)
+
+    return definition
+
+
+def _expm1_neg32(x):
+    """expm1 of min(x, 0) in fp32 (the negative branch only ever sees x <= 0)."""
+    return np.expm1(np.where(x < 0, x, F32.type(0))).astype(F32)
+
+
+def elu_expm1_32(x, alpha=1.0):
+    """x < 0: alpha * expm1(x), one rounding for expm1 and one for the product; x elsewhere (NaN stays)."""
+    return np.where(x < 0, (F32.type(alpha) * _expm1_neg32(x)).astype(F32), x)
+
+
+def elu_exp_minus_one_32(x, alpha=1.0):
+    """x < 0: alpha * (exp(x) - 1): exp rounded to fp32, the subtraction rounded, the product rounded."""
+    e = np.exp(np.where(x < 0, x, F32.type(0))).astype(F32)
+    return np.where(x < 0, (F32.type(alpha) * (e - F32.type(1)).astype(F32)).astype(F32), x)
+
+
+def selu32(x, alpha=ONNX_SELU_ALPHA, gamma=ONNX_SELU_GAMMA):
+    """inner = alpha * expm1(x) for x <= 0 (rounded), x above; then gamma * inner, rounded."""
+    inner = np.where(x <= 0, (F32.type(alpha) * _expm1_neg32(x)).astype(F32), x)
+    return (F32.type(gamma) * inner).astype(F32)
+
+
+def celu32(x, alpha=1.0):
+    """x < 0: z = x / alpha rounded, alpha * expm1(z) with expm1 and the product rounded; x elsewhere."""
+    z = (np.where(x < 0, x, F32.type(0)) / F32.type(alpha)).astype(F32)
+    return np.where(x < 0, (F32.type(alpha) * np.expm1(z).astype(F32)).astype(F32), x)
+
+
+def softplus32(x):
+    """x where x > 20, else log1p(exp(x)) with exp and log1p each rounded to fp32."""
+    e = np.exp(np.where(x > 20, F32.type(0), x)).astype(F32)
+    return np.where(x > 20, x, np.log1p(e).astype(F32))
+
+
+def hard_sigmoid32(x, alpha=ONNX_HARD_SIGMOID_ALPHA, beta=0.5):
+    """t = (alpha * x rounded) + beta rounded; clamped to [0, 1] with NaN kept."""
+    t = ((F32.type(alpha) * x).astype(F32) + F32.type(beta)).astype(F32)
+    return np.where(np.isnan(t), t, np.clip(t, F32.type(0), F32.type(1)))
+
+
+def hard_swish32(x):
+    """x * hard_sigmoid32(x; fp32(1/6), 1/2), rounded; -inf -> -0."""
+    y = (x * hard_sigmoid32(x, HARD_SWISH_SLOPE, 0.5)).astype(F32)
+    return np.where(x == -np.inf, F32.type(-0.0), y)
+
+
+def softsign32(x):
+    """x / (1 + |x|), the sum and the quotient rounded; +-inf -> +-1."""
+    y = (x / (F32.type(1) + np.abs(x)).astype(F32)).astype(F32)
+    return np.where(np.isinf(x), np.copysign(F32.type(1), x), y)
+
+
+def prelu32(x, slope):
+    """slope * x rounded to fp32 where x < 0 (slope broadcast to x's shape), x elsewhere."""
+    return np.where(x < 0, (x * slope).astype(F32), x)
+
+
+elu_expm1 = _fp32_pointwise(elu_expm1_32)
+elu_exp_minus_one = _fp32_pointwise(elu_exp_minus_one_32)
+selu = _fp32_pointwise(selu32)
+celu = _fp32_pointwise(celu32)
+softplus = _fp32_pointwise(softplus32)
+hard_sigmoid = _fp32_pointwise(hard_sigmoid32)
+hard_swish = _fp32_pointwise(hard_swish32)
+softsign = _fp32_pointwise(softsign32)
+prelu = _fp32_pointwise(prelu32)
+
+
+def reduce_prod(acc):
+    """ReduceProd: p = 1, then p = p * x_j rounded to `acc` for the reduced elements in C order of the reduced
+    axes (_rows); one rounding of p to storage."""
+    acc = np.dtype(acc)
+
+    def definition(x, axis=-1, keepdims=False):
+        x = np.asarray(x)
+        rows, red, kept_shape = _rows(x, axis)
+        p = np.ones(rows.shape[0], acc)
+        with np.errstate(all="ignore"):
+            for j in range(rows.shape[1]):
+                p = (p * rows[:, j].astype(acc)).astype(acc)
+            y = p.astype(x.dtype).reshape(kept_shape)
+        for a in (red if keepdims else []):
+            y = np.expand_dims(y, a)
+        return y
+
+    return definition
