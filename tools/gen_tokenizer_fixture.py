@@ -12,7 +12,9 @@ neither. Three steps, each run in the environment that has what it needs:
         adds the ids of transformers' ``CLIPTokenizer`` for every prompt of the corpus under the key
         ``transformers_slow`` (transformers 4.x without ftfy: the Python tokenizer) or ``transformers_fast``
         (transformers >= 5, or 4.x's CLIPTokenizerFast with --fast), with padding="max_length", truncation
-        to model_max_length, as diffusers' pipelines call it.
+        to model_max_length, as diffusers' pipelines call it. With transformers >= 5 it also writes the folder
+        as transformers saves it (folder_tokenizer_json/: tokenizer.json, gzipped, + tokenizer_config.json),
+        checking that the saved tokenizer reloaded gives the same ids.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from pathlib import Path
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "clip_tokenizer"
 FOLDER = FIXTURE / "folder"
+TOKENIZER_JSON_FOLDER = FIXTURE / "folder_tokenizer_json"  # what transformers >= 5 saves: tokenizer.json only
 CORPUS = FIXTURE / "corpus.json"
 EXPECTED = FIXTURE / "expected_ids.json"
 
@@ -123,6 +126,7 @@ HAND_WRITTEN = [
     "word\u200djoiner",
     # special tokens written in the text
     "<|startoftext|>", "<|endoftext|>", "a <|endoftext|> b", "<|ENDOFTEXT|>", "<|startoftext|>hello<|endoftext|>",
+    "<|STARTOFTEXT|>", "a <|StartOfText|> b <|EndOfText|> c",
     # long prompts
     ", ".join(["highly detailed"] * 40),
     " ".join(f"word{i}" for i in range(100)),
@@ -179,6 +183,18 @@ def write_expected(fast: bool) -> None:
         tok = cls.from_pretrained(tmp)
         ids = [tok(p, padding="max_length", max_length=tok.model_max_length, truncation=True).input_ids
                for p in prompts]
+        if major >= 5:
+            saved = Path(tmp) / "saved"
+            tok.save_pretrained(saved)
+            again = cls.from_pretrained(saved)
+            assert ids == [again(p, padding="max_length", max_length=77, truncation=True).input_ids for p in prompts]
+            TOKENIZER_JSON_FOLDER.mkdir(parents=True, exist_ok=True)
+            for path in saved.iterdir():
+                if path.name == "tokenizer.json":
+                    with gzip.GzipFile(TOKENIZER_JSON_FOLDER / "tokenizer.json.gz", "wb", mtime=0) as f:
+                        f.write(path.read_bytes())
+                else:
+                    (TOKENIZER_JSON_FOLDER / path.name).write_bytes(path.read_bytes())
     expected = json.loads(EXPECTED.read_text()) if EXPECTED.is_file() else {}
     expected[key] = {"producer": f"transformers {transformers.__version__} {cls.__name__}", "ids": ids}
     EXPECTED.write_text(json.dumps(expected, separators=(",", ":")) + "\n")

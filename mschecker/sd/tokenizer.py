@@ -1,8 +1,9 @@
 """Prompt -> token ids for the text encoder: CLIP's own tokenizer for real pipeline folders, a hash for the bundled
 graphs.
 
-``ClipTokenizer`` (``load_clip_tokenizer(folder)``) reads a diffusers/transformers tokenizer folder (``vocab.json``,
-``merges.txt``, optionally gzipped as ``*.gz``; ``tokenizer_config.json``; ``special_tokens_map.json``) and
+``ClipTokenizer`` (``load_clip_tokenizer(folder)``) reads a diffusers/transformers tokenizer folder (``vocab.json``
+and ``merges.txt``, or ``tokenizer.json`` alone as transformers >= 5 saves it, optionally gzipped as ``*.gz``;
+``tokenizer_config.json``; ``special_tokens_map.json``) and
 reproduces transformers' ``CLIPTokenizer`` token for token, as diffusers' pipelines call it:
 ``tokenizer(prompt, padding="max_length", max_length=model_max_length, truncation=True)`` -> ``[BOS] ids... [EOS]``
 truncated to ``model_max_length`` (EOS kept last) and padded with the folder's pad token (SD 1.x: ``<|endoftext|>``,
@@ -15,7 +16,7 @@ special-token spellings (docs/SD_PIPELINE.md lists them):
 - ``cleanup="basic"``: transformers 4.x's Python ``CLIPTokenizer`` when ftfy is not installed (its BasicTokenizer:
   control and format characters dropped, every CJK ideograph its own word, then NFC and lowercase).
 
-Both are verified on a 254-prompt corpus against ids that transformers produced (tests/sd/test_tokenizer.py).
+Both are verified on a 256-prompt corpus against ids that transformers produced (tests/sd/test_tokenizer.py).
 
 ``HashTokenizer`` (the bundled graphs' default, no files needed) is deterministic and documented: the prompt is
 lowercased and split into words and single punctuation marks (regex ``[a-z0-9]+|[^\\sa-z0-9]``); each piece maps
@@ -82,9 +83,11 @@ _CI = r"\p{Case_Ignorable}"
 _FINAL_SIGMA = (r"(?<=\p{Cased}|\p{Cased}" + _CI + r"|\p{Cased}" + _CI * 2 + r"|\p{Cased}" + _CI * 3 + r")"
                 r"\x{03A3}(?!" + _CI + r"*\p{Cased})")
 CLEANUPS = ("clip", "basic")
-# transformers' CLIPTokenizer defaults, used where the folder's configs do not name a token
-_DEFAULT_TOKENS = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
-                   "unk_token": "<|endoftext|>"}
+# transformers' CLIPTokenizer defaults, used where the folder's configs do not name a token; in the order
+# transformers registers special tokens (its SPECIAL_TOKENS_ATTRIBUTES: for one text, the later entry's matching
+# rule wins)
+_DEFAULT_TOKENS = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>",
+                   "pad_token": "<|endoftext|>"}
 
 
 def _read_text(folder: Path, name: str, required: bool) -> tuple[Path, str | None]:
@@ -97,7 +100,7 @@ def _read_text(folder: Path, name: str, required: bool) -> tuple[Path, str | Non
             except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
                 raise InputError(f"{path}: cannot read the tokenizer file: {exc}") from None
     if required:
-        raise InputError(f"{folder / name}: not found (a CLIP tokenizer folder needs vocab.json and merges.txt)")
+        raise InputError(f"{folder / name}: not found (a CLIP tokenizer folder needs vocab.json and merges.txt, or tokenizer.json)")
     return folder / name, None
 
 
@@ -111,20 +114,26 @@ def _read_json(folder: Path, name: str, required: bool):
         raise InputError(f"{path}: not valid JSON ({exc})") from None
 
 
-def _token_content(value, where: Path, key: str) -> str:
-    """A token entry is a string or an AddedToken dict with ``content``."""
+def _token_entry(value, where: Path, key: str) -> tuple[str, bool]:
+    """A token entry is a string or an AddedToken object with ``content``: (content, found in normalized text).
+    transformers >= 5 matches a string entry on the raw text and an object as its ``normalized`` says."""
+    normalized = False
     if isinstance(value, dict):
-        value = value.get("content")
-    if not isinstance(value, str) or not value:
+        value, normalized = value.get("content"), value.get("normalized", True)
+    if not isinstance(value, str) or not value or not isinstance(normalized, bool):
         raise InputError(f"{where}: {key} must be a token string or an object with 'content', got {value!r}")
-    return value
+    return value, normalized
 
 
 class ClipTokenizer:
     """CLIP's byte-level BPE tokenizer of one pipeline folder (see the module docstring)."""
 
     def __init__(self, vocab: dict[str, int], merges: list[tuple[str, str]], *, max_length: int,
-                 special_tokens: dict[str, str] | None = None, cleanup: str = "clip", source: str = "tokenizer"):
+                 special_tokens: dict[str, str] | None = None, normalized_specials: frozenset[str] = frozenset(),
+                 cleanup: str = "clip", source: str = "tokenizer"):
+        """``special_tokens``: bos/eos/unk/pad_token -> token (CLIPTokenizer's defaults for absent keys);
+        ``normalized_specials``: the special tokens that cleanup="clip" also finds in the lowercased text
+        (cleanup="basic" finds every special token there, as the Python tokenizer does)."""
         if cleanup not in CLEANUPS:
             raise InputError(f"unknown tokenizer cleanup {cleanup!r}; choose one of {', '.join(CLEANUPS)}")
         if not isinstance(max_length, (int, np.integer)) or isinstance(max_length, bool) or max_length < 2:
@@ -157,9 +166,7 @@ class ClipTokenizer:
             tok.pre_tokenizer = pre_tokenizers.Sequence([
                 pre_tokenizers.Split(Regex(_CJK), behavior="isolated"), split,
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        # The Python tokenizer finds special tokens in the lowercased text ("<|ENDOFTEXT|>" is EOS), the
-        # tokenizers-backed one only as written.
-        tok.add_special_tokens([AddedToken(t, normalized=cleanup == "basic", special=True)
+        tok.add_special_tokens([AddedToken(t, normalized=cleanup == "basic" or t in normalized_specials, special=True)
                                 for t in dict.fromkeys(tokens.values())])
         bos, eos = tokens["bos_token"], tokens["eos_token"]
         tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A {eos}",
@@ -183,16 +190,14 @@ class ClipTokenizer:
         return self._tokenizer.encode(text).tokens
 
 
-def load_clip_tokenizer(folder: str | Path, *, max_length: int | None = None, cleanup: str = "clip") -> ClipTokenizer:
-    """The tokenizer of a diffusers pipeline's ``tokenizer/`` folder; ``max_length`` overrides
-    ``model_max_length`` of tokenizer_config.json (needed when the folder has none)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise InputError(f"{folder}: tokenizer folder not found")
+def _vocab_and_merges(folder: Path):
+    """(vocab, merges, per-token normalized flags of tokenizer.json's added tokens) from vocab.json + merges.txt,
+    or from tokenizer.json (what transformers >= 5 saves instead) when the folder has no vocab.json."""
+    has_vocab = any((folder / n).is_file() for n in ("vocab.json", "vocab.json.gz"))
+    if not has_vocab and any((folder / n).is_file() for n in ("tokenizer.json", "tokenizer.json.gz")):
+        return _from_tokenizer_json(folder)
     vocab_path, vocab = _read_json(folder, "vocab.json", required=True)
-    if not isinstance(vocab, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-                                              for k, v in vocab.items()):
-        raise InputError(f"{vocab_path}: expected an object mapping tokens to integer ids")
+    _check_vocab(vocab, vocab_path)
     merges_path, text = _read_text(folder, "merges.txt", required=True)
     lines = text.splitlines()
     if lines and lines[0].startswith("#version"):
@@ -204,7 +209,44 @@ def load_clip_tokenizer(folder: str | Path, *, max_length: int | None = None, cl
             if len(pair) != 2:
                 raise InputError(f"{merges_path}: line {number} is not a merge of two tokens: {line[:60]!r}")
             merges.append((pair[0], pair[1]))
+    return vocab, merges, {}
+
+
+def _check_vocab(vocab, path: Path) -> None:
+    if not isinstance(vocab, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                              for k, v in vocab.items()):
+        raise InputError(f"{path}: expected an object mapping tokens to integer ids")
+
+
+def _from_tokenizer_json(folder: Path):
+    path, saved = _read_json(folder, "tokenizer.json", required=True)
+    model = saved.get("model") if isinstance(saved, dict) else None
+    if not isinstance(model, dict) or model.get("type") != "BPE" or model.get("end_of_word_suffix") != "</w>":
+        raise InputError(f"{path}: not a CLIP tokenizer (expected a BPE model with end_of_word_suffix '</w>')")
+    vocab, raw = model.get("vocab"), model.get("merges")
+    _check_vocab(vocab, path)
+    merges = []
+    for merge in raw if isinstance(raw, list) else [None]:
+        pair = merge.split() if isinstance(merge, str) else merge  # "a b" (older files) or ["a", "b"]
+        if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(p, str) for p in pair):
+            raise InputError(f"{path}: model.merges must list pairs of tokens, got {merge!r}")
+        merges.append((pair[0], pair[1]))
+    added = saved.get("added_tokens") or []
+    flags = {t["content"]: t["normalized"] for t in added if isinstance(t, dict)
+             and isinstance(t.get("content"), str) and isinstance(t.get("normalized"), bool)}
+    return vocab, merges, flags
+
+
+def load_clip_tokenizer(folder: str | Path, *, max_length: int | None = None, cleanup: str = "clip") -> ClipTokenizer:
+    """The tokenizer of a diffusers pipeline's ``tokenizer/`` folder: vocab.json + merges.txt (gzipped or not),
+    or tokenizer.json alone (transformers >= 5 saves only that), with tokenizer_config.json and
+    special_tokens_map.json. ``max_length`` overrides ``model_max_length`` (needed when the folder has none)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: tokenizer folder not found")
+    vocab, merges, saved_flags = _vocab_and_merges(folder)
     special: dict[str, str] = {}
+    flags: dict[str, bool] = {}
     config_length = None
     for name in ("tokenizer_config.json", "special_tokens_map.json"):  # the latter overrides, as in transformers
         path, config = _read_json(folder, name, required=False)
@@ -212,12 +254,18 @@ def load_clip_tokenizer(folder: str | Path, *, max_length: int | None = None, cl
             continue
         if not isinstance(config, dict):
             raise InputError(f"{path}: expected a JSON object")
-        special.update({k: _token_content(config[k], path, k) for k in _DEFAULT_TOKENS if config.get(k) is not None})
+        for key in _DEFAULT_TOKENS:
+            if config.get(key) is not None:
+                special[key], flags[key] = _token_entry(config[key], path, key)
         if name == "tokenizer_config.json":
             config_length = config.get("model_max_length")
     if max_length is None:
         if config_length is None:
             raise InputError(f"{folder / 'tokenizer_config.json'}: no model_max_length (the prompt length)")
         max_length = config_length
+    normalized = {}
+    for key in _DEFAULT_TOKENS:  # registration order: for one token text the last entry's rule holds
+        token = special.get(key, _DEFAULT_TOKENS[key])
+        normalized[token] = saved_flags.get(token, flags.get(key, False))
     return ClipTokenizer(vocab, merges, max_length=max_length, special_tokens=special, cleanup=cleanup,
-                         source=str(folder))
+                         normalized_specials=frozenset(t for t, n in normalized.items() if n), source=str(folder))

@@ -1,4 +1,4 @@
-"""Tokenizers: CLIP's real BPE against transformers' ids on a 254-prompt corpus, the folder loader's bad input, and
+"""Tokenizers: CLIP's real BPE against transformers' ids on a 256-prompt corpus, the folder loader's bad input, and
 the default hash tokenizer of the bundled graphs (documented, deterministic).
 
 The expected ids were produced once by transformers (tools/gen_tokenizer_fixture.py): ``transformers_fast`` by
@@ -57,7 +57,7 @@ def test_the_corpus_tells_the_two_cleanups_apart(clip_tokenizers):
     fast, slow = (np.array(EXPECTED[k]["ids"]) for k in ("transformers_fast", "transformers_slow"))
     differ = {CORPUS[i] for i in np.flatnonzero((fast != slow).any(axis=1))}
     for prompt in ("你好，世界！", "zero\u200bwidth space", "bell\x07char", "ΟΔΟΣ οδός Σίσυφος ΣΊΣΥΦΟΣ",
-                   "👨\u200d👩\u200d👧\u200d👦 family (ZWJ)"):
+                   "👨\u200d👩\u200d👧\u200d👦 family (ZWJ)", "<|ENDOFTEXT|>"):
         assert prompt in differ
     assert len(differ) >= 50
 
@@ -101,6 +101,29 @@ def test_pad_token_comes_from_the_folder(tmp_path, clip_tokenizers):
         ids = clip_tokenizers["clip"](prompt)
         end = int(np.flatnonzero(ids == 49407)[0])
         np.testing.assert_array_equal(sd2(prompt), np.concatenate([ids[:end + 1], np.zeros(76 - end, np.int64)]))
+
+
+def test_a_folder_saved_by_transformers_5_tokenizer_json_only_gives_the_same_ids(tmp_path):
+    """transformers >= 5 saves tokenizer.json (no vocab.json / merges.txt); its added tokens say which special
+    tokens are also found lowercased (here <|startoftext|> is, <|endoftext|> is not)."""
+    tok = load_clip_tokenizer(FIXTURE / "folder_tokenizer_json")
+    np.testing.assert_array_equal(tok.encode(CORPUS), EXPECTED["transformers_fast"]["ids"])
+    # older tokenizers files write each merge as one "a b" string
+    saved = json.loads(gzip.decompress((FIXTURE / "folder_tokenizer_json" / "tokenizer.json.gz").read_bytes()))
+    saved["model"]["merges"] = [" ".join(pair) for pair in saved["model"]["merges"]]
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(json.dumps(saved))
+    shutil.copy(FIXTURE / "folder_tokenizer_json" / "tokenizer_config.json", folder)
+    np.testing.assert_array_equal(load_clip_tokenizer(folder).encode(CORPUS[:60]), tok.encode(CORPUS[:60]))
+    saved["model"]["end_of_word_suffix"] = ""
+    (folder / "tokenizer.json").write_text(json.dumps(saved))
+    with pytest.raises(InputError, match=r"tokenizer\.json: not a CLIP tokenizer"):
+        load_clip_tokenizer(folder)
+    saved["model"].update(end_of_word_suffix="</w>", merges=[["a"]])
+    (folder / "tokenizer.json").write_text(json.dumps(saved))
+    with pytest.raises(InputError, match=r"tokenizer\.json: model\.merges"):
+        load_clip_tokenizer(folder)
 
 
 def test_plain_and_gzipped_files_give_the_same_ids(tmp_path, clip_tokenizers):
