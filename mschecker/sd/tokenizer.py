@@ -176,8 +176,8 @@ class ClipTokenizer:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """(len(texts), max_length) int64 ids."""
-        if not all(isinstance(t, str) for t in texts):
-            raise InputError("prompts must be strings")
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise InputError("prompts must be a list of strings")
         return np.array([e.ids for e in self._tokenizer.encode_batch(list(texts))], dtype=np.int64).reshape(
             len(texts), self.max_length)
 

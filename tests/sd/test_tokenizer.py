@@ -159,6 +159,8 @@ def test_bad_arguments_are_input_errors(clip_tokenizers):
         load_clip_tokenizer(FOLDER, cleanup="ftfy")
     with pytest.raises(InputError, match="strings"):
         clip_tokenizers["clip"].encode(["ok", None])
+    with pytest.raises(InputError, match="list of strings"):
+        clip_tokenizers["clip"].encode("one prompt, not a list")
     with pytest.raises(InputError, match="bos_token"):
         ClipTokenizer({"a</w>": 0}, [], max_length=4)
 
