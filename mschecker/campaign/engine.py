@@ -84,6 +84,9 @@ class DaskEngine:
         self.config = config
         self.client = None
         self.cluster = None
+        self._contents: dict[str, bytes] = {}                       # shipped files by declared path
+        self._bundles: dict[str, tuple[str, list[str]]] = {}        # task key -> (bundle digest, its paths)
+        self._blob_futures: dict[str, object] = {}                  # declared path -> scattered future
 
     def __enter__(self) -> "DaskEngine":
         import dask
@@ -121,12 +124,10 @@ class DaskEngine:
                 "workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values())}
 
     def ship(self, cells: list[Cell]) -> None:
-        """Read every file the check cells read once and scatter it to every worker once (keyed by content)."""
+        """Read every file the check cells read once and scatter it to every worker once (keyed by content).
+        Called before `run` (and before the run is begun in the store: an unreadable file is bad input)."""
         from .shipping import bundle_digest, check_cell_files, file_digest
 
-        self._contents: dict[str, bytes] = {}
-        self._bundles: dict[str, tuple[str, list[str]]] = {}
-        self._blob_futures: dict[str, object] = {}
         for cell in cells:
             if cell.kind != "check":
                 continue
@@ -160,9 +161,10 @@ class DaskEngine:
         """Threads in the cluster now (at least 1: submitting waits for workers when there are none)."""
         return max(1, sum(self.client.nthreads().values()))
 
-    def run(self, cells: list[Cell], run_id: str, *, timeout_s: float, ship_files: bool = True,
-            on_result: Callable[[Cell, dict], None], cell_fn: Callable = run_cell) -> None:
-        """Run every cell and call on_result(cell, record) as each one ends (in completion order).
+    def run(self, cells: list[Cell], run_id: str, *, timeout_s: float, on_result: Callable[[Cell, dict], None],
+            cell_fn: Callable = run_cell) -> None:
+        """Run every cell and call on_result(cell, record) as each one ends (in completion order). Check cells
+        read the files `ship` sent, if it was called, else their declared paths.
 
         At most one task per worker thread is submitted at a time (the rest wait here, in file order): a task
         dask has assigned to a worker dies with it even if it never started, so only cells that run may be in
@@ -175,16 +177,13 @@ class DaskEngine:
                 started[msg["task"]] = (time.time(), msg["worker"])
 
         self.client.subscribe_topic(TOPIC, on_event)
-        self._blob_futures = {}
-        if ship_files:
-            self.ship(cells)
         queue = list(cells)
         in_flight: dict = {}
         submitted = 0
 
         def submit(cell: Cell) -> None:
             nonlocal submitted
-            bundle, paths = self._bundles.get(cell.task_key, (None, [])) if ship_files else (None, [])
+            bundle, paths = self._bundles.get(cell.task_key, (None, []))
             blobs = {p: self._blob_futures[p] for p in paths} or None
             fut = self.client.submit(_task, dataclasses.asdict(cell), run_id, bundle, blobs, cell_fn, pure=False,
                                      key=f"mschecker-cell-{run_id}-{submitted}")

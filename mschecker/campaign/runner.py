@@ -98,9 +98,11 @@ def run_campaign(spec: CampaignSpec, store_path, config: EngineConfig, *, run_id
             if baseline == run_id:
                 raise InputError(f"{spec.path}: baseline {baseline!r} is the run itself")
             engine_info = engine.describe()
-            resumed = store.begin_run(run_id, spec.name, spec.raw, spec.sha256, engine_info)
             done = store.finished(run_id)
             todo = [c for c in cells if done.get(c.task_key) != c.spec_hash]
+            if spec.ship_files:
+                engine.ship(todo)
+            resumed = store.begin_run(run_id, spec.name, spec.raw, spec.sha256, engine_info)
             if on_start:
                 on_start(len(todo), len(cells) - len(todo))
 
@@ -110,8 +112,7 @@ def run_campaign(spec: CampaignSpec, store_path, config: EngineConfig, *, run_id
                     on_result(cell, rec)
 
             try:
-                engine.run(todo, run_id, timeout_s=spec.timeout_s, ship_files=spec.ship_files, on_result=record,
-                           cell_fn=cell_fn)
+                engine.run(todo, run_id, timeout_s=spec.timeout_s, on_result=record, cell_fn=cell_fn)
             except BaseException:
                 store.end_run(run_id, RUN_INTERRUPTED)
                 raise
