@@ -156,9 +156,12 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
                           f"{sum(len(i.cast_in) + len(i.cast_out) for i in isl)} cast points)")
         if result.onnx_check is not None:
             oc = result.onnx_check
-            console.print("patched ONNX on onnxruntime: " + (
+            console.print(Text("patched ONNX on onnxruntime: " + (
                 f"{'meets' if oc.passed else 'MISSES'} the tolerance (worst rel L2 {oc.worst_rel_l2:.3g})"
-                if oc.ran else f"not run ({oc.error})"))
+                if oc.ran else f"not run ({oc.error})")
+                + (f"; onnxruntime's fp16 kernels needed {len(oc.extra_fp32)} more node(s) in fp32: "
+                   + ", ".join(oc.extra_fp32[:6]) + (" ..." if len(oc.extra_fp32) > 6 else "")
+                   if oc.extra_fp32 else "")))
     elif s is not None and result.verdict == "FAIL" and s.best is not None:
         console.print(Text(f"no passing configuration; closest: {s.best.config.describe()}, worst output rel L2 "
                            f"{s.best.worst_rel_l2:.3g}, failing outputs {', '.join(s.best.failing_outputs) or '-'}, "

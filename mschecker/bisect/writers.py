@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,19 +128,90 @@ def patched_onnx(model: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.ModelProt
     from onnxconverter_common import float16
 
     model = _unshare_initializers(model, fp32_nodes)
+    original = {t.name: t for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
     half = np.finfo(np.float16)
-    converted = float16.convert_float_to_float16(model, min_positive_val=float(half.smallest_subnormal),
-                                                 max_finite_val=float(half.max), keep_io_types=True,
-                                                 node_block_list=sorted(fp32_nodes))
-    return _retarget_casts(converted)
+    with warnings.catch_warnings():  # it warns per clamped constant (a -3.4e38 mask becomes -65504): expected
+        warnings.simplefilter("ignore")
+        converted = float16.convert_float_to_float16(onnx.ModelProto.FromString(model.SerializeToString()),
+                                                     min_positive_val=float(half.smallest_subnormal),
+                                                     max_finite_val=float(half.max), keep_io_types=True,
+                                                     node_block_list=sorted(fp32_nodes))
+    fixed = _fuse_round_trips(_restore_fp32_weights(_retarget_casts(converted), original), fp32_nodes)
+    return _fp32_outputs(fixed, {o.name for o in model.graph.output
+                                 if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT})
+
+
+def _fp32_outputs(model: onnx.ModelProto, fp32_outputs: set[str]) -> onnx.ModelProto:
+    """keep_io_types misses a graph output produced by a kept node (it leaves that node's fp16 Cast in front of
+    the output, typed fp16): such an output is cast to fp32 instead, as the input files and goldens expect."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    for out in model.graph.output:
+        node = producer.get(out.name)
+        if out.name in fp32_outputs and out.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 and \
+                node is not None and node.op_type == "Cast":
+            for attr in node.attribute:
+                if attr.name == "to":
+                    attr.i = onnx.TensorProto.FLOAT
+            out.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return model
+
+
+def _restore_fp32_weights(model: onnx.ModelProto, original: dict) -> onnx.ModelProto:
+    """The converter inserts a kept node's input Casts before it decides which initializers to convert, so a
+    kept node's weight is rounded to fp16 and cast back. Such a Cast(-> fp32) of a converted initializer reads
+    the original fp32 weight instead (a second initializer; the fp16 one stays for any fp16 reader)."""
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    restored: dict[str, str] = {}
+    rename: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type != "Cast" or not node.input or node.input[0] not in original:
+            continue
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        src = inits.get(node.input[0])
+        if to != onnx.TensorProto.FLOAT or src is None or src.data_type != onnx.TensorProto.FLOAT16:
+            continue
+        name = restored.get(src.name)
+        if name is None:
+            name = restored[src.name] = f"{src.name}__fp32_weight"
+            copy = onnx.TensorProto()
+            copy.CopyFrom(original[src.name])
+            copy.name = name
+            graph.initializer.append(copy)
+        rename[node.output[0]] = name
+    outputs = {o.name for o in graph.output}
+    for node in graph.node:
+        for k, n in enumerate(node.input):
+            if n in rename and n not in outputs:
+                node.input[k] = rename[n]
+    return _drop_dead_casts(model)
+
+
+def _drop_dead_casts(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Casts nobody reads any more (a chain of them dies from its end: repeat until none is left), then
+    initializers nobody reads."""
+    graph = model.graph
+    while True:
+        read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+        keep = [n for n in graph.node if not (n.op_type == "Cast" and n.output[0] not in read)]
+        if len(keep) == len(graph.node):
+            break
+        del graph.node[:]
+        graph.node.extend(keep)
+    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    unused = [t for t in graph.initializer if t.name not in used]
+    for t in unused:
+        graph.initializer.remove(t)
+    return model
 
 
 def _unshare_initializers(model: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.ModelProto:
-    """A copy prepared for the converter: every float initializer read both by an fp32 node and by an fp16 node
-    gets a second copy for the fp32 readers (the converter converts a shared initializer once, and one reader
+    """A copy prepared for the converter: float Constant nodes become initializers (_constants_to_initializers),
+    and every float initializer read both by an fp32 node and by an fp16 node gets a second copy for the fp32 readers (the converter converts a shared initializer once, and one reader
     then gets the wrong type: onnxruntime's "Type parameter (T) ... bound to different types")."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
     graph = model.graph
+    _constants_to_initializers(graph)
     inits = {t.name: t for t in graph.initializer}
     readers: dict[str, set[bool]] = {}
     for node in graph.node:
@@ -168,6 +240,61 @@ def _unshare_initializers(model: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.
     return model
 
 
+def _fuse_round_trips(model: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.ModelProto:
+    """The converter stores every tensor in fp16, also one that passes between two kept nodes (it casts the fp32
+    result to fp16 and back: fp32 compute, fp16 storage). A keep_dtype island stores in fp32: every
+    Cast(fp32 -> fp16) -> Cast(-> fp32) round trip on an fp32 tensor is removed, its readers read the fp32
+    tensor directly; the fp16 Cast stays where an fp16 node or a graph output still reads it."""
+    graph = model.graph
+    # fp32 tensors: outputs of kept nodes (the converter's value_info may still say fp16 for them), fp32 graph
+    # inputs and initializers
+    fp32 = {o for n in graph.node if n.name in fp32_nodes and n.op_type != "Cast" for o in n.output}
+    fp32 |= {i.name for i in graph.input if i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+    fp32 |= {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
+    producer = {o: n for n in graph.node for o in n.output}
+
+    def cast_to(node):
+        return next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
+    rename: dict[str, str] = {}
+    for node in graph.node:
+        down = producer.get(node.input[0]) if node.op_type == "Cast" and node.input else None
+        if cast_to(node) == onnx.TensorProto.FLOAT and down is not None and \
+                cast_to(down) == onnx.TensorProto.FLOAT16 and down.input[0] in fp32:
+            rename[node.output[0]] = down.input[0]
+    if not rename:
+        return model
+    outputs = {o.name for o in graph.output}
+    for node in graph.node:
+        if node.op_type == "Cast" and node.output[0] in outputs and node.output[0] in rename:
+            node.input[0] = rename[node.output[0]]  # a graph output keeps its name: fp32 -> fp32 Cast
+    rename = {k: v for k, v in rename.items() if k not in outputs}
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if name in rename:
+                node.input[k] = rename[name]
+    return _drop_dead_casts(model)
+
+
+def _constants_to_initializers(graph: onnx.GraphProto) -> None:
+    """Float Constant nodes become initializers: the converter rounds a Constant's value to fp16 even when every
+    reader is kept fp32 (a TorchScript UNet's time-embedding frequencies then lose 2e-3), while it leaves an
+    initializer of fp32 readers alone. The NPU folds constants on the host in fp32 (NpuPolicy.bind)."""
+    keep = []
+    for node in graph.node:
+        value = next((a.t for a in node.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR),
+                     None) if node.op_type == "Constant" and node.domain in ("", "ai.onnx") else None
+        if value is not None and value.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+            init = onnx.TensorProto()
+            init.CopyFrom(value)
+            init.name = node.output[0]
+            graph.initializer.append(init)
+        else:
+            keep.append(node)
+    if len(keep) != len(graph.node):
+        del graph.node[:]
+        graph.node.extend(keep)
+
+
 def _retarget_casts(model: onnx.ModelProto) -> onnx.ModelProto:
     """After the converter: a Cast whose output it typed fp16 but whose `to` it left at FLOAT casts to fp16."""
     f16 = {v.name for v in model.graph.value_info if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
@@ -188,10 +315,13 @@ class OnnxCheck:
     worst_rel_l2: float | None = None
     failing_outputs: list[str] = field(default_factory=list)
     error: str = ""
+    extra_fp32: list[str] = field(default_factory=list)  # nodes onnxruntime needs in fp32 beyond the NPU fix
+    attempts: int = 1                                    # conversions + onnxruntime runs spent
 
     def to_dict(self) -> dict:
         return {"ran": self.ran, "passed": self.passed, "worst_rel_l2": _num(self.worst_rel_l2),
-                "failing_outputs": self.failing_outputs, "error": self.error}
+                "failing_outputs": self.failing_outputs, "error": self.error, "extra_fp32": self.extra_fp32,
+                "attempts": self.attempts}
 
 
 def check_with_onnxruntime(proto: onnx.ModelProto, samples: list[Sample], analysis: Analysis,
