@@ -6,7 +6,8 @@ An implementation is `fn(ctx, attrs, *inputs) -> array | tuple of arrays`; absen
 runs inside the executor's np.errstate(all="ignore") (Executor.run and run_node, the only callers): inf/NaN are
 values, not warnings, and the implementations do not pay for an errstate of their own per node.
 Modules: elementwise.py (numpy in the node's dtype), compute.py (registry kernels: matmul, conv, norms, ...),
-tensor.py (shape/index ops), onnx_reference.py (ops delegated to onnx.reference where ONNX semantics are fiddly);
+tensor.py (shape/index ops), pointwise.py (Elu, Softplus, HardSigmoid, PRelu, ReduceProd, ... through registry
+kernels), onnx_reference.py (ops delegated to onnx.reference where ONNX semantics are fiddly);
 table.py holds the table itself (OpSpec, register), a leaf the op modules import.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ __all__ = ["OPS", "OpFn", "OpSpec", "attribute_values", "lookup", "register", "s
 
 
 def _load_all() -> None:
-    from . import compute, elementwise, onnx_reference, tensor  # noqa: F401  (they register on import)
+    from . import compute, elementwise, onnx_reference, pointwise, tensor  # noqa: F401  (they register on import)
 
 
 def supported_ops() -> list[str]:

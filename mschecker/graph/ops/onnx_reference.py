@@ -15,10 +15,11 @@ DELEGATED = (
     # issue 4's list
     "GatherND", "Pad", "Slice", "Trilu",
     # common neighbours whose ONNX semantics onnx.reference already gets right
-    "ArgMin", "DepthToSpace", "Elu", "GatherElements", "HardSigmoid", "HardSwish", "Mod", "NonZero", "OneHot",
-    "PRelu", "ReduceMax", "ReduceMin", "ReduceProd", "Round", "ScatterElements", "ScatterND", "Softplus",
-    "SpaceToDepth", "TopK",
+    "ArgMin", "DepthToSpace", "GatherElements", "Mod", "NonZero", "OneHot", "ReduceMax", "ReduceMin", "Round",
+    "ScatterElements", "ScatterND", "SpaceToDepth", "TopK",
 )
+# (Elu, HardSigmoid, HardSwish, PRelu, Softplus and ReduceProd compute in floating point: they run registry
+# kernels, pointwise.py, so that the policy's dtype, implmode and contracts apply to them.)
 
 
 def run_onnx_reference(ctx, *inputs):
