@@ -42,6 +42,7 @@ from .spec import Cell, cell_from_dict
 TOPIC = "mschecker-campaign-start"
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 POLL_S = 0.25
+RESTART_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -161,7 +162,7 @@ class DaskEngine:
         """Threads in the cluster now (at least 1: submitting waits for workers when there are none)."""
         return max(1, sum(self.client.nthreads().values()))
 
-    def run(self, cells: list[Cell], run_id: str, *, timeout_s: float, on_result: Callable[[Cell, dict], None],
+    def run(self, cells: list[Cell], run_id: str, *, on_result: Callable[[Cell, dict], None],
             cell_fn: Callable = run_cell) -> None:
         """Run every cell and call on_result(cell, record) as each one ends (in completion order). Check cells
         read the files `ship` sent, if it was called, else their declared paths.
@@ -207,9 +208,9 @@ class DaskEngine:
                     on_result(cell, record)
                 for fut, cell in list(in_flight.items()):
                     start = started.get(cell.task_key)
-                    if start and now - start[0] > timeout_s and not fut.done():
+                    if start and now - start[0] > cell.timeout_s and not fut.done():
                         del in_flight[fut]
-                        on_result(cell, self._timed_out(fut, start, timeout_s))
+                        on_result(cell, self._timed_out(fut, start, cell.timeout_s))
                         lost_worker = True
                 if lost_worker:
                     self._reship_lost()
@@ -247,7 +248,8 @@ class DaskEngine:
         with contextlib.suppress(Exception):
             self.client.cancel([fut])
         try:
-            self.client.restart_workers([worker], raise_for_error=True)
+            # generous: on a loaded machine a worker process takes tens of seconds to come back
+            self.client.restart_workers([worker], timeout=RESTART_TIMEOUT_S, raise_for_error=True)
             reason += "; its worker was restarted"
         except Exception as exc:  # noqa: BLE001 - no nanny (or it failed): the record says so
             reason += f"; its worker could not be restarted ({one_line(exc)}) and stays busy until the cell ends"

@@ -112,7 +112,7 @@ def run_campaign(spec: CampaignSpec, store_path, config: EngineConfig, *, run_id
                     on_result(cell, rec)
 
             try:
-                engine.run(todo, run_id, timeout_s=spec.timeout_s, on_result=record, cell_fn=cell_fn)
+                engine.run(todo, run_id, on_result=record, cell_fn=cell_fn)
             except BaseException:
                 store.end_run(run_id, RUN_INTERRUPTED)
                 raise

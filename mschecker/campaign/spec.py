@@ -10,10 +10,10 @@ Layout (docs/CAMPAIGN.md has the reference):
 
     [campaign]  name (required), baseline ("previous" | a run id), timeout_s, repeats, ship_files
     [compare]   allow = {metric = allowed worsening}, metrics = [judged metric patterns]
-    [[check]]   name, model, inputs, golden, devices, profiles, npu_options, tolerance, topk
-    [[sd]]      name, preset, prompts, seeds, steps, scheduler, guidance_scale, profiles, npu_options,
+    [[check]]   name, timeout_s, model, inputs, golden, devices, profiles, npu_options, tolerance, topk
+    [[sd]]      name, timeout_s, preset, prompts, seeds, steps, scheduler, guidance_scale, profiles, npu_options,
                 stage_options, psnr_min, search_fix, weights_seed
-    [[kernels]] name, kernels, examples
+    [[kernels]] name, timeout_s, kernels, examples
 
 Paths are relative to the campaign file's folder. Cell keys are built from the block name and the matrix
 coordinates only (never from file paths or options), so the same cell keeps its key when the file moves; what
@@ -48,12 +48,12 @@ _NPU_OPTION_KEYS = {"precision_mode": str, "keep_dtype": list, "overflow_mode": 
 _TOLERANCE_KEYS = {"tolerance": (int, float), "atol": (int, float), "rtol": (int, float), "ulp": int,
                    "cosine": (int, float)}
 _BLOCK_KEYS = {
-    "check": {"name": str, "model": str, "inputs": (str, list), "golden": str, "devices": list, "profiles": list,
+    "check": {"name": str, "timeout_s": (int, float), "model": str, "inputs": (str, list), "golden": str, "devices": list, "profiles": list,
               "npu_options": dict, "tolerance": dict, "topk": int},
-    "sd": {"name": str, "preset": str, "prompts": list, "seeds": list, "steps": int, "scheduler": str,
+    "sd": {"name": str, "timeout_s": (int, float), "preset": str, "prompts": list, "seeds": list, "steps": int, "scheduler": str,
            "guidance_scale": (int, float), "profiles": list, "npu_options": dict, "stage_options": dict,
            "psnr_min": (int, float), "search_fix": bool, "weights_seed": int},
-    "kernels": {"name": str, "kernels": list, "examples": int},
+    "kernels": {"name": str, "timeout_s": (int, float), "kernels": list, "examples": int},
 }
 _REQUIRED = {"check": ("name", "model", "inputs", "golden"), "sd": ("name", "prompts"), "kernels": ("name",)}
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "an array",
@@ -75,6 +75,7 @@ class Cell:
     bit_exact: bool
     device: str
     repeat: int = 0
+    timeout_s: float = DEFAULT_TIMEOUT_S   # from the cell's start on its worker (not part of spec_hash)
 
     @property
     def spec_hash(self) -> str:
@@ -158,9 +159,7 @@ def parse_campaign(raw: dict, path: Path) -> CampaignSpec:
     _known(head, _CAMPAIGN_KEYS, f"{where}: [campaign]")
     if "name" not in head or not head["name"].strip():
         raise InputError(f"{where}: [campaign] name is missing (a non-empty string)")
-    timeout = float(head.get("timeout_s", DEFAULT_TIMEOUT_S))
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise InputError(f"{where}: [campaign] timeout_s must be a positive number of seconds, got {timeout!r}")
+    timeout = _timeout(head, DEFAULT_TIMEOUT_S, f"{where}: [campaign]")
     repeats = head.get("repeats", DEFAULT_REPEATS)
     if repeats < 1:
         raise InputError(f"{where}: [campaign] repeats must be >= 1, got {repeats}")
@@ -191,10 +190,19 @@ def parse_campaign(raw: dict, path: Path) -> CampaignSpec:
             if (kind, block["name"]) in names:
                 raise InputError(f"{label}: another [[{kind}]] block has the same name")
             names.add((kind, block["name"]))
-            spec.blocks.append((kind, _VALIDATE[kind](dict(block), label, base)))
+            block = _VALIDATE[kind](dict(block), label, base)
+            block["timeout_s"] = _timeout(block, timeout, label)
+            spec.blocks.append((kind, block))
     if not spec.blocks:
         raise InputError(f"{where}: declares no cells (add a [[check]], [[sd]] or [[kernels]] block)")
     return spec
+
+
+def _timeout(table: dict, default: float, where: str) -> float:
+    timeout = float(table.get("timeout_s", default))
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise InputError(f"{where}: timeout_s must be a positive number of seconds, got {table['timeout_s']!r}")
+    return timeout
 
 
 # ------------------------------------------------------------------------------------------------ key checking
@@ -371,8 +379,8 @@ def _expand_check(block: dict, repeats: int) -> list[Cell]:
                       "npu_options": block["npu_options"] if device == "npu" else {},
                       "tolerance": block["tolerance"], "topk": block["topk"]}
             key = cell_key(block["name"], coords)
-            out += [Cell(key, "check", block["name"], coords, params, device in BIT_EXACT_DEVICES, device, r)
-                    for r in _repeats(device, repeats)]
+            out += [Cell(key, "check", block["name"], coords, params, device in BIT_EXACT_DEVICES, device, r,
+                         block["timeout_s"]) for r in _repeats(device, repeats)]
     return out
 
 
@@ -389,13 +397,15 @@ def _expand_sd(block: dict, repeats: int) -> list[Cell]:
                           "psnr_min": float(block.get("psnr_min", 30.0)),
                           "search_fix": block.get("search_fix", False),
                           "weights_seed": block.get("weights_seed", 0)}
-                out.append(Cell(cell_key(block["name"], coords), "sd", block["name"], coords, params, True, "npu"))
+                out.append(Cell(cell_key(block["name"], coords), "sd", block["name"], coords, params, True, "npu",
+                                0, block["timeout_s"]))
     return out
 
 
 def _expand_kernels(block: dict, repeats: int) -> list[Cell]:
     return [Cell(cell_key(block["name"], {"kernel": k}), "kernels", block["name"], {"kernel": k},
-                 {"kernel": k, "examples": block["examples"]}, True, "kernels") for k in block["kernels"]]
+                 {"kernel": k, "examples": block["examples"]}, True, "kernels", 0, block["timeout_s"])
+            for k in block["kernels"]]
 
 
 _EXPAND = {"check": _expand_check, "sd": _expand_sd, "kernels": _expand_kernels}
@@ -403,4 +413,5 @@ _EXPAND = {"check": _expand_check, "sd": _expand_sd, "kernels": _expand_kernels}
 
 def cell_from_dict(d: dict[str, Any]) -> Cell:
     """The inverse of dataclasses.asdict(cell) (cells travel to workers and into the store as plain data)."""
-    return Cell(**{k: d[k] for k in ("key", "kind", "block", "coords", "params", "bit_exact", "device", "repeat")})
+    return Cell(**{k: d[k] for k in ("key", "kind", "block", "coords", "params", "bit_exact", "device", "repeat",
+                                     "timeout_s")})

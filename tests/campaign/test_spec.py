@@ -39,6 +39,13 @@ def test_expansion_counts_keys_and_repeats():
     assert len({c.task_key for c in cells}) == len(cells)
 
 
+def test_timeouts_per_block_default_to_the_campaign():
+    spec = parse({"campaign": {"name": "n", "timeout_s": 60},
+                  "kernels": [{"name": "k", "kernels": ["exp"]}, {"name": "slow", "kernels": ["exp"], "timeout_s": 5}]})
+    assert [c.timeout_s for c in spec.cells()] == [60.0, 5.0]
+    assert spec.cells()[0].spec_hash == spec.cells()[1].spec_hash  # a timeout is not what a cell computes
+
+
 def test_spec_hash_tracks_parameters_not_paths(tmp_path):
     base = {"campaign": {"name": "n"}, "sd": [{"name": "s", "preset": "tiny", "prompts": ["a"]}]}
     h0 = parse(base).cells()[0].spec_hash
@@ -64,10 +71,11 @@ def test_spec_hash_tracks_parameters_not_paths(tmp_path):
     ({"campaign": {"name": "n", "timout_s": 3}, "kernels": [{"name": "k"}]}, "[campaign]: unknown key 'timout_s'"),
     ({"campaign": {"name": "n"}, "kernel": [{"name": "k"}]}, "unknown key 'kernel'"),
     ({"campaign": {"name": "n"}, "kernels": [{"name": "k", "example": 3}]},
-     "[[kernels]] #1 'k': unknown key 'example' (known: examples, kernels, name)"),
+     "[[kernels]] #1 'k': unknown key 'example' (known: examples, kernels, name, timeout_s)"),
     ({"campaign": {"name": "n"}, "kernels": [{"name": "k", "examples": "3"}]}, "examples must be an integer, got str"),
     ({"campaign": {"name": "n"}, "kernels": [{"name": "k", "examples": True}]}, "examples must be an integer"),
     ({"campaign": {"name": "n", "timeout_s": -1}, "kernels": [{"name": "k"}]}, "timeout_s must be a positive"),
+    ({"campaign": {"name": "n"}, "kernels": [{"name": "k", "timeout_s": 0}]}, "'k': timeout_s must be a positive"),
     ({"campaign": {"name": "n"}, "kernels": [{"name": "k", "kernels": ["nope"]}]}, "kernels: "),
     ({"campaign": {"name": "n"}}, "declares no cells"),
     ({"kernels": [{"name": "k"}]}, "missing the [campaign] table"),
