@@ -31,7 +31,7 @@ from .lockstep import Analysis, DumpFolder, NodeRecord, analyse, reference_execu
 from .policy import npu_policy
 from .samples import Sample, check_same_shapes
 from .search import LAYER_OPS, Budget, Evaluation, Evaluator, FixConfig, SearchResult, high_precision_capable, \
-    rank_candidates, search
+    members, op_type_of, rank_candidates, search
 from .writers import OnnxCheck, Recommendation, check_with_onnxruntime, patched_onnx
 
 Progress = Callable[[str, int, int | None], None]
@@ -94,7 +94,8 @@ class BisectResult:
         """The nodes the fix moves, in ranking order (empty without a fix)."""
         if self.recommendation is None:
             return []
-        chosen = self.recommendation.config.keep_dtype | self.recommendation.config.high_precision
+        chosen = {m for item in self.recommendation.config.keep_dtype | self.recommendation.config.high_precision
+                  for m in members(item, self.analysis)}
         return [n for n in self.ranking if n.name in chosen]
 
 
@@ -113,9 +114,11 @@ def _plan(model: LoadedModel, profile: NumericsProfile) -> tuple[Executor, Execu
 
 def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, profile="ascend910b",
                  tolerance=1e-2, budget: Budget | None = None, npu_dump: str | Path | None = None,
-                 check_onnx: bool = True, progress: Progress | None = None) -> BisectResult:
+                 check_onnx: bool = True, granularity: str = "node",
+                 progress: Progress | None = None) -> BisectResult:
     """The whole bisection (module docstring). `samples`: input sets (samples.read_samples); `profile`: a preset
-    name, profile file or NumericsProfile; `npu_dump`: a folder of device dumps replacing the emulator."""
+    name, profile file or NumericsProfile; `npu_dump`: a folder of device dumps replacing the emulator;
+    `granularity`: moves per "node" or per "op_type" (search.rank_candidates)."""
     rule = tolerance_rule(tolerance)
     if not samples:
         raise InputError("--input: no input set given")
@@ -142,9 +145,12 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
         return result
     t0 = time.perf_counter()
     evaluator = Evaluator(loaded, base, list(samples), analysis, rule, budget, progress)
-    names = [n.name for n in ranking]
-    layers = [n.name for n in analysis.nodes if n.op_type in LAYER_OPS and not n.folded] or names
+    names = rank_candidates(analysis, granularity)
+    layers = [n.name for n in analysis.nodes if n.op_type in LAYER_OPS and not n.folded] or \
+        [n.name for n in ranking]
     position = {n.name: n.index for n in analysis.nodes}
+    position.update({item: min(position[m] for m in members(item, analysis)) for item in names
+                     if op_type_of(item)})
     result.search = search(evaluator, names, high_precision_capable(npu, base, names), layers, position)
     timings["fix_search"] = time.perf_counter() - t0
     config = result.search.recommended
@@ -156,7 +162,7 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     fixed_npu = Executor(loaded, npu_policy(rec.profile(base)))
     result.proof = analyse(reference, fixed_npu, list(samples), rule, own_error=False, progress=progress)
     timings["proof"] = time.perf_counter() - t0
-    if len(result.culprits) <= 16:
+    if config.changes <= 16:
         t0 = time.perf_counter()
         result.attribution = _attribute(evaluator, config)
         timings["attribution"] = time.perf_counter() - t0
@@ -191,7 +197,8 @@ def _patched_check(loaded: LoadedModel, config: FixConfig, samples, analysis, ru
         return OnnxCheck(False, False, error=f"cannot load {loaded.path}: {type(exc).__name__}: {exc}"), None
     # host-folded nodes (shape arithmetic) stay fp32 as the NPU compiler folds them in fp32 (NpuPolicy.bind);
     # it also keeps the converter off int -> float Casts, which it mistypes
-    base = set(config.keep_dtype | config.high_precision) | {n.name for n in analysis.nodes if n.folded}
+    base = {m for item in config.keep_dtype | config.high_precision for m in members(item, analysis)}
+    base |= {n.name for n in analysis.nodes if n.folded}
     extra = [n for n in ranking if n not in base]
 
     def attempt(k: int):

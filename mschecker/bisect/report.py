@@ -14,6 +14,7 @@ from pathlib import Path
 from ..fsio import atomic_write_bytes, atomic_write_text, make_directory
 from .engine import BisectResult
 from .islands import islands
+from .search import members
 from .stats import _num
 from .writers import FILES, write_fix
 
@@ -33,7 +34,8 @@ def _islands(result: BisectResult):
     if graph is None:
         return []
     floats = {o.tensor for n in result.analysis.nodes for o in n.outputs} | set(result.samples[0].feeds)
-    return islands(graph, set(rec.config.keep_dtype), [n.name for n in result.analysis.nodes], floats)
+    kept = {m for item in rec.config.keep_dtype for m in members(item, result.analysis)}
+    return islands(graph, kept, [n.name for n in result.analysis.nodes], floats)
 
 
 def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:

@@ -56,8 +56,9 @@ RULE_OF_THUMB_EVERY = 6  # "a cast point every 5-6 fp16 layers": five fp16 layer
 class FixConfig:
     """A set of per-node moves on top of the profile as given."""
 
-    keep_dtype: frozenset = frozenset()       # node names computed and stored in fp32
-    high_precision: frozenset = frozenset()   # node names with implmode high_precision
+    # items: node names, or "OpType::T" for every node of op type T (ATC's keep_dtype syntax)
+    keep_dtype: frozenset = frozenset()       # computed and stored in fp32
+    high_precision: frozenset = frozenset()   # implmode high_precision
 
     @property
     def changes(self) -> int:
@@ -66,20 +67,39 @@ class FixConfig:
     def profile(self, base: NumericsProfile) -> NumericsProfile:
         if not self.changes:
             return base
+        hp_types = {op_type_of(i): "high_precision" for i in sorted(self.high_precision) if op_type_of(i)}
+        hp_nodes = {i: "high_precision" for i in sorted(self.high_precision) if not op_type_of(i)}
         return base.replace(
             keep_dtype=tuple(base.keep_dtype) + tuple(n for n in sorted(self.keep_dtype) if n not in base.keep_dtype),
-            implmode_by_node={**base.implmode_by_node, **{n: "high_precision" for n in sorted(self.high_precision)}})
+            implmode_by_op_type={**base.implmode_by_op_type, **hp_types},
+            implmode_by_node={**base.implmode_by_node, **hp_nodes})
 
     def describe(self) -> str:
         parts = []
         if self.high_precision:
-            parts.append(f"high_precision {len(self.high_precision)} node(s)")
+            parts.append(f"high_precision {len(self.high_precision)} item(s)")
         if self.keep_dtype:
-            parts.append(f"fp32 {len(self.keep_dtype)} node(s)")
+            parts.append(f"fp32 {len(self.keep_dtype)} item(s)")
         return " + ".join(parts) or "as given"
 
     def to_dict(self) -> dict:
         return {"keep_dtype": sorted(self.keep_dtype), "high_precision": sorted(self.high_precision)}
+
+
+OP_TYPE_PREFIX = "OpType::"
+
+
+def op_type_of(item: str) -> str | None:
+    """The op type of an "OpType::T" item, None for a node name."""
+    return item[len(OP_TYPE_PREFIX):] if item.startswith(OP_TYPE_PREFIX) else None
+
+
+def members(item: str, analysis: Analysis) -> list[str]:
+    """The non-folded node names an item stands for."""
+    t = op_type_of(item)
+    if t is None:
+        return [item]
+    return [n.name for n in analysis.nodes if n.op_type == t and not n.folded]
 
 
 @dataclass
@@ -193,16 +213,32 @@ class SearchResult:
                                # tried cheaper moves for them (high_precision instead of fp32)
 
 
-def rank_candidates(analysis: Analysis) -> list[str]:
-    """Nodes a move can change, most own error first (overflowing ones before all; ties in execution order)."""
+def rank_candidates(analysis: Analysis, granularity: str = "node") -> list[str]:
+    """What a move can change, most own error first (overflowing ones before all; ties in execution order).
+    granularity "node": node names; "op_type": "OpType::T" items, each ranked by its worst node (ATC users
+    often deploy per op type; the SD check fixes a stage per op type)."""
     nodes = [n for n in analysis.nodes if not n.folded and (n.own_error > 0 or n.overflow)]
     nodes.sort(key=lambda n: (not n.overflow, -n.own_error if not math.isnan(n.own_error) else -math.inf, n.index))
-    return [n.name for n in nodes]
+    if granularity == "node":
+        return [n.name for n in nodes]
+    if granularity != "op_type":
+        raise ValueError(f"granularity {granularity!r}: node or op_type")
+    return list(dict.fromkeys(OP_TYPE_PREFIX + n.op_type for n in nodes))
 
 
-def high_precision_capable(executor: Executor, base: NumericsProfile, names: list[str]) -> set[str]:
-    """Nodes whose high_precision implmode binds other kernels than the profile as given (for the others the
-    move changes nothing, so only fp32 storage can help them)."""
+def high_precision_capable(executor: Executor, base: NumericsProfile, items: list[str]) -> set[str]:
+    """Items whose high_precision implmode binds other kernels than the profile as given for some node (for the
+    others the move changes nothing, so only fp32 storage can help them)."""
+    if not items:
+        return set()
+    types = {op_type_of(i) for i in items if op_type_of(i)}
+    names = [i for i in items if not op_type_of(i)] + [st.label for st in executor.steps if st.node.op_type in types]
+    node_capable = _hp_capable_nodes(executor, base, names)
+    by_type = {st.node.op_type for st in executor.steps if st.label in node_capable}
+    return {i for i in items if (op_type_of(i) in by_type if op_type_of(i) else i in node_capable)}
+
+
+def _hp_capable_nodes(executor: Executor, base: NumericsProfile, names: list[str]) -> set[str]:
     if not names:
         return set()
     probe = npu_policy(base.replace(implmode_by_node={**base.implmode_by_node,

@@ -34,7 +34,7 @@ from ..fsio import atomic_write_bytes, atomic_write_text, make_directory
 from ..npu import NumericsProfile
 from .lockstep import Analysis
 from .samples import Sample
-from .search import FixConfig
+from .search import FixConfig, op_type_of
 from .stats import ErrorStats, _num
 
 FILES = {"keep_dtype": "keep_dtype.cfg", "op_precision": "op_precision.ini", "profile": "profile.json",
@@ -57,6 +57,12 @@ class Recommendation:
                 by_type.setdefault(n.op_type, []).append(n.name)
         rec = cls(config=config)
         for chosen, is_keep in ((config.keep_dtype, True), (config.high_precision, False)):
+            for item in sorted(i for i in chosen if op_type_of(i)):  # op-type items as they are
+                if is_keep:
+                    rec.keep_dtype.append(item)
+                else:
+                    rec.by_op_type[op_type_of(item)] = "high_precision"
+            chosen = {i for i in chosen if not op_type_of(i)}
             covered: set[str] = set()
             for op_type, names in sorted(by_type.items()):
                 if len(names) >= 2 and all(x in chosen for x in names):

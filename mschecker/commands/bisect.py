@@ -32,6 +32,8 @@ def build_parser(prog: str = "mschecker bisect") -> Parser:
                    help="stop the fix search after this many seconds (best configuration so far reported)")
     p.add_argument("--npu-dump", metavar="DIR", help="per-tensor device dumps (<tensor>.npy or .bin + sidecar) "
                    "used as the NPU side instead of the emulator (localization only)")
+    p.add_argument("--granularity", choices=["node", "op-type"], default="node",
+                   help="moves per node (default: the smallest fix) or per op type (OpType:: / [ByOpType] entries)")
     p.add_argument("--no-onnx-check", action="store_true", help="do not build and check the patched ONNX model")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_override_args(p)
@@ -52,7 +54,8 @@ def main(argv: list[str]) -> int:
     show = not args.no_progress and sys.stderr.isatty()
     with _progress(show) as progress:
         result = bisect_model(model, samples, profile=args.profile, tolerance=args.tolerance, budget=budget,
-                              npu_dump=args.npu_dump, check_onnx=not args.no_onnx_check, progress=progress)
+                              npu_dump=args.npu_dump, check_onnx=not args.no_onnx_check,
+                              granularity=args.granularity.replace("-", "_"), progress=progress)
     files = write_outputs(result, args.out, json_report=args.json, html_report=args.html)
     render_console(result, files=files)
     return result.exit_code

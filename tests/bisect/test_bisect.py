@@ -228,3 +228,13 @@ def test_a_fix_must_hold_on_every_sample(tmp_path):
     r = bisect_model(path, [quiet, loud], tolerance=1e-2)
     assert r.verdict == "FIXED" and r.recommendation.by_node == {"ln_big": "high_precision"}
     assert len(r.proof.per_sample) == 2
+
+
+def test_op_type_granularity_moves_whole_op_types(tmp_path):
+    model = M.layernorm_pair()
+    r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=1e-2, granularity="op_type")
+    assert r.verdict == "FIXED" and r.search.candidates[0] == "OpType::LayerNormalization"
+    assert r.recommendation.by_op_type == {"LayerNormalization": "high_precision"}
+    assert r.recommendation.by_node == {} and r.recommendation.keep_dtype == []
+    assert {n.name for n in r.culprits} == {"ln_big", "ln_small"}
+    assert r.proof.passed and r.onnx_check.passed
