@@ -48,11 +48,11 @@ _NPU_OPTION_KEYS = {"precision_mode": str, "keep_dtype": list, "overflow_mode": 
 _TOLERANCE_KEYS = {"tolerance": (int, float), "atol": (int, float), "rtol": (int, float), "ulp": int,
                    "cosine": (int, float)}
 _BLOCK_KEYS = {
-    "check": {"name": str, "timeout_s": (int, float), "model": str, "inputs": (str, list), "golden": str, "devices": list, "profiles": list,
-              "npu_options": dict, "tolerance": dict, "topk": int},
-    "sd": {"name": str, "timeout_s": (int, float), "preset": str, "prompts": list, "seeds": list, "steps": int, "scheduler": str,
-           "guidance_scale": (int, float), "profiles": list, "npu_options": dict, "stage_options": dict,
-           "psnr_min": (int, float), "search_fix": bool, "weights_seed": int},
+    "check": {"name": str, "timeout_s": (int, float), "model": str, "inputs": (str, list), "golden": str,
+              "devices": list, "profiles": list, "npu_options": dict, "tolerance": dict, "topk": int},
+    "sd": {"name": str, "timeout_s": (int, float), "preset": str, "prompts": list, "seeds": list, "steps": int,
+           "scheduler": str, "guidance_scale": (int, float), "profiles": list, "npu_options": dict,
+           "stage_options": dict, "psnr_min": (int, float), "search_fix": bool, "weights_seed": int},
     "kernels": {"name": str, "timeout_s": (int, float), "kernels": list, "examples": int},
 }
 _REQUIRED = {"check": ("name", "model", "inputs", "golden"), "sd": ("name", "prompts"), "kernels": ("name",)}
