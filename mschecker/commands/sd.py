@@ -1,10 +1,14 @@
-"""`mschecker sd`: the bundled Stable Diffusion pipeline on the float64 reference and on the emulated NPU.
+"""`mschecker sd`: a Stable Diffusion pipeline on the float64 reference and on the emulated NPU.
 
+The pipeline is your own diffusers ONNX export (`--pipeline DIR`: model_index.json, text_encoder/, unet/,
+vae_decoder/, tokenizer/, scheduler/) or a bundled preset (`--preset`, synthetic weights; `--save-pipeline DIR`
+writes it as such a folder). `--sides A,B` picks the two runs (reference, npu, ort; default reference,npu).
 Runs text encoder, N guided UNet steps and the VAE decoder twice (same prompt, seeds, scheduler), reports the
 error of every stage (text embeddings, latents after each step, decoded tensor, image PSNR/SSIM), the first node
 whose output went NaN/inf (or hit the format's max in saturation mode), and -- when the run fails with an
 overflow -- searches for the fix and re-runs to prove it (mschecker.sd.check). Writes a side-by-side PNG and an
-error-per-step plot to --out, the full result to --json.
+error-per-step plot, each side's image (<side>.image.npy: float32 HWC in [0, 1]) and latents after every step
+(<side>.latents_step<k>.npy) to --out, the full result to --json.
 
 Exit code: 0 when the NPU image, on the profile and options as given, has PSNR >= --psnr-min against the
 reference and every stage output is finite; 1 otherwise (also when a fix was found: the fix is a suggestion,
@@ -37,7 +41,8 @@ if "numpy" not in sys.modules:
         os.environ.setdefault(_var, "1")
 
 from ..errors import InputError, UsageError
-from ..sd.pipeline import STAGES
+from ..sd.folder import STAGES
+from ..sd.scheduler import SCHEDULERS
 from ..sd.presets import PRESETS
 from ._args import Parser
 
@@ -46,13 +51,23 @@ DEFAULT_PROMPT = "a photo of an astronaut riding a horse on the moon"
 
 def build_parser() -> Parser:
     p = Parser(prog="mschecker sd", description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="small", choices=list(PRESETS), help="graph size (default small)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--pipeline", metavar="DIR", help="a diffusers ONNX pipeline folder (your own export)")
+    src.add_argument("--preset", choices=list(PRESETS), help="bundled graphs, synthetic weights (default small)")
+    p.add_argument("--save-pipeline", metavar="DIR", help="write the bundled --preset as a diffusers ONNX folder "
+                                                          "and exit")
+    p.add_argument("--sides", default="reference,npu", metavar="A,B",
+                   help="the two runs compared, among reference, npu, ort (default reference,npu; B is judged)")
+    p.add_argument("--latents", metavar="FILE.npy", help="initial latents, unit variance, scaled by the scheduler's "
+                                                        "initial sigma as diffusers does (default: RandomState(--seed).randn)")
     p.add_argument("--steps", type=_positive_int("--steps"), default=10, help="UNet steps (default 10)")
     p.add_argument("--prompt", default=DEFAULT_PROMPT)
-    p.add_argument("--scheduler", choices=["ddim", "euler"], default="ddim")
+    p.add_argument("--scheduler", choices=list(SCHEDULERS),
+                   help="override the scheduler class (default: the folder's scheduler_config.json; ddim bundled)")
     p.add_argument("--seed", type=_positive_int("--seed", minimum=0), default=0, help="initial-noise seed")
     p.add_argument("--guidance-scale", type=_finite_float("--guidance-scale"), default=7.5)
-    p.add_argument("--profile", default="ascend910b", help="numerics profile: preset name or .toml/.json file")
+    p.add_argument("--profile", action="append", metavar="[STAGE:]PROFILE",
+                   help="numerics profile: preset name or .toml/.json file (default ascend910b; repeatable per stage)")
     p.add_argument("--psnr-min", type=_finite_float("--psnr-min"), default=30.0, help="image PSNR threshold in dB (default 30)")
     g = p.add_argument_group("NPU options (ATC style; ENTRY may start with STAGE: to apply to one stage only, "
                              f"STAGE one of {', '.join(STAGES)})")
@@ -66,7 +81,7 @@ def build_parser() -> Parser:
     g.add_argument("--overflow-mode", choices=["inf_nan", "saturation"])
     g.add_argument("--implmode", choices=["high_precision", "high_performance"])
     p.add_argument("--no-fix", action="store_true", help="do not search for a fix when the run overflows")
-    p.add_argument("--out", default="sd_out", help="folder for the PNGs (default ./sd_out)")
+    p.add_argument("--out", default="sd_out", help="folder for the PNGs and arrays (default ./sd_out)")
     p.add_argument("--json", metavar="PATH", help="write the full result as JSON")
     return p
 
@@ -128,6 +143,10 @@ def npu_options(args) -> tuple[dict, dict[str, dict]]:
         if value not in PRECISION_MODES:
             raise UsageError(f"--precision-mode {entry!r}: {value!r} is not one of {', '.join(PRECISION_MODES)}")
         (per_stage.setdefault(stage, {}) if stage else common)["precision_mode"] = value
+    for entry in args.profile or []:
+        stage, value = _split_stage(entry, "--profile")
+        if stage:
+            per_stage.setdefault(stage, {})["profile"] = value
     if args.overflow_mode:
         common["overflow_mode"] = args.overflow_mode
     if args.implmode:
@@ -135,9 +154,34 @@ def npu_options(args) -> tuple[dict, dict[str, dict]]:
     return common, per_stage
 
 
+def global_profile(args) -> str:
+    """The --profile without a stage prefix (the last one), default ascend910b."""
+    plain = [e for e in args.profile or [] if _split_stage(e, "--profile")[0] is None]
+    return plain[-1] if plain else "ascend910b"
+
+
+def parse_sides(text: str) -> tuple[str, str]:
+    from ..sd.check import SIDES
+
+    sides = tuple(x.strip() for x in text.split(","))
+    if len(sides) != 2 or sides[0] == sides[1] or any(x not in SIDES for x in sides):
+        raise UsageError(f"--sides {text!r}: give two different sides among {', '.join(SIDES)}, e.g. reference,npu")
+    return sides
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    from ..sd.folder import SDPipeline
+
+    if args.save_pipeline:
+        if args.pipeline:
+            raise UsageError("--save-pipeline writes a bundled --preset; it does not take --pipeline")
+        path = SDPipeline.bundled(args.preset or "small", scheduler=args.scheduler or "ddim").save(args.save_pipeline)
+        print(f"pipeline: {path}")
+        return 0
+    sides = parse_sides(args.sides)
     common, per_stage = npu_options(args)
+    profile = global_profile(args)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a folder")
@@ -147,24 +191,33 @@ def main(argv: list[str]) -> int:
         raise InputError(f"--json {args.json}: its folder does not exist")
     from ..npu import load_profile
 
-    load_profile(args.profile)  # bad profile: one line, before minutes of work
+    for name in {profile, *(o["profile"] for o in per_stage.values() if "profile" in o)}:
+        load_profile(name)  # bad profile: one line, before minutes of work
+    pipeline = SDPipeline.from_folder(args.pipeline) if args.pipeline else \
+        SDPipeline.bundled(args.preset or "small", scheduler=args.scheduler or "ddim")
+    latents = None
+    if args.latents:
+        from ..tensorio import read_tensor
+
+        latents = pipeline.check_latents(read_tensor(args.latents), f"--latents {args.latents}")
     from rich.console import Console
 
     from ..sd.check import run_check
-    from ..sd.report import render_console, write_images, write_json
+    from ..sd.report import render_console, write_json, write_outputs
 
     # a log (not a terminal) gets 120 columns rather than Rich's 80, so the per-step table is not truncated
     console = Console() if sys.stdout.isatty() else Console(width=120)
     with _progress(args.steps) as progress:
-        check = run_check(prompt=args.prompt, preset=args.preset, steps=args.steps, scheduler=args.scheduler,
-                          seed=args.seed, guidance_scale=args.guidance_scale, profile=args.profile,
+        check = run_check(prompt=args.prompt, pipeline=pipeline, steps=args.steps, scheduler=args.scheduler,
+                          seed=args.seed, guidance_scale=args.guidance_scale, sides=sides, profile=profile,
                           npu_options=common, stage_options=per_stage, psnr_min=args.psnr_min,
-                          search_fix=not args.no_fix, progress=progress)
+                          search_fix=not args.no_fix, initial_latents=latents, progress=progress)
     render_console(check, console)
-    paths = write_images(check, out)
-    print("images: " + ", ".join(str(p) for p in paths))
+    paths = write_outputs(check, out)
+    print(f"wrote {len(paths)} files to {out}: " + ", ".join(p.name for p in paths if p.suffix == ".png"))
     if args.json:
-        write_json(check, args.json, extra={"images": [str(p) for p in paths]})
+        write_json(check, args.json, extra={"images": [str(p) for p in paths if p.suffix == ".png"],
+                                            "arrays": [str(p) for p in paths if p.suffix == ".npy"]})
         print(f"json: {args.json}")
     print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in check.timings.items()))
     return 0 if check.passed else 1

@@ -1,8 +1,11 @@
-"""The SD accuracy check: the pipeline on the float64 reference and on the emulated NPU, compared stage by stage,
-with a capture hook that finds the first node whose output overflowed, and a search for the fix.
+"""The SD accuracy check: one SDPipeline (a diffusers ONNX folder or the bundled graphs) run on two sides --
+by default the float64 reference and the emulated NPU; ``sides`` picks any two of reference, npu, ort (the
+first is the baseline, the second is judged) -- compared stage by stage, with a capture hook that finds the
+first node whose output overflowed, and a search for the fix (when the judged side is the NPU).
 
 What is compared (same prompt, seeds, scheduler on both sides; mschecker.compare metrics for every tensor):
 text embeddings, the latents after every step, the decoded image tensor, and the uint8 images (PSNR, SSIM).
+In SDCheck, ``reference`` holds the baseline side's run and ``npu`` the judged side's.
 
 Capture (NPU run): every tensor the executor produces passes `Tracker.on_tensor`, which records per stage the
 peak |x| (headroom against the format's max, NUMERICS.md section 6: "output-only checks miss
@@ -28,7 +31,6 @@ metrics, so the claim "this fixes it" is always measured.
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -40,12 +42,11 @@ from ..dtypes import float_format
 from ..errors import InputError
 from ..graph.policy import is_float_dtype
 from .images import image_psnr, image_ssim
+from .folder import SDPipeline
 from .pipeline import STAGES, PipelineResult, SDModels, run_pipeline, stage_runner_factory, to_uint8_image
-from .presets import get_preset
-from .scheduler import make_scheduler
 
 MAX_FIX_ROUNDS = 3
-_TEMP_GRAPH = re.compile(r"\S*mschecker-sd-\w+-\w+/(\w+)\.onnx")  # pipeline.stage_runner_factory's temp files
+SIDES = ("reference", "npu", "ort")
 # The stage tensors are not judged element-wise: the verdict is the image rule (SDCheck.passed), and the metrics
 # compare_arrays reports (relative error, max |err|, cosine, SNR, NaN/inf counts) do not depend on the rule. The
 # rule only sets the comparisons' own mismatch counts in the JSON; atol = rtol = 1e-2 is the fp16 assert_close
@@ -232,6 +233,12 @@ class SDCheck:
     fixes: list[FixAttempt] = field(default_factory=list)
     hidden_overflow: NodeEvent | None = None   # found by the inf_nan probe of a saturation-mode run
     divergence: NodeEvent | None = None        # first node far from the reference (failures without overflow)
+    pipeline: SDPipeline | None = None
+
+    @property
+    def sides(self) -> tuple[str, str]:
+        """(baseline, judged): which runs ``reference`` and ``npu`` hold."""
+        return tuple(self.settings.get("sides", ("reference", "npu")))
 
     @property
     def passed(self) -> bool:
@@ -286,14 +293,13 @@ def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], track
     factories = {}
     for stage in STAGES:
         device, profile, options = device_for[stage]
+        options = dict(options)
+        profile = options.pop("profile", None) or profile  # a per-stage --profile STAGE:NAME
         hook = tracker.on_tensor if capture and tracker is not None and device != "ort" else None
         factories[stage] = stage_runner_factory(device, profile, capture=hook, **options)
 
     def make(model, stage_name):
-        try:
-            run = factories[stage_name](model, stage_name)
-        except InputError as exc:  # name the bundled stage instead of the temporary file it was loaded from
-            raise InputError(_TEMP_GRAPH.sub(r"SD \1 graph", str(exc))) from None
+        run = factories[stage_name](model, stage_name)
 
         def announced(feeds):
             if tracker is not None:
@@ -303,42 +309,68 @@ def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], track
     return make
 
 
-def run_check(*, prompt: str, preset: str = "small", steps: int = 10, scheduler: str = "ddim", seed: int = 0,
-              guidance_scale: float = 7.5, profile: str = "ascend910b", npu_options: dict | None = None,
-              stage_options: dict[str, dict] | None = None, psnr_min: float = 30.0, search_fix: bool = True,
-              weights_seed: int = 0, progress: Callable[[str, str, int | None], None] | None = None) -> SDCheck:
-    """Reference run, NPU run (captured), per-stage metrics, and the fix search when the NPU run fails with an
-    overflow. ``npu_options`` (mschecker.graph.runner.npu_profile keywords) apply to every stage,
-    ``stage_options[stage]`` on top of them to one stage (keep_dtype lists are joined).
+def side_devices(side: str, profile: str, options: dict[str, dict]) -> dict[str, tuple[str, str | None, dict]]:
+    """per_stage_factory's {stage: (device, profile, options)} for one side of the check."""
+    if side == "npu":
+        return {s: ("npu", profile, options[s]) for s in STAGES}
+    if side in ("reference", "ort"):
+        return {s: (side, None, {}) for s in STAGES}
+    raise InputError(f"unknown side {side!r}; choose from {', '.join(SIDES)}")
+
+
+def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = "small", steps: int = 10,
+              scheduler: str | None = None, seed: int = 0, guidance_scale: float = 7.5,
+              sides: tuple[str, str] = ("reference", "npu"), profile: str = "ascend910b",
+              npu_options: dict | None = None, stage_options: dict[str, dict] | None = None, psnr_min: float = 30.0,
+              search_fix: bool = True, weights_seed: int = 0, initial_latents=None,
+              progress: Callable[[str, str, int | None], None] | None = None) -> SDCheck:
+    """Baseline run (``sides[0]``), judged run (``sides[1]``, captured), per-stage metrics, and -- when the
+    judged side is the NPU and fails -- the overflow probes and the fix search. ``pipeline`` defaults to the
+    bundled ``preset`` (DDIM unless ``scheduler`` says otherwise); ``scheduler`` overrides its scheduler class.
+    ``npu_options`` (mschecker.graph.runner.npu_profile keywords) apply to every stage, ``stage_options[stage]``
+    on top of them to one stage (keep_dtype lists are joined; "profile" picks that stage's profile).
     ``progress(run_label, stage, step)`` is called before every stage execution."""
-    p = get_preset(preset)
+    if len(sides) != 2 or sides[0] == sides[1] or any(s not in SIDES for s in sides):
+        raise InputError(f"--sides {','.join(sides)}: give two different sides among {', '.join(SIDES)}")
+    if pipeline is None:
+        pipeline = SDPipeline.bundled(preset, weights_seed, scheduler or "ddim")
     options = stage_npu_options(npu_options, stage_options)
-    models = SDModels.build(p, weights_seed)
-    common = dict(prompt=prompt, preset=p, steps=steps, scheduler=scheduler, seed=seed, guidance_scale=guidance_scale,
-                  models=models)
+    models = pipeline.models
+    common = dict(prompt=prompt, pipeline=pipeline, steps=steps, scheduler=scheduler, seed=seed,
+                  guidance_scale=guidance_scale, initial_latents=initial_latents)
     timings = {}
 
-    def announce(label):
-        return (lambda stage, step: progress(label, stage, step)) if progress else None
+    def label(side):
+        return f"npu {profile}" if side == "npu" else side
 
-    ref_tracker = Tracker(announce("reference"))
+    def announce(run_label):
+        return (lambda stage, step: progress(run_label, stage, step)) if progress else None
+
+    base_side, judged_side = sides
+    ref_tracker = Tracker(announce(label(base_side)))
     t0 = time.perf_counter()
     reference = run_pipeline(make_stage_runner=per_stage_factory(
-        {s: ("reference", None, {}) for s in STAGES}, ref_tracker, capture=False), **common)
-    timings["reference"] = time.perf_counter() - t0
+        side_devices(base_side, profile, options), ref_tracker, capture=False), **common)
+    timings[base_side] = time.perf_counter() - t0
 
-    tracker = Tracker(announce(f"npu {profile}"))
+    tracker = Tracker(announce(label(judged_side)))
     t0 = time.perf_counter()
-    npu = run_pipeline(make_stage_runner=per_stage_factory(
-        {s: ("npu", profile, options[s]) for s in STAGES}, tracker), **common)
-    timings["npu"] = time.perf_counter() - t0
+    npu = run_pipeline(make_stage_runner=per_stage_factory(side_devices(judged_side, profile, options), tracker),
+                       **common)
+    timings[judged_side] = time.perf_counter() - t0
     metrics = measure(reference, npu)
-    settings = {"preset": p.name, "steps": steps, "scheduler": scheduler, "seed": seed,
-                "guidance_scale": guidance_scale, "prompt": prompt, "profile": profile,
+    settings = {"pipeline": pipeline.name, "preset": pipeline.name, "steps": steps,
+                "scheduler": scheduler or pipeline.scheduler_config.get("_class_name"), "seed": seed,
+                "guidance_scale": guidance_scale, "prompt": prompt, "profile": profile, "sides": list(sides),
                 "npu_options": {st: {k: (v if isinstance(v, (list, dict)) else str(v)) for k, v in o.items()}
                                 for st, o in options.items()},
-                "weights_seed": weights_seed, "image_size": p.image_size}
-    check = SDCheck(settings, psnr_min, reference, npu, metrics, tracker, timings)
+                "weights_seed": weights_seed, "image_size": list(np.shape(reference.decoded)[2:]),
+                "initial_latents": "given" if initial_latents is not None else f"RandomState({seed}).randn",
+                "stage_costs": {side: {st: c.to_dict() for st, c in run.costs.items()}
+                                for side, run in ((base_side, reference), (judged_side, npu))}}
+    check = SDCheck(settings, psnr_min, reference, npu, metrics, tracker, timings, pipeline=pipeline)
+    if judged_side != "npu":
+        return check
     event = tracker.first_nonfinite or tracker.first_saturated
     if search_fix and not check.passed and event is None and _saturates(profile, options[suspect_stage(metrics)]):
         t0 = time.perf_counter()
@@ -401,6 +433,8 @@ def suspect_stage(metrics: Metrics, jump: float = 0.1) -> str:
 def _saturates(profile, options: dict) -> bool:
     from ..graph.runner import npu_profile
 
+    options = dict(options)
+    profile = options.pop("profile", None) or profile
     return npu_profile(profile, **options).overflow_mode == "saturation"
 
 
@@ -419,16 +453,13 @@ def probe_hidden_overflow(check: SDCheck, models: SDModels, common: dict, profil
 DIVERGENCE = 0.1  # relative error of a node output that counts as "wrong", not fp16 drift (1e-3..5e-2 here)
 
 
-def stage_feeds(stage: str, result: PipelineResult, preset, scheduler: str, steps: int) -> dict[str, np.ndarray]:
-    """The inputs ``stage`` received in ``result``'s run (the UNet: its first step), as float32/int64 feeds."""
+def stage_feeds(stage: str, result: PipelineResult, pipeline: SDPipeline) -> dict[str, np.ndarray]:
+    """The inputs ``stage`` received in ``result``'s run (the UNet: its first step), as the graph takes them."""
     if stage == "text_encoder":
-        return {"input_ids": result.token_ids}
+        return pipeline.text_feeds(result.token_ids)
     if stage == "unet":
-        sched = make_scheduler(scheduler, steps)
-        return {"sample": np.repeat(sched.scale_model_input(result.latents[0], 0), 2, axis=0).astype(np.float32),
-                "timestep": np.full(2, sched.timesteps[0], np.float32),
-                "encoder_hidden_states": np.asarray(result.text_embeddings).astype(np.float32)}
-    return {"latent_sample": (result.latents[-1] / preset.scaling_factor).astype(np.float32)}
+        return dict(result.unet_feeds)
+    return pipeline.vae_feeds(result.latents[-1])
 
 
 def first_divergent_node(stage: str, check: SDCheck, models: SDModels, profile: str, options: dict[str, dict],
@@ -438,8 +469,7 @@ def first_divergent_node(stage: str, check: SDCheck, models: SDModels, profile: 
     reference from the same inputs (the NPU run's own, so upstream drift is not counted), and the first node
     whose output's relative error ||npu - ref|| / ||ref|| exceeds DIVERGENCE is returned. NPU outputs are kept
     (in their fp16 storage) until the reference pass compares them: meant for the tiny/small presets."""
-    s = check.settings
-    feeds = stage_feeds(stage, check.npu, get_preset(s["preset"]), s["scheduler"], s["steps"])
+    feeds = stage_feeds(stage, check.npu, check.pipeline)
     kept: dict[str, tuple] = {}
 
     class Keep(Tracker):
@@ -523,10 +553,9 @@ def _rerun_from(stage: str, npu: PipelineResult, models: SDModels, common: dict,
     the stage is the VAE; otherwise the pipeline re-runs, its earlier stages deterministic and unchanged)."""
     make = per_stage_factory({s: ("npu", profile, options[s]) for s in STAGES}, tracker)
     if stage == "vae_decoder":
+        pipeline = common["pipeline"]
         vae = make(models.vae_decoder, "vae_decoder")
-        latents = npu.latents[-1]
-        feeds = {"latent_sample": (latents / common["preset"].scaling_factor).astype(np.float32)}
-        decoded = np.asarray(next(iter(vae(feeds).values())))
+        decoded = pipeline.output("vae_decoder", vae(stage_feeds("vae_decoder", npu, pipeline)))
         return PipelineResult(npu.token_ids, npu.text_embeddings, npu.timesteps, list(npu.latents),
-                              list(npu.noise_preds), decoded, to_uint8_image(decoded))
+                              list(npu.noise_preds), decoded, to_uint8_image(decoded), npu.unet_feeds)
     return run_pipeline(make_stage_runner=make, **common)

@@ -3,7 +3,8 @@
 One golden directory (mschecker.golden layout: manifest + .npy, sha256-pinned) with tensors named
 ``<group>.<name>``:
   inputs.*          token ids, initial noise, and the exact stage inputs the per-stage goldens were run on
-                    (UNet step-1 sample/timestep/context, VAE latent) -- taken from the reference pipeline run;
+                    (UNet step-1 feeds by input name, VAE latent) -- taken from the reference pipeline run of the
+                    bundled tiny pipeline (SDPipeline.bundled: the same code path as a pipeline folder);
   reference.*       float64 reference outputs of each stage on those inputs, and of the whole pipeline;
   npu.*             the emulated NPU's outputs (``PROFILE``, as given: its VAE output is NaN, the documented
                     GroupNorm failure, pinned bit for bit as the regression state);
@@ -29,8 +30,8 @@ import numpy as np
 
 from .. import golden_data
 from .check import STAGES, per_stage_factory, stage_feeds
+from .folder import SDPipeline
 from .pipeline import SDModels, run_pipeline
-from .presets import get_preset
 
 GOLDEN_DIR = golden_data.path("sd", "tiny")  # the repository's golden/sd/tiny, installed as package data
 SETTINGS = {"preset": "tiny", "steps": 3, "scheduler": "ddim", "seed": 0, "guidance_scale": 7.5,
@@ -48,34 +49,37 @@ def _first(outputs) -> np.ndarray:
     return np.asarray(next(iter(outputs.values())))
 
 
-def stage_inputs(models: SDModels, reference) -> dict[str, np.ndarray]:
-    """The stage inputs of the per-stage goldens, from the reference pipeline run (float32 as the graphs take)."""
-    args = (reference, get_preset(SETTINGS["preset"]), SETTINGS["scheduler"], SETTINGS["steps"])
-    unet = stage_feeds("unet", *args)
+def stage_inputs(pipeline: SDPipeline, reference) -> dict[str, np.ndarray]:
+    """The stage inputs of the per-stage goldens, from the reference pipeline run, as the graphs take them
+    (``inputs.unet_<input name>``: the UNet's step-1 feeds)."""
+    unet = stage_feeds("unet", reference, pipeline)
     return {"inputs.token_ids": reference.token_ids, "inputs.initial_latents": reference.latents[0],
-            "inputs.unet_sample": unet["sample"], "inputs.unet_timestep": unet["timestep"],
-            "inputs.unet_context": unet["encoder_hidden_states"],
-            "inputs.vae_latent": stage_feeds("vae_decoder", *args)["latent_sample"]}
+            **{f"inputs.unet_{name}": value for name, value in unet.items()},
+            "inputs.vae_latent": next(iter(stage_feeds("vae_decoder", reference, pipeline).values()))}
 
 
-def run_group(group: str, models: SDModels, inputs: dict[str, np.ndarray], *, pipeline: bool = True
+def _pipeline_run(pipeline: SDPipeline, make):
+    return run_pipeline(SETTINGS["prompt"], pipeline=pipeline, steps=SETTINGS["steps"], seed=SETTINGS["seed"],
+                        guidance_scale=SETTINGS["guidance_scale"], make_stage_runner=make)
+
+
+def run_group(group: str, pipeline: SDPipeline, inputs: dict[str, np.ndarray], *, pipeline_run: bool = True
               ) -> dict[str, np.ndarray]:
-    """The ``group``'s tensors: each stage on the stored inputs, then (with ``pipeline``) the whole pipeline."""
+    """The ``group``'s tensors: each stage on the stored inputs, then (with ``pipeline_run``) the whole pipeline."""
     device, profile, options = RUNS[group]
     make = per_stage_factory({s: (device, profile, options) for s in STAGES}, None)
+    unet_names = [m.name for m in pipeline.stages["unet"].inputs.values()]
     out = {}
     if group != "npu_fp32stats":  # the fix only changes the VAE
-        out[f"{group}.text_embeddings"] = _first(make(models.text_encoder, "text_encoder")(
-            {"input_ids": inputs["inputs.token_ids"]}))
-        out[f"{group}.unet_eps"] = _first(make(models.unet, "unet")(
-            {"sample": inputs["inputs.unet_sample"], "timestep": inputs["inputs.unet_timestep"],
-             "encoder_hidden_states": inputs["inputs.unet_context"]}))
-    out[f"{group}.vae_decoded"] = _first(make(models.vae_decoder, "vae_decoder")(
-        {"latent_sample": inputs["inputs.vae_latent"]}))
-    if pipeline:
-        r = run_pipeline(SETTINGS["prompt"], preset=SETTINGS["preset"], steps=SETTINGS["steps"],
-                         scheduler=SETTINGS["scheduler"], seed=SETTINGS["seed"],
-                         guidance_scale=SETTINGS["guidance_scale"], models=models, make_stage_runner=make)
+        out[f"{group}.text_embeddings"] = pipeline.output("text_encoder", make(pipeline.model("text_encoder"),
+                                                          "text_encoder")(pipeline.text_feeds(inputs["inputs.token_ids"])))
+        out[f"{group}.unet_eps"] = pipeline.output("unet", make(pipeline.model("unet"), "unet")(
+            {name: inputs[f"inputs.unet_{name}"] for name in unet_names}))
+    vae_name = pipeline.stages["vae_decoder"].inputs["latent_sample"].name
+    out[f"{group}.vae_decoded"] = pipeline.output("vae_decoder", make(pipeline.model("vae_decoder"), "vae_decoder")(
+        {vae_name: inputs["inputs.vae_latent"]}))
+    if pipeline_run:
+        r = _pipeline_run(pipeline, make)
         out[f"{group}.pipeline_latents"] = r.latents[-1]
         out[f"{group}.pipeline_decoded"] = np.asarray(r.decoded)
         out[f"{group}.pipeline_image"] = r.image
@@ -84,15 +88,12 @@ def run_group(group: str, models: SDModels, inputs: dict[str, np.ndarray], *, pi
 
 def compute() -> tuple[dict[str, np.ndarray], dict]:
     """(tensors, extra) of the golden set, computed from scratch."""
-    models = SDModels.build(SETTINGS["preset"], SETTINGS["weights_seed"])
-    reference = run_pipeline(SETTINGS["prompt"], preset=SETTINGS["preset"], steps=SETTINGS["steps"],
-                             scheduler=SETTINGS["scheduler"], seed=SETTINGS["seed"],
-                             guidance_scale=SETTINGS["guidance_scale"], models=models,
-                             make_stage_runner=per_stage_factory({s: RUNS["reference"] for s in STAGES}, None))
-    tensors = stage_inputs(models, reference)
+    pipeline = SDPipeline.bundled(SETTINGS["preset"], SETTINGS["weights_seed"], SETTINGS["scheduler"])
+    reference = _pipeline_run(pipeline, per_stage_factory({s: RUNS["reference"] for s in STAGES}, None))
+    tensors = stage_inputs(pipeline, reference)
     for group in RUNS:
-        tensors.update(run_group(group, models, tensors))
-    extra = {"settings": SETTINGS, "profile": PROFILE, "fix": FIX, "graph_sha256": graph_hashes(models)}
+        tensors.update(run_group(group, pipeline, tensors))
+    extra = {"settings": SETTINGS, "profile": PROFILE, "fix": FIX, "graph_sha256": graph_hashes(pipeline.models)}
     return tensors, extra
 
 

@@ -1,9 +1,11 @@
-"""Images of the SD check: PNG writing, the side-by-side panel, a line plot of error per step, PSNR and SSIM.
+"""Images of the SD check: PNG writing, the side-by-side panel, the error-per-step plot (matplotlib), PSNR, SSIM.
 
-Why no imaging library: neither Pillow nor matplotlib is a dependency, and what we need is small -- an 8-bit RGB
-PNG is a zlib stream of filtered rows with three chunks (PNG spec, ISO/IEC 15948), and the per-step error plot
-is a handful of polylines, ticks and short labels drawn with a 3x5 bitmap font. Pulling matplotlib (and its
-transitive freetype/kiwisolver wheels) into a numerics checker for one plot is not worth it.
+Figures are drawn with matplotlib's object API (``Figure`` + the Agg canvas: no pyplot state, no display needed)
+in the Okabe-Ito palette (Okabe & Ito 2008, "Color Universal Design"), whose colours stay distinct under the
+common colour-vision deficiencies; lines also differ in marker so that they read in greyscale. A panel whose
+image holds NaN says so in its title and over the image (the uint8 rendering shows NaN as black, which alone
+looks like a dark picture, not a failure). `plot_series` and `save_figure` are the shared helpers for every
+plot of the project (the bisection plot uses them too).
 
 Image metrics are on the uint8 images the user sees (H, W, 3), data range L = 255:
 - PSNR = 10 log10(L^2 / MSE) over all channels (inf for identical images);
@@ -17,69 +19,76 @@ Image metrics are on the uint8 images the user sees (H, W, 3), data range L = 25
 """
 from __future__ import annotations
 
+import io
 import math
-import struct
-import zlib
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from ..errors import InputError
-from ..tensorio import atomic_write_bytes
+from ..fsio import atomic_write_bytes
 
 SSIM_WINDOW, SSIM_SIGMA, SSIM_K1, SSIM_K2 = 11, 1.5, 0.01, 0.03
+# Okabe-Ito: blue, vermillion, bluish green, reddish purple, orange, sky blue, yellow (black is for axes)
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
-# ---------------------------------------------------------------------------------------------- PNG writing
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+# ---------------------------------------------------------------------------------------------- files
+def new_figure(width_in: float, height_in: float):
+    """A matplotlib Figure on the Agg canvas (no pyplot, no display, safe to use from any thread)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_in, height_in), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def figure_png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """The figure as a PNG at ``path``, written atomically."""
+    return write_atomic(path, figure_png(fig))
 
 
 def encode_png(image: np.ndarray) -> bytes:
-    """(H, W, 3) or (H, W) uint8 -> PNG bytes (8-bit RGB or greyscale, filter 0 on every row)."""
+    """(H, W, 3) or (H, W) uint8 -> PNG bytes, pixel for pixel (matplotlib's writer)."""
+    from matplotlib.image import imsave
+
     img = np.asarray(image)
     if img.dtype != np.uint8 or img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] != 3) or 0 in img.shape:
         raise InputError(f"PNG writer takes a non-empty (H, W, 3) or (H, W) uint8 image, got {img.shape} {img.dtype}")
-    h, w = img.shape[:2]
-    colour = 2 if img.ndim == 3 else 0
-    rows = np.ascontiguousarray(img).reshape(h, -1)
-    raw = np.concatenate([np.zeros((h, 1), np.uint8), rows], axis=1).tobytes()
-    header = struct.pack(">IIBBBBB", w, h, 8, colour, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(raw, 9)) + \
-        _chunk(b"IEND", b"")
+    buf = io.BytesIO()
+    imsave(buf, np.stack([img] * 3, axis=-1) if img.ndim == 2 else img, format="png")
+    return buf.getvalue()
 
 
 def decode_png(data: bytes) -> np.ndarray:
-    """Inverse of encode_png (filter 0 only): used by the tests to prove the files are what we meant."""
-    if data[:8] != b"\x89PNG\r\n\x1a\n":
-        raise InputError("not a PNG file")
-    pos, idat, header = 8, b"", None
-    while pos < len(data):
-        (length,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
-        body = data[pos + 8:pos + 8 + length]
-        if zlib.crc32(kind + body) & 0xFFFFFFFF != struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])[0]:
-            raise InputError(f"PNG chunk {kind!r} has a bad CRC")
-        if kind == b"IHDR":
-            header = struct.unpack(">IIBBBBB", body)
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    w, h, _, colour = header[:4]
-    ch = 3 if colour == 2 else 1
-    rows = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(h, 1 + w * ch)
-    if rows[:, 0].any():
-        raise InputError("PNG uses row filters this decoder does not implement")
-    return rows[:, 1:].reshape(h, w, ch) if ch == 3 else rows[:, 1:].reshape(h, w)
+    """PNG bytes -> (H, W, 3) uint8 (alpha dropped): the tests read the files back with it."""
+    from matplotlib.image import imread
+
+    try:
+        img = imread(io.BytesIO(data), format="png")
+    except Exception as exc:  # noqa: BLE001 - Pillow raises several kinds
+        raise InputError(f"not a readable PNG ({type(exc).__name__})") from None
+    if img.dtype != np.uint8:
+        img = np.rint(img * 255).astype(np.uint8)
+    return img[..., :3] if img.ndim == 3 else np.stack([img] * 3, axis=-1)
 
 
 def write_png(path: str | Path, image: np.ndarray) -> Path:
-    """Atomic PNG write (temp file in the same folder + os.replace)."""
+    """Atomic PNG write of a uint8 image."""
     return write_atomic(path, encode_png(image))
 
 
 def write_atomic(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (tensorio.atomic_write_bytes); returns the path."""
+    """Write ``data`` to ``path`` atomically (mschecker.fsio.atomic_write_bytes); returns the path."""
     atomic_write_bytes(path, data)
     return Path(path)
 
@@ -149,131 +158,60 @@ def difference_image(actual: np.ndarray, expected: np.ndarray, gain: float | Non
     return np.clip(np.rint(d * gain), 0, 255).astype(np.uint8), float(gain)
 
 
-def side_by_side(images: Sequence[np.ndarray], labels: Sequence[str], scale: int | None = None,
-                 gap: int = 4) -> np.ndarray:
-    """Images (H, W, 3) uint8 next to each other, each upscaled by nearest neighbour (small presets make 64 px
-    images), with a label strip above each."""
-    h, w = images[0].shape[:2]
-    scale = scale or max(1, 256 // max(h, w))
-    tiles = [np.repeat(np.repeat(img, scale, axis=0), scale, axis=1) for img in images]
-    th, tw = tiles[0].shape[:2]
-    label_h = 5 * 2 + 6
-    canvas = np.full((label_h + th + gap, len(tiles) * (tw + gap) + gap, 3), 255, np.uint8)
-    for i, (tile, label) in enumerate(zip(tiles, labels)):
-        x0 = gap + i * (tw + gap)
-        canvas[label_h:label_h + th, x0:x0 + tw] = tile
-        draw_text(canvas, label, x0, 3, scale=2)
-    return canvas
+def side_by_side(images: Sequence[np.ndarray], labels: Sequence[str], nan_fractions: Sequence[float] | None = None):
+    """A figure with the uint8 images (H, W, 3) next to each other, pixels shown as blocks (nearest), each titled
+    with its label; a panel whose source image held NaN (``nan_fractions[i]`` > 0, the share of NaN pixels)
+    says "NaN" in its title and across the image."""
+    n = len(images)
+    fig = new_figure(2.6 * n + 0.4, 3.3)
+    axes = fig.subplots(1, n, squeeze=False)[0]
+    for i, (ax, img, label) in enumerate(zip(axes, images, labels)):
+        ax.imshow(img, interpolation="nearest")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        frac = nan_fractions[i] if nan_fractions is not None else 0.0
+        if frac > 0:
+            ax.set_title(f"{label}\nNaN in {frac:.0%} of pixels", fontsize=9, color=PALETTE[1])
+            ax.text(0.5, 0.5, "NaN", transform=ax.transAxes, ha="center", va="center", fontsize=28,
+                    fontweight="bold", color="white",
+                    bbox={"facecolor": PALETTE[1], "alpha": 0.85, "edgecolor": "none"})
+        else:
+            ax.set_title(label, fontsize=9)
+    return fig
 
 
 # ---------------------------------------------------------------------------------------------- plot
-def line_plot(series: dict[str, Sequence[float]], *, title: str, xlabel: str, ylabel: str,
-              width: int = 640, height: int = 400, log_y: bool = True) -> np.ndarray:
-    """A line plot (uint8 RGB) of each series against its 1-based index; log10 y axis by default.
+def plot_series(series: dict[str, Sequence[float]], *, title: str, xlabel: str, ylabel: str, log_y: bool = True,
+                x: Sequence[float] | None = None):
+    """A line plot of each series against ``x`` (default 1, 2, ...), log y axis by default, legend, grid.
 
-    Non-finite and (on a log axis) non-positive values are not drawn: a NaN step shows as a gap, and the legend
-    says how many points were dropped."""
-    colours = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14)]
-    img = np.full((height, width, 3), 255, np.uint8)
-    left, right, top, bottom = 70, 20, 48, 50
-    pw, ph = width - left - right, height - top - bottom
-    values = [np.asarray(v, np.float64) for v in series.values()]
-    n = max((v.size for v in values), default=1)
-    ok = [np.isfinite(v) & ((v > 0) if log_y else True) for v in values]
-    pts = np.concatenate([np.log10(v[m]) if log_y else v[m] for v, m in zip(values, ok)] or [np.zeros(0)])
-    lo, hi = (float(pts.min()), float(pts.max())) if pts.size else (0.0, 1.0)
+    Non-finite values (and non-positive ones on a log axis) cannot be drawn as points: they are marked with an
+    'x' on the top edge of the plot in the series' colour, and the legend counts them ("2 steps NaN/inf")."""
+    fig = new_figure(6.4, 4.0)
+    ax = fig.add_subplot()
     if log_y:
-        lo, hi = math.floor(lo), math.ceil(hi)
-    if hi - lo < 1e-12:
-        lo, hi = lo - 1, hi + 1
-
-    def px(i: float, y: float) -> tuple[int, int]:
-        xx = left + (i - 1) / max(n - 1, 1) * pw
-        yy = top + (1 - (y - lo) / (hi - lo)) * ph
-        return int(round(xx)), int(round(yy))
-
-    grey, black = (200, 200, 200), (0, 0, 0)
-    ticks = list(range(int(lo), int(hi) + 1)) if log_y else list(np.linspace(lo, hi, 5))
-    for t in ticks:
-        _, y = px(1, t)
-        _hline(img, left, left + pw, y, grey)
-        draw_text(img, f"1E{int(t)}" if log_y else f"{t:.3G}", 4, y - 5, scale=2)
-    for i in range(1, n + 1):
-        x, _ = px(i, lo)
-        _vline(img, x, top + ph, top + ph + 5, black)
-        if n <= 20 or i % max(1, n // 10) == 0:
-            draw_text(img, str(i), x - 3 * len(str(i)), top + ph + 9, scale=2)
-    _hline(img, left, left + pw, top + ph, black)
-    _vline(img, left, top, top + ph, black)
-    for k, (name, v, m) in enumerate(zip(series, values, ok)):
-        c = colours[k % len(colours)]
-        prev = None
-        for i in range(v.size):
-            if not m[i]:
-                prev = None
-                continue
-            p = px(i + 1, math.log10(v[i]) if log_y else v[i])
-            _dot(img, p, c)
-            if prev is not None:
-                _line(img, prev, p, c)
-            prev = p
-        dropped = int((~m).sum())
-        label = name + (f" ({dropped} NOT FINITE)" if dropped else "")
-        _fill(img, left + 10, top + 8 + 14 * k, 10, 10, c)
-        draw_text(img, label, left + 26, top + 8 + 14 * k, scale=2)
-    draw_text(img, title, left, 4, scale=2)
-    draw_text(img, xlabel, left + pw // 2 - 6 * len(xlabel) // 2, height - 18, scale=2)
-    draw_text(img, ylabel, left + 6, top - 18, scale=2)
-    return img
-
-
-def _hline(img, x0, x1, y, c):
-    if 0 <= y < img.shape[0]:
-        img[y, max(x0, 0):min(x1 + 1, img.shape[1])] = c
-
-
-def _vline(img, x, y0, y1, c):
-    if 0 <= x < img.shape[1]:
-        img[max(y0, 0):min(y1 + 1, img.shape[0]), x] = c
-
-
-def _fill(img, x, y, w, h, c):
-    img[max(y, 0):y + h, max(x, 0):x + w] = c
-
-
-def _dot(img, p, c):
-    _fill(img, p[0] - 2, p[1] - 2, 5, 5, c)
-
-
-def _line(img, p0, p1, c):
-    steps = max(abs(p1[0] - p0[0]), abs(p1[1] - p0[1]), 1)
-    for t in np.linspace(0.0, 1.0, steps + 1):
-        x = int(round(p0[0] + t * (p1[0] - p0[0])))
-        y = int(round(p0[1] + t * (p1[1] - p0[1])))
-        _fill(img, x, y, 2, 2, c)
-
-
-# 3x5 bitmap font: each glyph is 5 rows of 3 bits (MSB = left column). Upper case only; lower case is folded.
-_FONT = {
-    "0": (7, 5, 5, 5, 7), "1": (2, 6, 2, 2, 7), "2": (7, 1, 7, 4, 7), "3": (7, 1, 3, 1, 7), "4": (5, 5, 7, 1, 1),
-    "5": (7, 4, 7, 1, 7), "6": (7, 4, 7, 5, 7), "7": (7, 1, 1, 2, 2), "8": (7, 5, 7, 5, 7), "9": (7, 5, 7, 1, 7),
-    "A": (2, 5, 7, 5, 5), "B": (6, 5, 6, 5, 6), "C": (3, 4, 4, 4, 3), "D": (6, 5, 5, 5, 6), "E": (7, 4, 6, 4, 7),
-    "F": (7, 4, 6, 4, 4), "G": (3, 4, 5, 5, 3), "H": (5, 5, 7, 5, 5), "I": (7, 2, 2, 2, 7), "J": (1, 1, 1, 5, 2),
-    "K": (5, 5, 6, 5, 5), "L": (4, 4, 4, 4, 7), "M": (5, 7, 5, 5, 5), "N": (5, 7, 7, 5, 5), "O": (2, 5, 5, 5, 2),
-    "P": (6, 5, 6, 4, 4), "Q": (2, 5, 5, 6, 3), "R": (6, 5, 6, 5, 5), "S": (3, 4, 2, 1, 6), "T": (7, 2, 2, 2, 2),
-    "U": (5, 5, 5, 5, 7), "V": (5, 5, 5, 5, 2), "W": (5, 5, 7, 7, 5), "X": (5, 5, 2, 5, 5), "Y": (5, 5, 2, 2, 2),
-    "Z": (7, 1, 2, 4, 7), " ": (0, 0, 0, 0, 0), ".": (0, 0, 0, 0, 2), "-": (0, 0, 7, 0, 0), "+": (0, 2, 7, 2, 0),
-    ":": (0, 2, 0, 2, 0), "/": (1, 1, 2, 4, 4), "(": (1, 2, 2, 2, 1), ")": (4, 2, 2, 2, 4), "|": (2, 2, 2, 2, 2),
-    "=": (0, 7, 0, 7, 0), "%": (5, 1, 2, 4, 5), "_": (0, 0, 0, 0, 7), ",": (0, 0, 0, 2, 4),
-}
-
-
-def draw_text(img: np.ndarray, text: str, x: int, y: int, *, scale: int = 1, colour=(0, 0, 0)) -> None:
-    """Draw ``text`` with the 3x5 font at (x, y) (top-left), each font pixel ``scale`` px; unknown glyphs are
-    drawn as '?'-boxes so that a missing character is visible rather than silently skipped."""
-    for k, ch in enumerate(text.upper()):
-        rows = _FONT.get(ch, (7, 5, 5, 5, 7))
-        for r, bits in enumerate(rows):
-            for col in range(3):
-                if bits & (4 >> col):
-                    _fill(img, x + (4 * k + col) * scale, y + r * scale, scale, scale, colour)
+        ax.set_yscale("log")
+    for k, (name, values) in enumerate(series.items()):
+        v = np.asarray(values, np.float64)
+        xs = np.asarray(x, np.float64) if x is not None else np.arange(1, v.size + 1, dtype=np.float64)
+        ok = np.isfinite(v) & ((v > 0) if log_y else True)
+        bad = int((~ok).sum())
+        colour, marker = PALETTE[k % len(PALETTE)], MARKERS[k % len(MARKERS)]
+        label = name + (f" ({bad} not drawable: NaN/inf{' or <= 0' if log_y else ''})" if bad else "")
+        ax.plot(xs, np.where(ok, v, np.nan), color=colour, marker=marker, markersize=4, linewidth=1.5, label=label)
+        if bad:
+            ax.plot(xs[~ok], np.ones(bad), linestyle="none", marker="x", markersize=8, color=colour,
+                    transform=ax.get_xaxis_transform(), clip_on=False)
+    drawn = np.concatenate([np.asarray(v, np.float64).ravel() for v in series.values()] or [np.zeros(0)])
+    drawn = drawn[np.isfinite(drawn) & (drawn > 0)] if log_y else drawn[np.isfinite(drawn)]
+    if log_y and drawn.size:  # whole decades, at least one, so the axis has labelled major ticks
+        lo, hi = math.floor(math.log10(drawn.min())), math.ceil(math.log10(drawn.max()))
+        ax.set_ylim(10.0 ** lo, 10.0 ** max(hi, lo + 1))
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="major", alpha=0.4)
+    if x is None:
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(loc="best", fontsize=8)
+    return fig

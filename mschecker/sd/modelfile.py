@@ -22,16 +22,19 @@ EXTERNAL_THRESHOLD = 256 * 1024 * 1024
 STAGE_BUILDERS = {"text_encoder": build_text_encoder, "unet": build_unet, "vae_decoder": build_vae_decoder}
 
 
-def save_model(model: onnx.ModelProto, path: str | Path, *, external_data: bool | None = None) -> Path:
-    """Write ``model`` to ``path`` (external data automatically above EXTERNAL_THRESHOLD bytes); ``model`` is not
-    modified (onnx's own external-data writer strips the weights out of the model it is given).
+def save_model(model: onnx.ModelProto, path: str | Path, *, external_data: bool | None = None,
+               data_name: str | None = None) -> Path:
+    """Write ``model`` to ``path`` (external data automatically above EXTERNAL_THRESHOLD bytes, in ``data_name``,
+    default ``<name>.data``, next to it); ``model`` is not modified (onnx's own external-data writer strips the
+    weights out of the model it is given).
 
     The graph file is written atomically (temp file + os.replace); the data file is rewritten in full first.
     """
     path = Path(path)
     if external_data is None:
         external_data = not fits_protobuf(model) or model.ByteSize() > EXTERNAL_THRESHOLD
-    to_write = _with_external_weights(model, path.parent / f"{path.name}.data") if external_data else model
+    data_path = path.parent / (data_name or f"{path.name}.data")
+    to_write = _with_external_weights(model, data_path) if external_data else model
     tmp = path.with_name(path.name + ".tmp")
     onnx.save_model(to_write, str(tmp))
     os.replace(tmp, path)

@@ -1,24 +1,29 @@
-"""The Stable Diffusion text-to-image loop over the three bundled stages, on any runner.
+"""The Stable Diffusion text-to-image loop over an SDPipeline's three stages (mschecker.sd.folder: a diffusers
+ONNX folder or the bundled graphs), on any runner, as diffusers' OnnxStableDiffusionPipeline runs it.
 
-prompt -> tokenizer -> text encoder (batch 2: unconditional "" then the prompt) -> ``steps`` UNet evaluations with
-classifier-free guidance (eps = eps_uncond + scale (eps_cond - eps_uncond)) and a DDIM or Euler step -> VAE decode
-of latents / 0.18215 -> RGB uint8 image ((x / 2 + 0.5) clipped to [0, 1], x 255, rounded; NaN becomes 0, the
-black image users see when fp16 overflows).
+prompt -> tokenizer -> text encoder -> ``steps`` UNet evaluations -> VAE decode of latents / scaling_factor ->
+image. With guidance_scale > 1 (classifier-free guidance) the text encoder and the UNet see the batch
+(unconditional ``negative_prompt`` = "", prompt) and eps = eps_uncond + scale (eps_cond - eps_uncond); a graph
+with a static batch of 1 runs it as two runs, a dynamic or batch-2 graph as one (``run_in_batches``). The initial
+latents are ``np.random.RandomState(seed).randn`` in the embeddings' dtype times the scheduler's initial sigma
+(diffusers' ONNX pipeline); the image is clip(decoded / 2 + 0.5, 0, 1) as float32 HWC (diffusers'
+``output_type="np"``) and its uint8 rendering (NaN becomes 0: the black image users see when fp16 overflows).
 
 Runners: every stage is executed through ``make_stage_runner(model, stage_name) -> callable(feeds) -> outputs``
 (``stage_name`` is "text_encoder", "unet" or "vae_decoder"; ``model`` an onnx.ModelProto or a path), so the same
 loop runs on onnxruntime (``ort_stage_runner``) and on the graph executor's float64 reference or emulated NPU
-(``stage_runner_factory("reference" | "npu", profile)``). Host-side arithmetic (scheduler, guidance, scaling)
-is float64; stage inputs are cast to float32, the graphs' declared input dtype. The initial noise is
-``default_rng(seed).standard_normal((1, 4, h, w))`` (float64) times the scheduler's init sigma.
+(``stage_runner_factory("reference" | "npu", profile)``). Stage inputs come from SDPipeline.*_feeds (names,
+dtypes and the timestep's rank as the graphs declare them); host-side arithmetic (scheduler, guidance, scaling)
+is float64.
 
-With the synthetic weights the UNet is not a trained denoiser (its eps is not the latent's noise), so the
-latents grow over the loop (final std ~10-30 instead of ~1 with real SD weights); the VAE's gains are calibrated
-to these latents (see vae.py) so that its fp16 headroom is realistic for the pipeline's own output.
+With the bundled synthetic weights the UNet is not a trained denoiser (its eps is not the latent's noise), so
+the latents grow over the loop (final std ~10-30 instead of ~1 with real SD weights); the VAE's gains are
+calibrated to these latents (see vae.py) so that its fp16 headroom is realistic for the pipeline's own output.
 """
 from __future__ import annotations
 
-import tempfile
+import resource
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
@@ -28,49 +33,48 @@ import onnx
 
 from ..errors import InputError
 from .clip import build_text_encoder
-from .modelfile import fits_protobuf, save_model
+from .folder import STAGES, SDPipeline, make_scheduler_for
 from .presets import SDPreset, get_preset
-from .scheduler import make_scheduler
-from .tokenizer import HashTokenizer
 from .unet import build_unet
 from .vae import build_vae_decoder
 
 StageRunner = Callable[[Mapping[str, np.ndarray]], dict]
 StageRunnerFactory = Callable[[object, str], StageRunner]
 StageCapture = Callable[[str, onnx.NodeProto, str, np.ndarray], None]
-STAGES = ("text_encoder", "unet", "vae_decoder")
+
+
+def run_in_batches(run: Callable[[dict], dict], metas, feeds: Mapping[str, np.ndarray]) -> dict:
+    """``run(feeds)``, or -- when the graph declares a static batch of 1 and the feeds hold a batch of B > 1
+    (classifier-free guidance on an export traced with batch 1) -- B runs of one sample each, outputs
+    concatenated. Inputs without that batch axis (a 0-d or length-1 timestep) go to every run unchanged."""
+    metas = {m.name: m for m in metas}
+    split = [k for k, v in feeds.items() if k in metas and len(metas[k].shape) and metas[k].shape[0] == 1
+             and np.ndim(v) and np.shape(v)[0] > 1]
+    if not split:
+        return run(dict(feeds))
+    batch = np.shape(feeds[split[0]])[0]
+    if any(np.shape(feeds[k])[0] != batch for k in split):
+        raise InputError(f"feeds {', '.join(split)} disagree in batch size")
+    parts = [run({k: (v[i:i + 1] if k in split else v) for k, v in feeds.items()}) for i in range(batch)]
+    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
 
 def ort_stage_runner(model: onnx.ModelProto | str | Path, stage_name: str) -> StageRunner:
-    """onnxruntime CPU session (float32): the fp32 peer and the default runner."""
-    import onnxruntime as ort
-
-    if isinstance(model, (str, Path)):
-        session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    elif fits_protobuf(model):
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    else:  # over protobuf's 2 GB (sd15 UNet): through a temporary file with external data
-        with tempfile.TemporaryDirectory(prefix=f"mschecker-sd-{stage_name}-") as tmp:
-            path = save_model(model, Path(tmp) / f"{stage_name}.onnx", external_data=True)
-            session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-
-    def run(feeds):
-        return dict(zip(names, session.run(names, dict(feeds))))
-
-    run.stage_name = stage_name
-    return run
+    """onnxruntime CPU session (float32): the fp32 peer."""
+    return stage_runner_factory("ort")(model, stage_name)
 
 
 def stage_runner_factory(device: str = "ort", profile: str | None = None, *, capture: StageCapture | None = None,
-                         capture_filter=None, **options) -> StageRunnerFactory:
+                         capture_filter=None, label_for: Callable[[str], str | None] | None = None,
+                         **options) -> StageRunnerFactory:
     """A ``make_stage_runner`` for ``device``: "ort" (onnxruntime fp32), or the graph executor's "reference"
     (float64) / "npu" (emulated, numerics ``profile`` + ``options`` as mschecker.graph.runner.npu_profile), built
-    with mschecker.runners.make_runner.
+    with mschecker.runners.make_runner from the path or the in-memory ModelProto (no temporary file);
+    ``label_for(stage)`` names an in-memory graph in error messages.
 
     ``capture(stage_name, node, output_name, value)`` receives every tensor the executor produces (restricted by
     ``capture_filter``, a mschecker.graph.capture.CaptureFilter); the UNet's calls come in step order, one
-    executor run (batch 2: unconditional, prompt) per step. Not available on "ort".
+    announced stage call per step (a static-batch-1 graph's two runs included). Not available on "ort".
     """
     from ..runners import make_runner
 
@@ -78,21 +82,20 @@ def stage_runner_factory(device: str = "ort", profile: str | None = None, *, cap
         raise InputError("per-node capture needs --device reference or npu (onnxruntime exposes graph outputs only)")
 
     def make(model, stage_name):
-        if isinstance(model, onnx.ModelProto):
-            # runners load from a path; the graph is read completely at construction, so the file can go
-            with tempfile.TemporaryDirectory(prefix=f"mschecker-sd-{stage_name}-") as tmp:
-                path = save_model(model, Path(tmp) / f"{stage_name}.onnx")
-                runner = make_runner(str(path), device=device, profile=profile, **options)
-        else:
-            runner = make_runner(str(model), device=device, profile=profile, **options)
+        label = label_for(stage_name) if label_for else (
+            f"bundled SD {stage_name} graph" if isinstance(model, onnx.ModelProto) else None)
+        runner = make_runner(model, device=device, profile=profile, label=label, **options)
+        metas = runner.inputs()
         if capture is None:
-            return runner.run
+            def plain(feeds):
+                return run_in_batches(runner.run, metas, feeds)
+            return plain
 
         def on_tensor(node, name, value):
             capture(stage_name, node, name, value)
 
         def run_captured(feeds):
-            return runner.run_captured(dict(feeds), on_tensor, capture_filter)
+            return run_in_batches(lambda f: runner.run_captured(f, on_tensor, capture_filter), metas, feeds)
 
         return run_captured
 
@@ -112,26 +115,81 @@ class SDModels:
         p = get_preset(preset)
         return cls(build_text_encoder(p, seed), build_unet(p, seed), build_vae_decoder(p, seed))
 
-    @classmethod
-    def from_directory(cls, directory: str | Path) -> "SDModels":
-        paths = {s: Path(directory) / f"{s}.onnx" for s in STAGES}
-        missing = [str(p) for p in paths.values() if not p.is_file()]
-        if missing:
-            raise InputError(f"SD model directory {directory} lacks {', '.join(missing)}")
-        return cls(**paths)
+
+@dataclass
+class StageCost:
+    """Wall time and peak resident set of one stage in one run (runner construction included)."""
+
+    seconds: float = 0.0
+    peak_rss_bytes: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"seconds": self.seconds, "peak_rss_bytes": self.peak_rss_bytes}
+
+
+class _StageMeter:
+    """Times a stage and measures the process's peak RSS while it runs: Linux resets the high-water mark
+    (VmHWM) when 5 is written to /proc/self/clear_refs, so each stage's peak is its own, not the run's so far.
+    Where that is unavailable the peak is ru_maxrss (the process's peak up to the stage's end)."""
+
+    def __init__(self, costs: dict[str, StageCost], stage: str):
+        self.costs, self.stage = costs, stage
+
+    def __enter__(self):
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self.reset = True
+        except OSError:
+            self.reset = False
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        cost = self.costs.setdefault(self.stage, StageCost())
+        cost.seconds += time.perf_counter() - self.t0
+        peak = _vm_hwm() if self.reset else None
+        if peak is None:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        cost.peak_rss_bytes = max(cost.peak_rss_bytes or 0, peak)
+        return False
+
+
+def _vm_hwm() -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 @dataclass
 class PipelineResult:
     """Everything a per-stage / per-step comparison needs."""
 
-    token_ids: np.ndarray            # (2, L) int64: unconditional, prompt
-    text_embeddings: np.ndarray      # (2, L, D)
+    token_ids: np.ndarray            # (B, L) int64: (unconditional, prompt) with guidance, else (prompt,)
+    text_embeddings: np.ndarray      # (B, L, D) as the text encoder returned them
     timesteps: np.ndarray            # (steps,) the model timesteps
-    latents: list = field(default_factory=list)       # steps + 1 entries: initial noise, then after each step
-    noise_preds: list = field(default_factory=list)   # guided eps per step (1, 4, h, w)
+    latents: list = field(default_factory=list)       # steps + 1 entries (float64): initial, then after each step
+    noise_preds: list = field(default_factory=list)   # guided eps per step (1, C, h, w)
     decoded: np.ndarray | None = None                 # (1, 3, H, W) VAE output
     image: np.ndarray | None = None                   # (H, W, 3) uint8
+    unet_feeds: dict | None = None                    # the UNet's exact feeds at step 1
+    costs: dict = field(default_factory=dict)         # stage -> StageCost
+
+    @property
+    def image_float(self) -> np.ndarray:
+        """(H, W, 3) float32 in [0, 1]: diffusers' output_type="np" (NaN stays NaN)."""
+        return to_unit_image(self.decoded)
+
+
+def to_unit_image(decoded: np.ndarray) -> np.ndarray:
+    """(1, 3, H, W) VAE output -> (H, W, 3) float32 clip(x / 2 + 0.5, 0, 1), as diffusers' ONNX pipeline."""
+    x = np.asarray(decoded[0], dtype=np.float32)
+    return np.clip(x / np.float32(2) + np.float32(0.5), 0, 1).transpose(1, 2, 0)
 
 
 def to_uint8_image(decoded: np.ndarray) -> np.ndarray:
@@ -141,52 +199,58 @@ def to_uint8_image(decoded: np.ndarray) -> np.ndarray:
     return np.rint(x * 255.0).astype(np.uint8).transpose(1, 2, 0)
 
 
-def _first(outputs: Mapping[str, np.ndarray]) -> np.ndarray:
-    return np.asarray(next(iter(outputs.values())))
-
-
-def run_pipeline(prompt: str, *, preset: str | SDPreset = "small", steps: int = 10, scheduler: str = "ddim",
-                 guidance_scale: float = 7.5, seed: int = 0, negative_prompt: str = "",
-                 models: SDModels | None = None, weights_seed: int = 0,
-                 make_stage_runner: StageRunnerFactory = ort_stage_runner, tokenizer=None,
+def run_pipeline(prompt: str, *, pipeline: SDPipeline | None = None, preset: str | SDPreset = "small",
+                 steps: int = 10, scheduler: str | None = None, guidance_scale: float = 7.5, seed: int = 0,
+                 negative_prompt: str = "", models: SDModels | None = None, weights_seed: int = 0,
+                 make_stage_runner: StageRunnerFactory = ort_stage_runner,
                  initial_latents: np.ndarray | None = None) -> PipelineResult:
-    """Run text encoder, ``steps`` guided UNet steps and the VAE decoder; see the module docstring."""
-    p = get_preset(preset)
+    """Run text encoder, ``steps`` UNet steps and the VAE decoder of ``pipeline`` (default: the bundled
+    ``preset``, its graphs ``models`` if given, with ``scheduler`` or DDIM); see the module docstring.
+    ``scheduler`` overrides the pipeline's scheduler class."""
     if not isinstance(prompt, str):
         raise InputError(f"prompt must be a string, got {type(prompt).__name__}")
     if not np.isfinite(guidance_scale):
         raise InputError(f"guidance scale must be finite, got {guidance_scale}")
-    sched = make_scheduler(scheduler, steps)
-    models = models or SDModels.build(p, weights_seed)
-    tokenizer = tokenizer or HashTokenizer(p.clip.vocab_size, p.clip.max_length)
+    if pipeline is None:
+        pipeline = SDPipeline.bundled(preset, weights_seed, scheduler or "ddim", models)
+    # one RandomState draws the initial latents and then any per-step noise (Euler ancestral), as one generator
+    # does in diffusers' ONNX pipeline
+    rng = np.random.RandomState(seed)
+    sched = make_scheduler_for(pipeline, steps, scheduler, noise_rng=rng)
+    guided = guidance_scale > 1.0  # diffusers: do_classifier_free_guidance
+    costs: dict[str, StageCost] = {}
+    prompts = [negative_prompt, prompt] if guided else [prompt]
+    ids = np.stack([pipeline.tokenizer(p) for p in prompts])
 
-    text_encoder = make_stage_runner(models.text_encoder, "text_encoder")
-    ids = np.stack([tokenizer(negative_prompt), tokenizer(prompt)])
-    embeddings = _first(text_encoder({"input_ids": ids}))
-    del text_encoder
+    with _StageMeter(costs, "text_encoder"):
+        text_encoder = make_stage_runner(pipeline.model("text_encoder"), "text_encoder")
+        embeddings = pipeline.output("text_encoder", text_encoder(pipeline.text_feeds(ids)))
+        del text_encoder
 
-    c, h, w = p.latent_shape
     if initial_latents is None:
-        latents = np.random.default_rng(seed).standard_normal((1, c, h, w)) * sched.init_noise_sigma
-    else:
-        latents = np.asarray(initial_latents, dtype=np.float64)
-        if latents.shape != (1, c, h, w):
-            raise InputError(f"initial latents must have shape {(1, c, h, w)}, got {latents.shape}")
-    result = PipelineResult(ids, embeddings, np.asarray(sched.timesteps), [latents])
+        latents = pipeline.initial_latents(rng, sched.init_noise_sigma)
+    else:  # as diffusers: given latents are the unit-variance draw, scaled by the scheduler's initial sigma
+        latents = pipeline.check_latents(initial_latents, "initial latents") * float(sched.init_noise_sigma)
+    result = PipelineResult(ids, embeddings, np.asarray(sched.timesteps), [latents], costs=costs)
 
-    unet = make_stage_runner(models.unet, "unet")
-    context = embeddings.astype(np.float32)
-    for i, t in enumerate(sched.timesteps):
-        model_in = np.repeat(sched.scale_model_input(latents, i), 2, axis=0).astype(np.float32)
-        eps = _first(unet({"sample": model_in, "timestep": np.full(2, t, np.float32),
-                           "encoder_hidden_states": context})).astype(np.float64)
-        eps = eps[:1] + guidance_scale * (eps[1:] - eps[:1])
-        latents = sched.step(eps, i, latents)
-        result.noise_preds.append(eps)
-        result.latents.append(latents)
-    del unet
+    with _StageMeter(costs, "unet"):
+        unet = make_stage_runner(pipeline.model("unet"), "unet")
+        for i, t in enumerate(sched.timesteps):
+            x = sched.scale_model_input(latents, i)
+            feeds = pipeline.unet_feeds(np.concatenate([x, x]) if guided else x, t, embeddings)
+            if i == 0:
+                result.unet_feeds = feeds
+            eps = pipeline.output("unet", unet(feeds)).astype(np.float64)
+            if guided:
+                eps = eps[:1] + guidance_scale * (eps[1:] - eps[:1])
+            latents = sched.step(eps, i, latents)
+            result.noise_preds.append(eps)
+            result.latents.append(latents)
+        del unet
 
-    vae = make_stage_runner(models.vae_decoder, "vae_decoder")
-    result.decoded = _first(vae({"latent_sample": (latents / p.scaling_factor).astype(np.float32)}))
+    with _StageMeter(costs, "vae_decoder"):
+        vae = make_stage_runner(pipeline.model("vae_decoder"), "vae_decoder")
+        result.decoded = pipeline.output("vae_decoder", vae(pipeline.vae_feeds(latents)))
+        del vae
     result.image = to_uint8_image(result.decoded)
     return result

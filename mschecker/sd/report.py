@@ -2,11 +2,15 @@
 
 Per-stage error is the relative Euclidean distance ||npu - ref|| / ||ref|| (scale-free, so the text embeddings,
 latents of std 1-30 and the decoded image read on one axis), with max |err|, cosine and SNR beside it; the image
-row adds PSNR and SSIM of the uint8 images (mschecker.sd.images). Files (all written atomically):
-  <out>/sd_side_by_side.png  reference | NPU | amplified |difference| (then fixed NPU | its difference when a
-                             fix was found)
-  <out>/sd_error_per_step.png  latent relative error after every step (log scale), NPU (and the fixed NPU
-                               when the fix is before the VAE)
+row adds PSNR and SSIM of the uint8 images (mschecker.sd.images). Files (each written atomically; the set is
+staged in a hidden folder inside --out and moved in only once every file is written, so a failed write leaves
+nothing half-written):
+  <out>/sd_side_by_side.png  baseline | judged | amplified |difference| (then fixed NPU | its difference when a
+                             fix was found); a panel whose image holds NaN says so
+  <out>/sd_error_per_step.png  latent relative error after every step (log scale) of the judged side (and the
+                               fixed NPU when the fix is before the VAE)
+  <out>/<side>.image.npy     float32 (H, W, 3) in [0, 1] (diffusers' output_type="np"), for both sides
+  <out>/<side>.latents_step<k>.npy  float32 (1, C, h, w) latents after step k = 1..steps, for both sides
   --json PATH                  SDCheck.to_dict() (schema_version 1; NaN/inf as strings like the check report)
 """
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 from ..compare import TensorComparison, json_safe
 from ..report import fmt_num
 from .check import SDCheck
-from .images import difference_image, line_plot, side_by_side, write_atomic, write_png
+from .images import difference_image, figure_png, plot_series, side_by_side, write_atomic
 
 SIDE_BY_SIDE, ERROR_PLOT = "sd_side_by_side.png", "sd_error_per_step.png"
 
@@ -30,14 +34,24 @@ def _row(name: str, c: TensorComparison) -> list[str]:
             if bad else "0"]
 
 
+def side_label(check: SDCheck, side: str) -> str:
+    """How the report names a side: the NPU with its profile, the reference as the float64 truth."""
+    return {"npu": f"npu {check.settings['profile']}", "reference": "float64 reference",
+            "ort": "onnxruntime fp32"}.get(side, side)
+
+
 def stage_table(check: SDCheck, title: str | None = None):
     """The Rich table: text embeddings, latents after each step, decoded image tensor, uint8 image."""
     from rich.table import Table
 
+    from rich.markup import escape
+
     m = check.metrics
     s = check.settings
-    table = Table(title=title or f"SD {s['preset']} ({s['steps']} {s['scheduler']} steps): npu {s['profile']} vs "
-                                 "float64 reference")
+    base, judged = (side_label(check, x) for x in check.sides)
+    # names from the user's folder may hold Rich markup ("[/bold]x"): escaped, they print as written
+    table = Table(title=title or escape(f"SD {s['pipeline']} ({s['steps']} {s['scheduler']} steps): {judged} vs "
+                                        f"{base}"))
     for col, just in (("stage", "left"), ("rel. error", "right"), ("max |err|", "right"), ("cosine", "right"),
                       ("SNR dB", "right"), ("NaN/inf", "right")):
         table.add_column(col, justify=just, no_wrap=True)
@@ -55,12 +69,12 @@ def stage_table(check: SDCheck, title: str | None = None):
 def verdict_lines(check: SDCheck) -> list[str]:
     """Plain-text verdict: what failed, the first overflowing node, the fix found and its measured effect."""
     t, lines = check.tracker, []
-    prof = check.settings["profile"]
+    prof = side_label(check, check.sides[1])
     if check.passed:
-        lines.append(f"PASS: npu {prof} image PSNR {check.metrics.psnr_db:.2f} dB >= {check.psnr_min:g} dB, SSIM "
+        lines.append(f"PASS: {prof} image PSNR {check.metrics.psnr_db:.2f} dB >= {check.psnr_min:g} dB, SSIM "
                      f"{check.metrics.ssim:.4f}, every stage output finite")
     else:
-        lines.append(f"FAIL: npu {prof}: " + "; ".join(check.failure_reasons()))
+        lines.append(f"FAIL: {prof}: " + "; ".join(check.failure_reasons()))
     if t.first_nonfinite:
         lines.append("first NaN/inf: " + t.first_nonfinite.describe())
         hint = explain(t.first_nonfinite.op_type)
@@ -130,28 +144,82 @@ def render_console(check: SDCheck, console=None) -> None:
         console.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
 
 
-def write_images(check: SDCheck, out_dir: str | Path) -> list[Path]:
-    """The side-by-side PNG and the error-per-step plot into ``out_dir`` (created); returns their paths."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def output_files(check: SDCheck) -> dict[str, bytes]:
+    """{file name: bytes} of everything --out receives (see the module docstring)."""
+    import io
+
+    import numpy as np
+
+    base, judged = check.sides
     ref, npu = check.reference.image, check.metrics.image
     diff, gain = difference_image(npu, ref)
-    tiles, labels = [ref, npu, diff], ["REFERENCE", f"NPU {check.settings['profile']}", f"|DIFF| X{gain:.3g}"]
+
+    def nan_share(run):
+        return float(np.isnan(np.asarray(run.decoded, np.float64)).any(axis=1).mean())
+    judged_label = side_label(check, judged)
+    tiles, labels = [ref, npu, diff], [side_label(check, base), judged_label, f"|diff| x{gain:.3g}"]
+    nans = [nan_share(check.reference), nan_share(check.npu), 0.0]
     if check.fix:
         fixed_diff, fixed_gain = difference_image(check.fix.metrics.image, ref)
         tiles += [check.fix.metrics.image, fixed_diff]
-        labels += ["NPU + FIX", f"|DIFF FIX| X{fixed_gain:.3g}"]
-    paths = [write_png(out / SIDE_BY_SIDE, side_by_side(tiles, labels))]
+        labels += ["npu + fix", f"|diff fix| x{fixed_gain:.3g}"]
+        nans += [0.0, 0.0]
+    files = {SIDE_BY_SIDE: figure_png(side_by_side(tiles, labels, nans))}
 
     def errors(m):
         return [c.rel_euclidean if c.rel_euclidean is not None else math.nan for c in m.steps]
-    series = {"NPU": errors(check.metrics)}
+    series = {f"{judged_label} vs {side_label(check, base)}": errors(check.metrics)}
     if check.fix and check.fix.stage != "vae_decoder":  # a VAE-only fix leaves the latents as they were
-        series["NPU + FIX"] = errors(check.fix.metrics)
-    plot = line_plot(series, title=f"LATENT ERROR PER STEP ({check.settings['preset']}, "
-                                   f"{check.settings['scheduler']})", xlabel="STEP", ylabel="REL. ERROR")
-    paths.append(write_png(out / ERROR_PLOT, plot))
-    return paths
+        series["npu + fix"] = errors(check.fix.metrics)
+    plot = plot_series(series, title=f"Latent error per step ({check.settings['pipeline']}, "
+                                     f"{check.settings['scheduler']})", xlabel="step",
+                       ylabel="relative error ||x - x_ref|| / ||x_ref||")
+    files[ERROR_PLOT] = figure_png(plot)
+
+    def npy(array) -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(array, np.float32), allow_pickle=False)
+        return buf.getvalue()
+    for side, run in ((base, check.reference), (judged, check.npu)):
+        files[f"{side}.image.npy"] = npy(run.image_float)
+        for k, latents in enumerate(run.latents[1:], start=1):
+            files[f"{side}.latents_step{k}.npy"] = npy(latents)
+    return files
+
+
+def write_outputs(check: SDCheck, out_dir: str | Path) -> list[Path]:
+    """Every output file into ``out_dir`` (created): staged in a hidden folder there, then moved into place."""
+    import os
+    import shutil
+    import tempfile
+
+    from ..errors import InputError
+    from ..fsio import make_directory, os_reason, remove_directories
+
+    files = output_files(check)
+    out = Path(out_dir)
+    created = make_directory(out)
+    stage = None
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=".mschecker-sd-", dir=out))
+        for name, data in files.items():
+            with open(stage / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        paths = []
+        for name in files:
+            os.replace(stage / name, out / name)
+            paths.append(out / name)
+        return paths
+    except OSError as exc:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+        remove_directories(created)
+        raise InputError(f"--out {out}: cannot write ({os_reason(exc)})") from None
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def write_json(check: SDCheck, path: str | Path, extra: dict | None = None) -> Path:

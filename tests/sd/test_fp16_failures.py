@@ -273,13 +273,14 @@ def test_saturation_mode_hides_the_groupnorm_overflow_and_the_probe_finds_it():
 
 
 def test_a_finite_collapse_is_located_by_comparison_with_the_reference():
-    """One DDIM step (tiny): the VAE's activations stay just under 256 (largest GroupNorm input ~252), yet the
-    fp16 sum of squares over a group overflows inside the kernel: variance inf, rstd 0, the output collapses to
-    beta -- finite, no NaN/inf/max anywhere, and a wrong image. The check compares the stage node by node with
-    the reference on the same inputs, names the GroupNorm, and the fp32-statistics fix passes."""
+    """One DDIM step (tiny, noise seed 5: the first seed of 0..39 whose NPU run fails without any NaN/inf/max;
+    seeds 10, 21, 24, 27 do too): the GroupNorm's input stays under 256, yet the fp16 sum of squares over a
+    group overflows inside the kernel: variance inf, rstd 0, the output collapses to beta -- finite, no
+    NaN/inf/max anywhere, and a wrong image. The check compares the stage node by node with the reference on
+    the same inputs, names the GroupNorm, and the fp32-statistics fix passes."""
     from mschecker.sd.check import DIVERGENCE, run_check
 
-    check = run_check(prompt="a photo of an astronaut riding a horse", preset="tiny", steps=1)
+    check = run_check(prompt="a photo of an astronaut riding a horse", preset="tiny", steps=1, seed=5)
     assert not check.passed and not check.metrics.nonfinite_outputs
     assert check.tracker.first_nonfinite is None and check.tracker.first_saturated is None
     d = check.divergence

@@ -42,13 +42,25 @@ def test_missing_or_damaged_files_are_input_errors(tmp_path):
 
 
 def test_models_over_the_protobuf_limit_run_through_external_data(monkeypatch):
-    """ort_stage_runner's > 2 GB path (sd15 UNet), exercised on the tiny UNet by lowering the limit."""
+    """The > 2 GB path of an in-memory model on onnxruntime (sd15 UNet: its large initializers go to the session
+    as OrtValues, no file written), exercised on the tiny UNet by lowering the limits."""
+    import mschecker.runners as runners
     import mschecker.sd.pipeline as pipeline
 
     model = build_unet("tiny")
     feeds = {"sample": np.ones((1, 4, 8, 8), np.float32), "timestep": np.array([10.0], np.float32),
              "encoder_hidden_states": np.ones((1, 16, 32), np.float32)}
     inline = pipeline.ort_stage_runner(model, "unet")(feeds)
-    monkeypatch.setattr(pipeline, "fits_protobuf", lambda m: False)
+    monkeypatch.setattr(runners, "PROTOBUF_LIMIT", 1024)
+    monkeypatch.setattr(runners, "ORT_VALUE_BYTES", 1024)
+    seen = []
+    real = runners._ort_source
+
+    def spy(m, opts):
+        source, values = real(m, opts)
+        seen.append(len(values))
+        return source, values
+    monkeypatch.setattr(runners, "_ort_source", spy)
     spilled = pipeline.ort_stage_runner(model, "unet")(feeds)
+    assert seen and seen[0] > 10  # the weights really went as OrtValues
     np.testing.assert_array_equal(spilled["out_sample"], inline["out_sample"])

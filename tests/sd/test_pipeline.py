@@ -47,7 +47,8 @@ def test_every_stage_runs_through_the_factory(tiny_models):
 
 
 def test_guidance_combines_uncond_and_cond(tiny_models):
-    """With guidance 1 the guided eps is the conditional prediction alone: check it on the first step."""
+    """Guidance > 1 runs the batch (unconditional, prompt) and combines the two predictions; guidance <= 1 runs
+    the prompt alone (diffusers' do_classifier_free_guidance) and takes its prediction as is."""
     seen = []
 
     def factory(model, stage):
@@ -60,18 +61,32 @@ def test_guidance_combines_uncond_and_cond(tiny_models):
             return out
         return spy
 
-    for scale in (1.0, 3.0):
-        seen.clear()
-        r = run_pipeline(PROMPT, preset="tiny", steps=2, models=tiny_models, guidance_scale=scale,
-                         make_stage_runner=factory)
-        uncond, cond = seen[0][:1], seen[0][1:]
-        np.testing.assert_allclose(r.noise_preds[0], uncond + scale * (cond - uncond), rtol=1e-12)
+    r = run_pipeline(PROMPT, preset="tiny", steps=2, models=tiny_models, guidance_scale=3.0,
+                     make_stage_runner=factory)
+    uncond, cond = seen[0][:1], seen[0][1:]
+    np.testing.assert_allclose(r.noise_preds[0], uncond + 3.0 * (cond - uncond), rtol=1e-12)
+    assert r.token_ids.shape[0] == 2
+    seen.clear()
+    r = run_pipeline(PROMPT, preset="tiny", steps=2, models=tiny_models, guidance_scale=1.0,
+                     make_stage_runner=factory)
+    assert seen[0].shape[0] == 1 and r.token_ids.shape[0] == 1
+    np.testing.assert_array_equal(r.noise_preds[0], seen[0])
 
 
-def test_models_saved_to_a_directory_give_the_same_image(tiny_models, tmp_path):
-    generate_models("tiny", tmp_path)
-    from_disk = run_pipeline(PROMPT, preset="tiny", steps=2, models=SDModels.from_directory(tmp_path))
-    in_memory = run_pipeline(PROMPT, preset="tiny", steps=2, models=tiny_models)
+def test_the_bundled_pipeline_saved_as_a_folder_gives_the_same_run(tiny_models, tmp_path):
+    """One code path: the bundled graphs and the diffusers folder they save to give bit-identical runs."""
+    from mschecker.sd.folder import SDPipeline
+
+    bundled = SDPipeline.bundled("tiny", models=tiny_models)
+    bundled.save(tmp_path / "pipe")
+    folder = SDPipeline.from_folder(tmp_path / "pipe")
+    assert sorted(p.relative_to(tmp_path / "pipe").as_posix() for p in (tmp_path / "pipe").rglob("*.*")) == sorted(
+        bundled.files.entries)
+    from_disk = run_pipeline(PROMPT, pipeline=folder, steps=2)
+    in_memory = run_pipeline(PROMPT, pipeline=bundled, steps=2)
+    np.testing.assert_array_equal(from_disk.token_ids, in_memory.token_ids)
+    for a, b in zip(from_disk.latents, in_memory.latents):
+        np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(from_disk.image, in_memory.image)
 
 
@@ -83,9 +98,7 @@ def test_nan_decodes_to_black_and_range_is_clipped():
 
 
 def test_bad_pipeline_input_is_an_input_error(tiny_models, tmp_path):
-    with pytest.raises(InputError, match="initial latents must have shape"):
+    with pytest.raises(InputError, match="initial latents must be a float array of shape"):
         run_pipeline(PROMPT, preset="tiny", steps=2, models=tiny_models, initial_latents=np.zeros((1, 4, 3, 3)))
     with pytest.raises(InputError, match="unknown scheduler"):
-        run_pipeline(PROMPT, preset="tiny", scheduler="pndm", models=tiny_models)
-    with pytest.raises(InputError, match="lacks"):
-        SDModels.from_directory(tmp_path)
+        run_pipeline(PROMPT, preset="tiny", scheduler="no-such-scheduler", models=tiny_models)

@@ -24,11 +24,10 @@ def test_png_round_trip_rgb_and_grey():
     rgb = rng.integers(0, 256, (7, 5, 3), dtype=np.uint8)
     grey = rng.integers(0, 256, (4, 9), dtype=np.uint8)
     np.testing.assert_array_equal(decode_png(encode_png(rgb)), rgb)
-    np.testing.assert_array_equal(decode_png(encode_png(grey)), grey)
+    np.testing.assert_array_equal(decode_png(encode_png(grey)), np.stack([grey] * 3, axis=-1))
     data = bytearray(encode_png(rgb))
-    data[20] ^= 1  # inside IHDR: the CRC must catch it
-    with pytest.raises(InputError, match="CRC"):
-        decode_png(bytes(data))
+    with pytest.raises(InputError, match="not a readable PNG"):
+        decode_png(bytes(data[:40]))
 
 
 @pytest.mark.parametrize("bad", [np.zeros((4, 4, 3), np.float32), np.zeros((4, 4, 4), np.uint8),
@@ -100,15 +99,34 @@ def test_planted_bug_a_box_window_is_caught():
     assert gaussian_window().sum() == pytest.approx(1.0)
 
 
-def test_plot_and_panel_shapes():
-    plot = images.line_plot({"a": [1e-3, 2e-3, math.nan, 5e-2], "b": [1e-2] * 4}, title="T", xlabel="STEP",
-                            ylabel="ERR")
-    assert plot.shape == (400, 640, 3) and plot.dtype == np.uint8
+def _hex(c: str) -> tuple[int, int, int]:
+    return tuple(int(c[i:i + 2], 16) for i in (1, 3, 5))
+
+
+def _texts(fig) -> str:
+    return " ".join(t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text")))
+
+
+def test_plot_draws_every_series_in_the_colour_blind_safe_palette_and_marks_nan_steps():
+    fig = images.plot_series({"a": [1e-3, 2e-3, math.nan, 5e-2], "b": [1e-2] * 4}, title="T", xlabel="step",
+                             ylabel="err")
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and ax.get_xlabel() == "step" and ax.get_ylabel() == "err"
+    assert "a (1 not drawable: NaN/inf or <= 0)" in _texts(fig) and " b " in f" {_texts(fig)} "
+    plot = decode_png(images.figure_png(fig))
     colours = {tuple(c) for c in plot.reshape(-1, 3)}
-    assert (31, 119, 180) in colours and (214, 39, 40) in colours  # both series drawn
+    assert _hex(images.PALETTE[0]) in colours and _hex(images.PALETTE[1]) in colours  # both series drawn
+    lo, hi = ax.get_ylim()
+    assert lo <= 1e-3 and hi >= 5e-2 and math.log10(lo).is_integer() and math.log10(hi).is_integer()
+
+
+def test_panel_titles_each_image_and_a_nan_panel_says_nan():
     tile = np.zeros((16, 16, 3), np.uint8)
-    panel = images.side_by_side([tile, tile, tile], ["A", "B", "C"])
-    assert panel.shape[1] == 4 + 3 * (256 + 4) and panel.shape[0] > 256
+    fig = images.side_by_side([tile, tile, tile], ["reference", "npu", "diff"], [0.0, 1.0, 0.0])
+    assert len(fig.axes) == 3
+    assert [a.get_title().split("\n")[0] for a in fig.axes] == ["reference", "npu", "diff"]
+    assert "NaN in 100% of pixels" in fig.axes[1].get_title() and "NaN" not in fig.axes[0].get_title()
+    assert any(t.get_text() == "NaN" for t in fig.axes[1].texts) and not fig.axes[0].texts
 
 
 # ------------------------------------------------------------------------------------------------ command
@@ -134,14 +152,20 @@ def test_default_profile_fails_names_the_node_and_verifies_the_fix(default_run):
     assert report["settings"]["profile"] == "ascend910b" and report["psnr_min_db"] == PSNR_MIN
 
 
-def test_default_run_writes_the_pngs(default_run):
+def test_default_run_writes_the_pngs_and_arrays(default_run):
     _, d, report = default_run
-    panel = decode_png((d / "out" / "sd_side_by_side.png").read_bytes())
-    plot = decode_png((d / "out" / "sd_error_per_step.png").read_bytes())
-    assert panel.shape[1] == 4 + 5 * (256 + 4)  # reference | npu | diff | npu + fix | its diff, 16 px x16
-    assert plot.shape == (400, 640, 3)
-    assert sorted(report["images"]) == sorted(str(d / "out" / n) for n in ("sd_side_by_side.png",
-                                                                            "sd_error_per_step.png"))
+    out = d / "out"
+    panel = decode_png((out / "sd_side_by_side.png").read_bytes())
+    plot = decode_png((out / "sd_error_per_step.png").read_bytes())
+    assert panel.shape[1] > 4 * panel.shape[0] and plot.shape[2] == 3  # five panels side by side
+    assert sorted(report["images"]) == sorted(str(out / n) for n in ("sd_side_by_side.png", "sd_error_per_step.png"))
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(["sd_side_by_side.png", "sd_error_per_step.png", "reference.image.npy", "npu.image.npy",
+                            *(f"{s}.latents_step{k}.npy" for s in ("reference", "npu") for k in (1, 2))])
+    ref, npu = np.load(out / "reference.image.npy"), np.load(out / "npu.image.npy")
+    assert ref.dtype == np.float32 and ref.shape == (16, 16, 3) and 0 <= ref.min() and ref.max() <= 1
+    assert np.isnan(npu).all()  # the documented NaN image, kept as NaN (diffusers' output_type="np")
+    assert np.load(out / "npu.latents_step2.npy").shape == (1, 4, 8, 8)
 
 
 def test_the_suggested_fix_passes_and_the_threshold_is_honoured(default_run, tmp_path, capsys):
@@ -165,6 +189,11 @@ def test_the_suggested_fix_passes_and_the_threshold_is_honoured(default_run, tmp
     (["--precision-mode", "fp8"], "not one of"),
     (["--profile", "nope.toml"], "does not exist"),
     (["--psnr-min", "nan"], "must be finite"),
+    (["--sides", "npu,npu"], "two different sides"),
+    (["--sides", "reference,gpu"], "two different sides"),
+    (["--profile", "unet:nope.toml"], "does not exist"),
+    (["--pipeline", "/nonexistent/sd"], "not a folder"),
+    (["--latents", "/nonexistent/l.npy"], "l.npy"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path, capsys):
     out, js = tmp_path / "out", tmp_path / "r.json"

@@ -30,7 +30,7 @@ def bit_differences(actual: dict, expected: dict) -> list[str]:
         if a is None:
             problems.append(f"{name}: not produced")
             continue
-        a, e = np.ascontiguousarray(a), np.ascontiguousarray(e)
+        a, e = np.require(a, requirements="C"), np.require(e, requirements="C")  # 0-d stays 0-d
         if a.dtype != e.dtype or a.shape != e.shape:
             problems.append(f"{name}: {a.dtype}{a.shape} vs stored {e.dtype}{e.shape}")
         elif a.tobytes() != e.tobytes():
@@ -85,7 +85,7 @@ def test_goldens_pin_the_documented_behaviour(stored):
     assert np.isfinite(stored["npu_fp32stats.pipeline_decoded"].astype(np.float64)).all()
     ref_img = stored["reference.pipeline_image"].astype(float)
     err = np.abs(stored["npu_fp32stats.pipeline_image"].astype(float) - ref_img)
-    # measured: max 2 levels, mean 0.33, PSNR 52.6 dB; 8 levels (~30 dB at worst if everywhere) is the
+    # measured: max 4 levels, mean 0.61, PSNR 49.0 dB; 8 levels (~30 dB at worst if everywhere) is the
     # `mschecker sd` image bar expressed per pixel
     assert err.max() <= 8 and ref_img.std() > 10
 

@@ -1,0 +1,78 @@
+"""The bundled graphs as the files of a diffusers ONNX pipeline folder (in memory; SDPipeline.save writes them).
+
+What goes in besides the three graphs (mschecker.sd.clip / unet / vae, synthetic weights):
+- tokenizer/: a byte-level CLIP BPE vocabulary without merges -- the 256 byte symbols, the same with the
+  ``</w>`` word end, ``<|startoftext|>`` and ``<|endoftext|>`` (514 ids, in the order transformers' CLIPTokenizer
+  and the `tokenizers` BPE assign them), so every bundled text encoder (tiny: 1000 ids) can embed every id and
+  transformers / diffusers load the folder as they load SD's. A prompt becomes one id per UTF-8 byte of each
+  lowercased word (the last byte of a word with ``</w>``), framed by bos/eos and padded with eos to the text
+  encoder's length, as CLIP pads for SD 1.x.
+- scheduler/scheduler_config.json: SD 1.5's scheduler configuration (mschecker.sd.scheduler.SD15_CONFIG) with
+  the class of the --scheduler name (DDIM by default: the bundled check's documented numbers are DDIM's).
+- <stage>/config.json: the sizes the graphs leave dynamic (latent size, widths, VAE scaling factor).
+"""
+from __future__ import annotations
+
+import json
+
+from .presets import get_preset
+
+BOS, EOS = "<|startoftext|>", "<|endoftext|>"
+
+
+def byte_level_vocab() -> dict[str, int]:
+    """CLIP's vocabulary layout without merges: byte symbols, byte symbols + '</w>', bos, eos."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    # GPT-2's byte -> symbol map lists the printable bytes as themselves, then the rest as chr(256 + n): in
+    # CLIP's vocabulary order that is ascending code point
+    symbols = sorted(ByteLevel.alphabet())
+    tokens = symbols + [s + "</w>" for s in symbols] + [BOS, EOS]
+    return {t: i for i, t in enumerate(tokens)}
+
+
+def _json(doc) -> bytes:
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def bundled_files(preset="small", weights_seed: int = 0, scheduler: str = "ddim", models=None):
+    """(PipelineFiles of the preset's pipeline folder, the SDPreset); ``models`` (an SDModels of ModelProtos)
+    reuses graphs already built."""
+    from ..errors import InputError
+    from .folder import PipelineFiles
+    from .pipeline import SDModels
+
+    from .scheduler import SCHEDULERS, SD15_CONFIG
+
+    p = get_preset(preset)
+    if scheduler not in SCHEDULERS:
+        raise InputError(f"unknown scheduler {scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
+    scheduler_config = {**SD15_CONFIG, "_class_name": SCHEDULERS[scheduler].__name__}
+    models = models or SDModels.build(p, weights_seed)
+    index = {"_class_name": "OnnxStableDiffusionPipeline", "_diffusers_version": "0.42.1",
+             "feature_extractor": [None, None], "requires_safety_checker": False, "safety_checker": [None, None],
+             "scheduler": ["diffusers", scheduler_config["_class_name"]],
+             "text_encoder": ["diffusers", "OnnxRuntimeModel"], "tokenizer": ["transformers", "CLIPTokenizer"],
+             "unet": ["diffusers", "OnnxRuntimeModel"], "vae_decoder": ["diffusers", "OnnxRuntimeModel"],
+             "vae_encoder": [None, None]}
+    entries = {
+        "model_index.json": _json(index),
+        "text_encoder/model.onnx": models.text_encoder,
+        "text_encoder/config.json": _json({"hidden_size": p.clip.width, "max_position_embeddings": p.clip.max_length,
+                                           "vocab_size": p.clip.vocab_size}),
+        "unet/model.onnx": models.unet,
+        "unet/config.json": _json({"sample_size": p.unet.latent_size, "in_channels": p.unet.in_channels,
+                                   "out_channels": p.unet.out_channels, "cross_attention_dim": p.unet.cross_dim}),
+        "vae_decoder/model.onnx": models.vae_decoder,
+        "vae_decoder/config.json": _json({"latent_channels": p.vae.latent_channels,
+                                          "scaling_factor": p.scaling_factor}),
+        "tokenizer/vocab.json": _json(byte_level_vocab()),
+        "tokenizer/merges.txt": b"#version: 0.2\n",
+        "tokenizer/tokenizer_config.json": _json({"model_max_length": p.clip.max_length, "do_lower_case": True,
+                                                  "bos_token": BOS, "eos_token": EOS, "pad_token": EOS,
+                                                  "unk_token": EOS, "tokenizer_class": "CLIPTokenizer"}),
+        "tokenizer/special_tokens_map.json": _json({"bos_token": BOS, "eos_token": EOS, "pad_token": EOS,
+                                                    "unk_token": EOS}),
+        "scheduler/scheduler_config.json": _json(scheduler_config),
+    }
+    return PipelineFiles(entries=entries, label=f"bundled {p.name} pipeline"), p

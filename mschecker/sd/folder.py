@@ -1,0 +1,435 @@
+"""A Stable Diffusion pipeline as one object: the three stage graphs, the tokenizer, the scheduler config, and
+what the graphs declare -- input/output names, dtypes, the timestep's dtype and rank, static or dynamic batch,
+the latent size -- read from the models, not assumed.
+
+Two sources, one path. ``SDPipeline.from_folder(DIR)`` reads the diffusers ONNX layout (what
+``OnnxStableDiffusionPipeline.save_pretrained`` and ``optimum-cli export onnx`` write)::
+
+    model_index.json
+    text_encoder/model.onnx          unet/model.onnx (+ weights.pb / model.onnx_data: external weights)
+    vae_decoder/model.onnx           tokenizer/vocab.json, merges.txt (+ tokenizer_config.json, special_tokens_map.json)
+    scheduler/scheduler_config.json  (optional: <stage>/config.json, read for sizes the graphs leave dynamic)
+
+``SDPipeline.bundled(preset)`` holds the same files in memory (``PipelineFiles``: graphs as ModelProtos, JSON
+and text as bytes) and is parsed by the same code; ``save(DIR)`` writes them out, so the bundled check and
+``--pipeline`` on a saved folder run the same stage graphs with the same feeds.
+
+Every part that is missing, unreadable or inconsistent with another is an InputError naming its file: UNet
+cross-attention width vs text encoder hidden size, UNet vs VAE latent channels, latent sizes, the text length vs
+the tokenizer's ``model_max_length``, timestep rank > 1, inputs a SD 1.x/2.x UNet does not have (SDXL's
+``text_embeds``), an unknown scheduler class.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import onnx
+
+from ..errors import InputError
+from ..runners import TensorMeta
+
+STAGES = ("text_encoder", "unet", "vae_decoder")
+MODEL_FILES = {s: f"{s}/model.onnx" for s in STAGES}
+TOKENIZER_REQUIRED = ("tokenizer/vocab.json", "tokenizer/merges.txt")
+SCHEDULER_CONFIG = "scheduler/scheduler_config.json"
+# the unet's inputs by role, as diffusers' ONNX export names them; other exports are matched by rank
+UNET_ROLES = ("sample", "timestep", "encoder_hidden_states")
+DEFAULT_SCALING_FACTOR = 0.18215   # SD 1.x / 2.x VAE (diffusers' OnnxStableDiffusionPipeline hard-codes it)
+DEFAULT_LATENT_SIZE = 64           # diffusers' default height = width = 512 px, / 8
+
+
+class PipelineFiles:
+    """The files of a pipeline folder, on disk (``root``) or in memory (``entries``: relative name -> bytes
+    or onnx.ModelProto). One reader for both, so the bundled graphs go through the folder's code path."""
+
+    def __init__(self, root: Path | None = None, entries: Mapping[str, object] | None = None, label: str = ""):
+        self.root = Path(root) if root is not None else None
+        self.entries = dict(entries or {})
+        self.label = label or (str(self.root) if self.root is not None else "bundled pipeline")
+
+    def where(self, name: str) -> str:
+        """How an error names the file ``name``."""
+        return str(self.root / name) if self.root is not None else f"{self.label}: {name}"
+
+    def exists(self, name: str) -> bool:
+        return name in self.entries if self.root is None else (self.root / name).is_file()
+
+    def require(self, name: str, gzip_ok: bool = False) -> None:
+        if not self.exists(name) and not (gzip_ok and self.exists(name + ".gz")):
+            raise InputError(f"{self.where(name)}: missing (a diffusers ONNX pipeline folder needs it)")
+
+    def read_bytes(self, name: str) -> bytes:
+        self.require(name)
+        if self.root is None:
+            return self.entries[name]
+        try:
+            return (self.root / name).read_bytes()
+        except OSError as exc:
+            raise InputError(f"{self.where(name)}: cannot read ({exc.strerror or exc})") from None
+
+    def read_json(self, name: str, optional: bool = False) -> dict:
+        if optional and not self.exists(name):
+            return {}
+        try:
+            doc = json.loads(self.read_bytes(name).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"{self.where(name)}: not valid JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise InputError(f"{self.where(name)}: expected a JSON object")
+        return doc
+
+    def model(self, name: str):
+        """The graph for a runner: its path on disk (external data resolves next to it), or the ModelProto."""
+        self.require(name)
+        return str(self.root / name) if self.root is not None else self.entries[name]
+
+    def graph_header(self, name: str) -> onnx.GraphProto:
+        """The graph without its weights (cheap even for a 3.4 GB external-data UNet)."""
+        model = self.model(name)
+        if isinstance(model, onnx.ModelProto):
+            return model.graph
+        try:
+            return onnx.load(model, load_external_data=False).graph
+        except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError and others
+            raise InputError(f"{self.where(name)}: not a readable ONNX model ({type(exc).__name__})") from None
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage as its graph declares it: its inputs by role, the output the pipeline reads, and the file."""
+
+    stage: str
+    file: str
+    inputs: dict[str, TensorMeta]
+    output: str
+
+    def batch(self, role: str) -> int | None:
+        """The static batch (leading dim) of an input, None when dynamic."""
+        shape = self.inputs[role].shape
+        return shape[0] if shape and isinstance(shape[0], int) else None
+
+
+@dataclass
+class SDPipeline:
+    """Everything a run needs; build with ``from_folder`` or ``bundled``."""
+
+    name: str
+    files: PipelineFiles
+    stages: dict[str, StageSpec]
+    tokenizer: object                    # callable(text) -> (text_length,) int64 ids
+    scheduler_config: dict
+    scaling_factor: float
+    latent_shape: tuple[int, int, int]   # (channels, h, w)
+    text_length: int
+    preset: object | None = None         # the SDPreset of a bundled pipeline
+    _models: dict = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------------------------------------ construction
+    @classmethod
+    def from_folder(cls, directory: str | Path) -> "SDPipeline":
+        d = Path(directory)
+        if not d.is_dir():
+            raise InputError(f"--pipeline {d}: not a folder")
+        return cls.from_files(PipelineFiles(root=d), name=d.name or str(d))
+
+    @classmethod
+    def bundled(cls, preset="small", weights_seed: int = 0, scheduler: str = "ddim", models=None) -> "SDPipeline":
+        """The bundled graphs of ``preset`` (mschecker.sd.presets) as an in-memory pipeline folder."""
+        from .bundled import bundled_files
+
+        files, p = bundled_files(preset, weights_seed, scheduler, models)
+        pipe = cls.from_files(files, name=p.name)
+        pipe.preset = p
+        return pipe
+
+    @classmethod
+    def from_files(cls, files: PipelineFiles, name: str) -> "SDPipeline":
+        files.read_json("model_index.json")
+        for part in (*MODEL_FILES.values(), SCHEDULER_CONFIG):
+            files.require(part)
+        for part in TOKENIZER_REQUIRED:  # the tokenizer also reads them gzipped
+            files.require(part, gzip_ok=True)
+        stages = {s: _stage_spec(files, s) for s in STAGES}
+        configs = {s: files.read_json(f"{s}/config.json", optional=True) for s in STAGES}
+        latent_shape = _latent_shape(files, stages, configs)
+        text_length = _check_widths(files, stages, configs)
+        tok_config = files.read_json("tokenizer/tokenizer_config.json", optional=True)
+        max_length = tok_config.get("model_max_length")
+        if text_length is None:
+            if not isinstance(max_length, int) or not 1 < max_length < 100000:
+                raise InputError(f"{files.where('tokenizer/tokenizer_config.json')}: no usable model_max_length and "
+                                 f"{files.where(MODEL_FILES['text_encoder'])} leaves the text length dynamic")
+            text_length = max_length
+        elif isinstance(max_length, int) and max_length != text_length and max_length < 100000:
+            raise InputError(f"{files.where('tokenizer/tokenizer_config.json')}: model_max_length {max_length} but "
+                             f"{files.where(MODEL_FILES['text_encoder'])} takes {text_length} tokens")
+        scheduler_config = files.read_json(SCHEDULER_CONFIG)
+        scaling = configs["vae_decoder"].get("scaling_factor", DEFAULT_SCALING_FACTOR)
+        if not isinstance(scaling, (int, float)) or not np.isfinite(scaling) or scaling <= 0:
+            raise InputError(f"{files.where('vae_decoder/config.json')}: scaling_factor {scaling!r} is not a positive "
+                             "number")
+        pipe = cls(name, files, stages, _load_tokenizer(files, text_length), scheduler_config, float(scaling),
+                   latent_shape, text_length)
+        make_scheduler_for(pipe, 1)  # an unknown scheduler class fails here, before any model runs
+        return pipe
+
+    # ------------------------------------------------------------------------------------------ parts
+    def model(self, stage: str):
+        """The stage's graph for make_runner: a path (folder) or a ModelProto (bundled)."""
+        return self.files.model(MODEL_FILES[stage])
+
+    @property
+    def models(self):
+        """The three graphs as an SDModels (what the fix search and the goldens take)."""
+        from .pipeline import SDModels
+
+        return SDModels(*(self.model(s) for s in STAGES))
+
+    def model_label(self, stage: str) -> str | None:
+        """The name errors give an in-memory graph (a file names itself)."""
+        return None if self.files.root is not None else f"bundled SD {self.name} {stage} graph"
+
+    # ------------------------------------------------------------------------------------------ stage inputs
+    # The one place where stage feeds are built: names, dtypes and ranks from the graphs' declarations.
+    def text_feeds(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        meta = self.stages["text_encoder"].inputs["input_ids"]
+        return {meta.name: np.asarray(ids).astype(meta.dtype)}
+
+    def unet_feeds(self, sample: np.ndarray, timestep, context: np.ndarray) -> dict[str, np.ndarray]:
+        """``sample`` (B, C, h, w) and ``context`` (B, L, D) in the graph's float dtype; the timestep in its dtype
+        and rank: 0-d, or 1-d of the declared length (B when dynamic: diffusers' exports broadcast either)."""
+        spec = self.stages["unet"]
+        s, t, c = (spec.inputs[r] for r in UNET_ROLES)
+        batch = sample.shape[0]
+        if len(t.shape) == 0:
+            steps = np.array(timestep, dtype=t.dtype)
+        else:
+            n = t.shape[0] if isinstance(t.shape[0], int) else batch
+            steps = np.full(n, timestep, dtype=t.dtype)
+        return {s.name: np.asarray(sample).astype(s.dtype), t.name: steps, c.name: np.asarray(context).astype(c.dtype)}
+
+    def vae_feeds(self, latents: np.ndarray) -> dict[str, np.ndarray]:
+        meta = self.stages["vae_decoder"].inputs["latent_sample"]
+        return {meta.name: (np.asarray(latents, np.float64) / self.scaling_factor).astype(meta.dtype)}
+
+    def output(self, stage: str, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        return np.asarray(outputs[self.stages[stage].output])
+
+    def latent_dtype(self) -> np.dtype:
+        """The dtype diffusers draws the initial latents in: the text embeddings' (the text encoder output)."""
+        return self.stages["unet"].inputs["encoder_hidden_states"].dtype
+
+    def initial_latents(self, rng: np.random.RandomState, init_noise_sigma: float) -> np.ndarray:
+        """diffusers' ONNX pipeline: ``rng.randn(1, C, h, w)`` (rng = ``np.random.RandomState(seed)``) in the
+        latents' dtype, times the scheduler's initial sigma (float64 here)."""
+        draw = rng.randn(1, *self.latent_shape).astype(self.latent_dtype())
+        return draw.astype(np.float64) * float(init_noise_sigma)
+
+    def check_latents(self, latents: np.ndarray, where: str) -> np.ndarray:
+        shape = (1, *self.latent_shape)
+        arr = np.asarray(latents)
+        if arr.shape != shape or arr.dtype.kind != "f":
+            raise InputError(f"{where}: initial latents must be a float array of shape {shape}, got "
+                             f"{arr.dtype}{arr.shape}")
+        if not np.isfinite(arr.astype(np.float64)).all():
+            raise InputError(f"{where}: initial latents hold NaN or inf")
+        return arr.astype(np.float64)
+
+    # ------------------------------------------------------------------------------------------ saving
+    def save(self, directory: str | Path) -> Path:
+        """Write the pipeline as a diffusers ONNX folder (graphs over 256 MB with external data in
+        ``weights.pb``, as diffusers' OnnxRuntimeModel names it). Written into a sibling temp folder and renamed
+        into place, so an interrupted save leaves no half-written pipeline."""
+        from ..fsio import make_directory, remove_directories
+        from .modelfile import save_model
+
+        target = Path(directory)
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise InputError(f"--save-pipeline {target}: exists and is not an empty folder")
+        created = make_directory(target.parent) if not target.parent.exists() else []
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            names = list(self.files.entries) if self.files.root is None else \
+                [str(p.relative_to(self.files.root)) for p in self.files.root.rglob("*") if p.is_file()]
+            for name in names:
+                path = tmp / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if name in MODEL_FILES.values() and self.files.root is None:
+                    save_model(self.files.entries[name], path, data_name="weights.pb")
+                elif not (name.endswith("weights.pb") and self.files.root is None):
+                    path.write_bytes(self.files.read_bytes(name))
+            if target.exists():
+                target.rmdir()
+            os.replace(tmp, target)
+        except OSError as exc:
+            _remove_tree(tmp)
+            remove_directories(created)
+            raise InputError(f"--save-pipeline {target}: cannot write ({exc.strerror or exc})") from None
+        except BaseException:
+            _remove_tree(tmp)
+            remove_directories(created)
+            raise
+        return target
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------- graph roles
+def _stage_spec(files: PipelineFiles, stage: str) -> StageSpec:
+    from ..graph.runner import tensor_meta
+
+    name = MODEL_FILES[stage]
+    where = files.where(name)
+    graph = files.graph_header(name)
+    inits = {t.name for t in graph.initializer}
+    inputs = [tensor_meta(i) for i in graph.input if i.name not in inits]
+    outputs = [tensor_meta(o) for o in graph.output]
+    if not outputs:
+        raise InputError(f"{where}: the graph has no outputs")
+    if stage == "text_encoder":
+        ints = [m for m in inputs if m.dtype.kind in "iu"]
+        ids = next((m for m in inputs if m.name == "input_ids"), ints[0] if len(ints) == 1 else None)
+        if ids is None or len(inputs) != 1:
+            raise InputError(f"{where}: expected one integer input (input_ids), got "
+                             f"{', '.join(m.describe() for m in inputs) or 'none'}")
+        _check_rank(ids, 2, where)
+        out = next((m for m in outputs if m.name == "last_hidden_state"), None) or \
+            next((m for m in outputs if len(m.shape) == 3), None)
+        if out is None:
+            raise InputError(f"{where}: no (batch, tokens, hidden) output such as last_hidden_state")
+        return StageSpec(stage, where, {"input_ids": ids}, out.name)
+    if stage == "unet":
+        return StageSpec(stage, where, _unet_roles(inputs, where), outputs[0].name)
+    latent = next((m for m in inputs if m.name == "latent_sample"), inputs[0] if len(inputs) == 1 else None)
+    if latent is None or len(inputs) != 1:
+        raise InputError(f"{where}: expected one input (latent_sample), got {', '.join(m.name for m in inputs)}")
+    _check_rank(latent, 4, where)
+    _check_float(latent, where)
+    return StageSpec(stage, where, {"latent_sample": latent}, outputs[0].name)
+
+
+def _unet_roles(inputs: list[TensorMeta], where: str) -> dict[str, TensorMeta]:
+    by_name = {m.name: m for m in inputs}
+    roles = {r: by_name[r] for r in UNET_ROLES if r in by_name}
+    rank_of = {"sample": (4,), "timestep": (0, 1), "encoder_hidden_states": (3,)}
+    for m in inputs:
+        if m.name in roles.values() or any(m is v for v in roles.values()):
+            continue
+        role = next((r for r in UNET_ROLES if r not in roles and len(m.shape) in rank_of[r]), None)
+        if role is None:
+            raise InputError(f"{where}: input {m.name!r} ({m.describe()}) is not one of a SD 1.x/2.x UNet's "
+                             f"inputs ({', '.join(UNET_ROLES)})")
+        roles[role] = m
+    missing = [r for r in UNET_ROLES if r not in roles]
+    if missing:
+        raise InputError(f"{where}: no input for {', '.join(missing)} (inputs: {', '.join(by_name)})")
+    _check_rank(roles["sample"], 4, where)
+    _check_rank(roles["encoder_hidden_states"], 3, where)
+    t = roles["timestep"]
+    if len(t.shape) > 1:
+        raise InputError(f"{where}: timestep input {t.name!r} has rank {len(t.shape)}; a UNet takes a 0-d or 1-d "
+                         "timestep")
+    if t.dtype.kind not in "iuf":
+        raise InputError(f"{where}: timestep input {t.name!r} has dtype {t.dtype}, expected an integer or float")
+    _check_float(roles["sample"], where)
+    _check_float(roles["encoder_hidden_states"], where)
+    return roles
+
+
+def _check_rank(meta: TensorMeta, rank: int, where: str) -> None:
+    if len(meta.shape) != rank:
+        raise InputError(f"{where}: input {meta.name!r} has rank {len(meta.shape)}, expected {rank}")
+
+
+def _check_float(meta: TensorMeta, where: str) -> None:
+    if meta.dtype.kind != "f":
+        raise InputError(f"{where}: input {meta.name!r} has dtype {meta.dtype}, expected float16/float32")
+
+
+def _static(dim) -> int | None:
+    return dim if isinstance(dim, int) and dim > 0 else None
+
+
+def _latent_shape(files: PipelineFiles, stages: dict[str, StageSpec], configs: dict) -> tuple[int, int, int]:
+    """(C, h, w) from the UNet's sample (static dims), else the VAE's latent_sample, else unet/config.json."""
+    sample = stages["unet"].inputs["sample"].shape
+    latent = stages["vae_decoder"].inputs["latent_sample"].shape
+    unet_file, vae_file = files.where(MODEL_FILES["unet"]), files.where(MODEL_FILES["vae_decoder"])
+    dims = []
+    for axis, what in ((1, "channels"), (2, "height"), (3, "width")):
+        u, v = _static(sample[axis]), _static(latent[axis])
+        if u is not None and v is not None and u != v:
+            raise InputError(f"{vae_file}: latent_sample has {v} latent {what} but {unet_file}'s sample has {u}")
+        dims.append(u if u is not None else v)
+    cfg = configs["unet"]
+    if dims[0] is None:
+        dims[0] = cfg.get("in_channels") or configs["vae_decoder"].get("latent_channels") or 4
+    for k in (1, 2):
+        if dims[k] is None:
+            size = cfg.get("sample_size", DEFAULT_LATENT_SIZE)
+            size = size[k - 1] if isinstance(size, (list, tuple)) else size
+            if not isinstance(size, int) or size <= 0:
+                raise InputError(f"{files.where('unet/config.json')}: sample_size {size!r} is not a positive integer")
+            dims[k] = size
+    vae_ch = configs["vae_decoder"].get("latent_channels")
+    if isinstance(vae_ch, int) and vae_ch != dims[0]:
+        raise InputError(f"{files.where('vae_decoder/config.json')}: latent_channels {vae_ch} but {unet_file} "
+                         f"takes {dims[0]} latent channels")
+    return tuple(int(d) for d in dims)
+
+
+def _check_widths(files: PipelineFiles, stages: dict[str, StageSpec], configs: dict) -> int | None:
+    """UNet cross-attention width == text encoder hidden size (static dims, else config.json); returns the
+    text length when the text encoder declares it."""
+    from ..graph.runner import tensor_meta
+
+    te_graph = files.graph_header(MODEL_FILES["text_encoder"])
+    out_meta = next(tensor_meta(o) for o in te_graph.output if o.name == stages["text_encoder"].output)
+    hidden = _static(out_meta.shape[2]) or configs["text_encoder"].get("hidden_size")
+    ehs = stages["unet"].inputs["encoder_hidden_states"].shape
+    cross = _static(ehs[2]) or configs["unet"].get("cross_attention_dim")
+    if hidden is not None and cross is not None and hidden != cross:
+        raise InputError(f"{files.where(MODEL_FILES['unet'])}: cross-attention width {cross} (encoder_hidden_states) "
+                         f"but {files.where(MODEL_FILES['text_encoder'])} outputs hidden size {hidden}")
+    length = _static(stages["text_encoder"].inputs["input_ids"].shape[1])
+    unet_length = _static(ehs[1])
+    if length is not None and unet_length is not None and length != unet_length:
+        raise InputError(f"{files.where(MODEL_FILES['unet'])}: encoder_hidden_states takes {unet_length} tokens but "
+                         f"{files.where(MODEL_FILES['text_encoder'])} takes {length}")
+    return length or unet_length
+
+
+# ---------------------------------------------------------------------------------------------- tokenizer, scheduler
+def _load_tokenizer(files: PipelineFiles, max_length: int):
+    """CLIP's byte-level BPE from the folder's tokenizer/ (mschecker.sd.tokenizer.load_clip_tokenizer), padded
+    and truncated to the text encoder's length. In-memory files are handed to it through a temporary folder
+    (a few small text files), so the bundled tokenizer is read exactly as a saved folder's."""
+    from .tokenizer import load_clip_tokenizer
+
+    if files.root is not None:
+        return load_clip_tokenizer(files.root / "tokenizer", max_length=max_length)
+    with tempfile.TemporaryDirectory(prefix="mschecker-sd-tokenizer-") as tmp:
+        for name in files.entries:
+            if name.startswith("tokenizer/"):
+                Path(tmp, Path(name).name).write_bytes(files.read_bytes(name))
+        return load_clip_tokenizer(tmp, max_length=max_length)
+
+
+def make_scheduler_for(pipe: SDPipeline, steps: int, override: str | None = None, noise_rng=None):
+    """The scheduler of the folder's scheduler_config.json (mschecker.sd.scheduler.scheduler_from_config);
+    ``override``, a --scheduler name, replaces the class and keeps the config values (diffusers' from_config).
+    An unsupported class is an InputError naming the file and the supported classes."""
+    from .scheduler import scheduler_from_config
+
+    return scheduler_from_config(pipe.scheduler_config, steps, name=override,
+                                 source=pipe.files.where(SCHEDULER_CONFIG), noise_rng=noise_rng)
