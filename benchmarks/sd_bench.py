@@ -12,7 +12,15 @@ into a temporary folder with external data (deleted afterwards), one evaluation 
 guidance), 64x64 latents, 77 context tokens. A worker that runs past --timeout or is killed (memory) is
 recorded as such, with what it had reached.
 
-    python benchmarks/sd_bench.py [--part small|sd15|all] [--steps 10] [--timeout 1200]
+`real`: the executor on real exports of small width (tests/fixtures/real_sd: diffusers UNet / VAE decoder and
+transformers CLIP text encoder, TorchScript opset 17 and dynamo opset 18/23, 60-870 nodes) against onnxruntime
+fp32 and onnx.reference's ReferenceEvaluator, one subprocess per model holding all four runners, 1 thread each
+(ORT intra-op 1, BLAS 1), --rounds interleaved rounds (each round runs every runner once, in turn, so a burst
+of load on the shared machine hits all of them); the median of the per-round ratios is reported, with the load
+average before and after. Targets (issue 13): NPU no slower than the float64 reference, both >= 2x faster than
+onnx.reference.
+
+    python benchmarks/sd_bench.py [--part small|sd15|real|all] [--steps 10] [--timeout 1200] [--rounds 7]
 Results: benchmarks/results/sd_bench.json (merged per part, so the parts can be run separately).
 """
 from __future__ import annotations
@@ -82,6 +90,64 @@ def worker_sd15(device: str, model_path: str) -> dict:
             "output_nonfinite": int((~np.isfinite(x)).sum())}
 
 
+REAL_SD = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "real_sd"
+
+
+def worker_real(name: str, rounds: int) -> dict:
+    """All four runners on one real export, interleaved rounds; seconds per run and per-round ratios."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx.reference import ReferenceEvaluator
+
+    from mschecker.runners import make_runner
+
+    folder = REAL_SD / name
+    model = onnx.load(str(folder / "model.onnx"))
+    names = [i.name for i in model.graph.input]
+    feeds = {n: np.load(folder / f"{n}.npy") for n in names}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(folder / "model.onnx"), sess_options=so, providers=["CPUExecutionProvider"])
+    reference = make_runner(str(folder / "model.onnx"), device="reference")
+    npu = make_runner(str(folder / "model.onnx"), device="npu", profile="ascend910b")
+    evaluator = ReferenceEvaluator(model)
+    runs = {"ort": lambda: session.run(None, feeds), "reference": lambda: reference.run(dict(feeds)),
+            "npu": lambda: npu.run(dict(feeds)), "onnx_reference": lambda: evaluator.run(None, feeds)}
+    for run in runs.values():  # warm-up: plan caches, first-touch pages
+        run()
+    times = {k: [] for k in runs}
+    for _ in range(rounds):
+        for k, run in runs.items():
+            t0 = time.perf_counter()
+            run()
+            times[k].append(time.perf_counter() - t0)
+    t = {k: np.asarray(v) for k, v in times.items()}
+
+    def ratio(a, b):
+        return float(np.median(t[a] / t[b]))
+    return {"nodes": len(model.graph.node), "median_s": {k: float(np.median(v)) for k, v in t.items()},
+            "ratios": {"npu_vs_ort": ratio("npu", "ort"), "reference_vs_ort": ratio("reference", "ort"),
+                       "npu_vs_reference": ratio("npu", "reference"),
+                       "onnx_reference_vs_npu": ratio("onnx_reference", "npu"),
+                       "onnx_reference_vs_reference": ratio("onnx_reference", "reference")}}
+
+
+def bench_real(rounds: int, timeout: float) -> dict:
+    models = sorted(p.name for p in REAL_SD.iterdir() if (p / "model.onnx").is_file())
+    out = {"rounds": rounds, "threads": 1, "load_before": os.getloadavg(), "models": {}}
+    for name in models:
+        out["models"][name] = r = spawn(["real", name, str(rounds)], timeout)
+        if r.get("status") == "ok":
+            q = r["ratios"]
+            r["targets_met"] = {"npu_vs_reference <= 1": q["npu_vs_reference"] <= 1.0,
+                                "onnx_reference_vs_npu >= 2": q["onnx_reference_vs_npu"] >= 2.0,
+                                "onnx_reference_vs_reference >= 2": q["onnx_reference_vs_reference"] >= 2.0}
+            print(f"  {name:22s} " + "  ".join(f"{k} {v:.2f}" for k, v in q.items()), flush=True)
+    out["load_after"] = os.getloadavg()
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- driver
 BLAS_THREADS = "1"  # what `mschecker sd` uses (see mschecker/commands/sd.py); --blas-threads changes it
 
@@ -142,7 +208,8 @@ def bench_sd15(timeout: float) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=["small", "sd15", "all"], default="all")
+    ap.add_argument("--part", choices=["small", "sd15", "real", "all"], default="all")
+    ap.add_argument("--rounds", type=int, default=7, help="real: interleaved rounds per model")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per worker")
     ap.add_argument("--blas-threads", default="1", help="OpenBLAS/OpenMP threads of the workers (a number or "
@@ -153,16 +220,21 @@ def main(argv=None) -> int:
     BLAS_THREADS = args.blas_threads
     if args.worker:
         kind, device, rest = args.worker[0], args.worker[1], args.worker[2]
-        result = worker_small(device, int(rest)) if kind == "small" else worker_sd15(device, rest)
+        if kind == "real":
+            result = worker_real(device, int(rest))
+        else:
+            result = worker_small(device, int(rest)) if kind == "small" else worker_sd15(device, rest)
         print(json.dumps(result))
         return 0
     data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
     data["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                        "note": "shared machine: compare cpu_s; wall_s depends on the other jobs (load1_at_start)"}
-    parts = ["small", "sd15"] if args.part == "all" else [args.part]
+    parts = ["small", "sd15", "real"] if args.part == "all" else [args.part]
     for part in parts:
         key = part if args.blas_threads == "1" else f"{part}_blas_threads_{args.blas_threads}"
-        data[key] = bench_small(args.steps, args.timeout) if part == "small" else bench_sd15(args.timeout)
+        bench = {"small": lambda: bench_small(args.steps, args.timeout), "sd15": lambda: bench_sd15(args.timeout),
+                 "real": lambda: bench_real(args.rounds, args.timeout)}[part]
+        data[key] = bench()
         data[key]["blas_threads"] = args.blas_threads
         part = key
         data[part]["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
