@@ -386,3 +386,22 @@ def test_planted_bugs_are_caught(bug, data, monkeypatch):
         names = ["dpmpp_sd15"]
     assert names
     assert worst_float64_error(data, names) > 1e3
+
+
+# ------------------------------------------------------------------------------------------------ live diffusers
+@pytest.mark.slow
+def test_fixture_is_what_the_installed_diffusers_computes(data):
+    """With diffusers and torch installed (dev environments only): the stored float32 runs are reproduced, so a
+    diffusers release that changes a scheduler shows up here (regenerate with tools/gen_scheduler_fixture.py)."""
+    pytest.importorskip("diffusers")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gen_scheduler_fixture", Path(__file__).resolve().parents[2] / "tools" / "gen_scheduler_fixture.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    fresh = generator.run_all("f32")
+    for key, value in fresh.items():
+        case, what = key.split("/")
+        stored = data[key] if what in ("x_init", "model_outputs", "noise") else data[f"{case}/{what}_f32"]
+        np.testing.assert_array_equal(value, stored, err_msg=key)

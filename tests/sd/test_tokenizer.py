@@ -181,3 +181,25 @@ def test_hash_tokenizer_truncates_keeping_eos_and_pads_empty():
     assert len(ids) == 5 and ids[0] == 998 and ids[-1] == 999
     np.testing.assert_array_equal(tok(""), [998, 999, 999, 999, 999])
     assert (tok("many words here")[1:4] < 998).all()
+
+
+@pytest.mark.slow
+def test_fixture_is_what_the_installed_transformers_computes(clip_tokenizers):
+    """With transformers installed (dev environments only): its CLIPTokenizer still gives the stored ids (>= 5:
+    transformers_fast; 4.x without ftfy: transformers_slow)."""
+    transformers = pytest.importorskip("transformers")
+    import importlib.util
+    import tempfile
+
+    major = int(transformers.__version__.split(".")[0])
+    if major < 5 and importlib.util.find_spec("ftfy") is not None:
+        pytest.skip("transformers 4.x with ftfy cleans text differently (neither reference)")
+    key = "transformers_fast" if major >= 5 else "transformers_slow"
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("vocab.json", "merges.txt"):
+            (Path(tmp) / name).write_bytes(gzip.decompress((FOLDER / f"{name}.gz").read_bytes()))
+        for name in ("special_tokens_map.json", "tokenizer_config.json"):
+            shutil.copy(FOLDER / name, tmp)
+        tok = transformers.CLIPTokenizer.from_pretrained(tmp)
+        ids = [tok(p, padding="max_length", max_length=77, truncation=True).input_ids for p in CORPUS]
+    assert ids == EXPECTED[key]["ids"]
