@@ -167,8 +167,7 @@ def child_memory(name, mode, folder):
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
         sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        outs = sess.run(None, {k: np.asarray(v) for k, v in feeds.items()})
-        del outs
+        sess.run(None, {k: np.asarray(v) for k, v in feeds.items()})
     return {"wall_s": time.perf_counter() - t0, "peak_rss_mb": _peak_rss_mb(), "rss_after_setup_mb": base}
 
 

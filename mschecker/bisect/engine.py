@@ -30,8 +30,8 @@ from ..npu import NumericsProfile
 from .lockstep import Analysis, DumpFolder, NodeRecord, analyse, reference_executor
 from .policy import npu_policy
 from .samples import Sample, check_same_shapes
-from .search import LAYER_OPS, Budget, Evaluation, Evaluator, FixConfig, SearchResult, high_precision_capable, \
-    members, op_type_of, rank_candidates, search
+from .search import LAYER_OPS, Budget, Evaluation, Evaluator, FixConfig, ModelEvaluator, SearchResult, \
+    high_precision_capable, members, op_type_of, rank_candidates, search
 from .writers import OnnxCheck, Recommendation, check_with_onnxruntime, patched_onnx
 
 Progress = Callable[[str, int, int | None], None]
@@ -144,7 +144,7 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     if dump is not None:
         return result
     t0 = time.perf_counter()
-    evaluator = Evaluator(loaded, base, list(samples), analysis, rule, budget, progress)
+    evaluator = ModelEvaluator(loaded, base, list(samples), analysis, rule, budget, progress)
     names = rank_candidates(analysis, granularity)
     layers = [n.name for n in analysis.nodes if n.op_type in LAYER_OPS and not n.folded] or \
         [n.name for n in ranking]
@@ -160,7 +160,8 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     result.recommendation = rec
     t0 = time.perf_counter()
     fixed_npu = Executor(loaded, npu_policy(rec.profile(base)))
-    result.proof = analyse(reference, fixed_npu, list(samples), rule, own_error=False, progress=progress)
+    result.proof = analyse(reference, fixed_npu, list(samples), rule, own_error=False, progress=progress,
+                           label="proof pass")
     timings["proof"] = time.perf_counter() - t0
     if config.changes <= 16:
         t0 = time.perf_counter()

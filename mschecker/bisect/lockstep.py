@@ -194,7 +194,7 @@ def _float_outputs(produced: dict) -> Iterator[tuple[str, np.ndarray]]:
 
 def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], rule: ToleranceRule, *,
             dump: DumpFolder | None = None, own_error: bool = True,
-            progress: Progress | None = None) -> Analysis:
+            progress: Progress | None = None, label: str = "lockstep pass") -> Analysis:
     """The lockstep pass (module docstring). `npu` is the emulator's executor, or None with `dump` (one sample)."""
     steps = reference.steps
     records = [NodeRecord(st.index, st.label, st.node.op_type,
@@ -220,13 +220,13 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
             if npu_walk is not None:
                 nstep, _nargs, nout = next(npu_walk)
                 del _nargs
-                hidden = recording.take_hidden(nstep.node.name) if recording else 0
+                hidden = recording.take_hidden(nstep.node.name) if recording else (0, 0)
                 ref_inputs = {n: a for n, a in zip(rstep.inputs, rargs) if n and n not in reference.initializers}
                 own_out = npu.run_node(k, ref_inputs) if own_error and not record.folded else None
-                own_hidden = recording.take_hidden(nstep.node.name) if recording else 0
-                del own_hidden  # the own run's clamps are the node's, already counted by the walk's
+                if recording:  # the own run's clamps are not the pass's tensors: forget them
+                    recording.take_hidden(nstep.node.name)
             else:
-                hidden = 0
+                hidden = (0, 0)
                 nout = {name: dump.load(name, np.shape(v)) for name, v in rout.items()
                         if isinstance(v, np.ndarray) and is_float_dtype(v.dtype)}
                 own_out = _reference_on_dumps(reference, k, rstep, rargs, dump) if own_error else None
@@ -243,7 +243,7 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
                 where = f"{record.label} output {name!r}"
                 err = ErrorStats.of(actual, ref, rule, where)
                 rec.error = err.worst(rec.error)
-                rec.headroom = Headroom.of(actual, hidden).worst(rec.headroom)
+                rec.headroom = Headroom.of(actual, *hidden).worst(rec.headroom)
                 if own_out is not None and own_out.get(name) is not None:
                     if npu is not None:
                         own = ErrorStats.of(own_out[name], ref, rule, where)
@@ -259,7 +259,7 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
                 kept[name] = rout[name]
             del rargs, rout, nout, own_out
             if progress is not None:
-                progress("lockstep pass", si * len(steps) + k + 1, total)
+                progress(label, si * len(steps) + k + 1, total)
         per_sample.append(sample_out)
         ref_outputs.append({n: kept[n] for n in reference.output_names if n in kept})
     return Analysis(records, outputs, per_sample, ref_outputs, ranges,

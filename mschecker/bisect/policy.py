@@ -21,7 +21,8 @@ class RecordingNpuPolicy(NpuPolicy):
 
     def __init__(self, profile: NumericsProfile | str):
         super().__init__(profile)
-        self.hidden: Counter[str] = Counter()
+        self.hidden: Counter[str] = Counter()       # node name -> inf/NaN elements clamped
+        self.hidden_nan: Counter[str] = Counter()   # node name -> NaN elements among them (clamped to 0)
         self._unclamped: dict[int, NodeContext] = {}
 
     def finish(self, ctx: NodeContext, value, keep_dtype: bool = False):
@@ -32,18 +33,17 @@ class RecordingNpuPolicy(NpuPolicy):
             plain = self._unclamped[id(ctx)] = dataclasses.replace(ctx, saturate=False)
         value = super().finish(plain, value, keep_dtype)
         if value.dtype.kind in "fV" and value.dtype != np.bool_:
-            try:
-                bad = int(value.size - np.isfinite(value.astype(np.float32, copy=False)).sum())
-            except (TypeError, ValueError):  # pragma: no cover - every float format converts to float32
-                bad = 0
+            x = value.astype(np.float32, copy=False)
+            bad = int(value.size - np.isfinite(x).sum())
             if bad:
                 self.hidden[ctx.node.name] += bad
+                self.hidden_nan[ctx.node.name] += int(np.isnan(x).sum())
                 value = saturate(value)
         return value
 
-    def take_hidden(self, node_name: str) -> int:
-        """The clamped count recorded for a node since the last call (and forget it)."""
-        return self.hidden.pop(node_name, 0)
+    def take_hidden(self, node_name: str) -> tuple[int, int]:
+        """(clamped inf/NaN, of which NaN) recorded for a node since the last call (and forget them)."""
+        return self.hidden.pop(node_name, 0), self.hidden_nan.pop(node_name, 0)
 
 
 def npu_policy(profile: NumericsProfile) -> NpuPolicy:

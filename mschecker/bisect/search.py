@@ -114,6 +114,7 @@ class Evaluation:
     overflow_nodes: list[str]
     seconds: float
     per_sample: list[dict[str, ErrorStats]] = field(default_factory=list)
+    detail: object = None    # what a specialised evaluator measured besides (the SD check: its stage metrics)
 
     def to_dict(self) -> dict:
         from .stats import _num
@@ -134,18 +135,15 @@ class Budget:
 
 
 class Evaluator:
-    """Runs the NPU side under a FixConfig on every sample and judges it against the analysis' reference."""
+    """Counts, budgets and logs evaluations; run() judges one configuration (ModelEvaluator: a model on input
+    samples against the analysis' reference; the SD check: a pipeline stage by its image)."""
 
-    def __init__(self, model, base: NumericsProfile, samples: list[Sample], analysis: Analysis,
-                 rule: ToleranceRule, budget: Budget | None = None,
-                 progress: Callable[[str, int, int | None], None] | None = None):
-        self.model, self.base, self.samples, self.analysis, self.rule = model, base, samples, analysis, rule
+    def __init__(self, budget: Budget | None = None, progress: Callable[[str, int, int | None], None] | None = None):
         self.budget = budget or Budget()
         self.progress = progress
         self.log: list[Evaluation] = []
         self.count = 0            # counted evaluations (the search's)
         self.started = time.monotonic()
-        self.outputs_of = {n.name: [o for o in n.output if o] for n in model.graph.node}
 
     def __call__(self, config: FixConfig, purpose: str, *, counted: bool = True) -> Evaluation:
         if counted:
@@ -162,6 +160,20 @@ class Evaluator:
         if self.progress is not None:
             self.progress(f"fix search: {purpose}", self.count, self.budget.evaluations)
         return result
+
+    def run(self, config: FixConfig, purpose: str) -> Evaluation:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class ModelEvaluator(Evaluator):
+    """Runs the NPU side under a FixConfig on every sample and judges it against the analysis' reference."""
+
+    def __init__(self, model, base: NumericsProfile, samples: list[Sample], analysis: Analysis,
+                 rule: ToleranceRule, budget: Budget | None = None,
+                 progress: Callable[[str, int, int | None], None] | None = None):
+        super().__init__(budget, progress)
+        self.model, self.base, self.samples, self.analysis, self.rule = model, base, samples, analysis, rule
+        self.outputs_of = {n.name: [o for o in n.output if o] for n in model.graph.node}
 
     def run(self, config: FixConfig, purpose: str) -> Evaluation:
         policy = npu_policy(config.profile(self.base))
@@ -183,6 +195,7 @@ class Evaluator:
                     if head and any(is_overflow(head, ranges.get(o)) for o in self.outputs_of.get(node_name, [])):
                         overflow[node_name] = None
                 policy.hidden.clear()
+                policy.hidden_nan.clear()
             stats = {}
             for name, ref in ref_out.items():
                 s = stats[name] = ErrorStats.of(out[name], ref, self.rule, name)

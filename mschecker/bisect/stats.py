@@ -85,9 +85,10 @@ class Headroom:
     saturated: int            # elements at +-max (2-byte formats only: a genuine fp32 value there is vanishingly rare)
     hidden_overflow: int      # inf/NaN a saturation-mode policy clamped to +-max / 0 (counted before the clamp)
     below_normal_share: float  # nonzero elements with |x| < smallest normal, over all elements
+    hidden_nan: int = 0       # the NaN among hidden_overflow (clamped to 0)
 
     @classmethod
-    def of(cls, value: np.ndarray, hidden: int = 0) -> "Headroom":
+    def of(cls, value: np.ndarray, hidden: int = 0, hidden_nan: int = 0) -> "Headroom":
         fmt = float_format(value.dtype)
         x = value.astype(np.float32, copy=False) if value.dtype.itemsize <= 2 else value
         finite = np.isfinite(x)
@@ -99,7 +100,7 @@ class Headroom:
         sat = int((mag >= fmt.max).sum()) if value.dtype.itemsize <= 2 and peak >= fmt.max else 0
         tiny = int(((mag > 0) & (mag < fmt.smallest_normal)).sum()) if mag.size else 0
         return cls(dtype_name(value.dtype), peak, peak / fmt.max, nan, inf, sat, int(hidden),
-                   tiny / mag.size if mag.size else 0.0)
+                   tiny / mag.size if mag.size else 0.0, int(hidden_nan))
 
     @property
     def overflowed(self) -> bool:
@@ -112,12 +113,14 @@ class Headroom:
         return Headroom(self.dtype, max(self.peak, other.peak), max(self.fraction_of_max, other.fraction_of_max),
                         max(self.nan, other.nan), max(self.inf, other.inf), max(self.saturated, other.saturated),
                         max(self.hidden_overflow, other.hidden_overflow),
-                        max(self.below_normal_share, other.below_normal_share))
+                        max(self.below_normal_share, other.below_normal_share),
+                        max(self.hidden_nan, other.hidden_nan))
 
     def to_dict(self) -> dict:
         return {"dtype": self.dtype, "peak": _num(self.peak), "fraction_of_max": _num(self.fraction_of_max),
                 "nan": self.nan, "inf": self.inf, "saturated": self.saturated,
-                "hidden_overflow": self.hidden_overflow, "below_normal_share": _num(self.below_normal_share)}
+                "hidden_overflow": self.hidden_overflow, "hidden_nan": self.hidden_nan,
+                "below_normal_share": _num(self.below_normal_share)}
 
 
 @dataclass

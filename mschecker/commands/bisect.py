@@ -24,7 +24,7 @@ def build_parser(prog: str = "mschecker bisect") -> Parser:
     p.add_argument("--profile", default="ascend910b", help="numerics profile: preset name or .toml/.json file")
     p.add_argument("--tolerance", required=True, help="atol = rtol for every output (a positive number)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the fix files, plot and reports")
-    p.add_argument("--json", action="store_true", help=f"write the JSON report (schema: docs/BISECT.md)")
+    p.add_argument("--json", action="store_true", help="write the JSON report (schema: docs/BISECT.md)")
     p.add_argument("--html", action="store_true", help="write the HTML report")
     p.add_argument("--budget-evals", type=_int("--budget-evals"), default=None,
                    help="at most this many model evaluations in the fix search")

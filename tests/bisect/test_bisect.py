@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import onnx
-import pytest
 
 from mschecker.bisect import Budget, Sample, bisect_model
 from mschecker.bisect.report import to_dict, write_outputs
@@ -114,8 +113,8 @@ def test_deep_fp16_chain_without_single_culprit_gets_a_cast_point(tmp_path):
     assert island["cast_in"] == [f"h{first - 1}"]
     # ... whose cast point is as late as possible: one node fewer fails
     later = {f"layer{i}" for i in range(first + 1, 48)}
-    from mschecker.bisect.search import Evaluator, FixConfig
-    ev = Evaluator(r.analysis and onnx_loaded(tmp_path), r.profile, r.samples, r.analysis, r.rule)
+    from mschecker.bisect.search import FixConfig, ModelEvaluator
+    ev = ModelEvaluator(onnx_loaded(tmp_path), r.profile, r.samples, r.analysis, r.rule)
     assert not ev(FixConfig(keep_dtype=frozenset(later)), "one later").passed
     _check_bound(r)
     assert doc["rule_of_thumb"]["changes"] == 8 and doc["rule_of_thumb"]["rule"]
