@@ -76,6 +76,7 @@ class CellComparison:
     verdict: str
     reason: str = ""
     metrics: list[MetricVerdict] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)   # inputs that differ: model sha256, profile hash
 
     @property
     def regressed(self) -> bool:
@@ -90,7 +91,7 @@ class CellComparison:
         return {"key": self.key, "kind": self.kind, "block": self.block, "coords": self.coords,
                 "device": self.device, "baseline_status": self.baseline_status, "run_status": self.run_status,
                 "verdict": self.verdict, "regressed": self.regressed, "reason": self.reason,
-                "metrics": [m.to_dict() for m in self.metrics]}
+                "changes": self.changes, "metrics": [m.to_dict() for m in self.metrics]}
 
 
 @dataclass
@@ -99,6 +100,7 @@ class Comparison:
     run: str
     campaign: str
     cells: list[CellComparison]
+    environment: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)  # what differs: base, run
 
     @property
     def regressed(self) -> list[CellComparison]:
@@ -113,7 +115,9 @@ class Comparison:
     def to_dict(self) -> dict:
         return {"schema_version": 1, "tool": "mschecker campaign compare", "campaign": self.campaign,
                 "baseline": self.baseline, "run": self.run, "regressed": bool(self.regressed),
-                "counts": self.counts(), "cells": [c.to_dict() for c in self.cells]}
+                "counts": self.counts(),
+                "environment_changes": {k: {"baseline": b, "run": r} for k, (b, r) in self.environment.items()},
+                "cells": [c.to_dict() for c in self.cells]}
 
 
 def _relative_worsening(m: MetricVerdict) -> float:
@@ -185,6 +189,10 @@ def compare_cell(base: list[CellRecord] | None, run: list[CellRecord] | None,
     if not run:
         out.verdict, out.reason = MISSING, "not in the run"
         return out
+    for label, attr in (("model sha256", "model_sha256"), ("profile hash", "profile_hash")):
+        b, r = sorted({str(getattr(s, attr)) for s in base}), sorted({str(getattr(s, attr)) for s in run})
+        if b != r and getattr(run[0], attr) is not None:
+            out.changes.append(f"{label} {','.join(x[:12] for x in b)} -> {','.join(x[:12] for x in r)}")
     if rs not in FINISHED:
         out.verdict, out.reason = rs, next((s.reason for s in run if s.status == rs), "")
         return out
@@ -227,4 +235,19 @@ def compare_runs(store: Store, baseline_id: str, run_id: str, allow: dict[str, f
     base, run = _group(store.cells(baseline_id)), _group(store.cells(run_id))
     keys = list(dict.fromkeys([*run, *base]))
     cells = [compare_cell(base.get(k), run.get(k), allow, patterns) for k in keys]
-    return Comparison(baseline_id, run_id, run_info.campaign, cells)
+    return Comparison(baseline_id, run_id, run_info.campaign, cells, environment_changes(base, run))
+
+
+ENVIRONMENT = ("mschecker", "onnxruntime", "numpy", "python", "cpu")
+
+
+def environment_changes(base: dict[str, list[CellRecord]], run: dict[str, list[CellRecord]]) -> dict:
+    """{field: (baseline values, run values)} for the versions and CPU models that differ between the runs
+    (what a reader checks first when many cells moved at once)."""
+    out = {}
+    for name in ENVIRONMENT:
+        b = sorted({str(s.versions.get(name)) for v in base.values() for s in v})
+        r = sorted({str(s.versions.get(name)) for v in run.values() for s in v})
+        if b != r:
+            out[name] = (b, r)
+    return out

@@ -62,6 +62,10 @@ def _metric_text(c: CellComparison) -> str:
     return f"{m.name}: {fmt(m.baseline)} -> {fmt(m.run)}{noise}"
 
 
+def _reason(c: CellComparison) -> str:
+    return "; ".join([c.reason[:200]] * bool(c.reason) + c.changes)
+
+
 def sorted_cells(comparison: Comparison) -> list[CellComparison]:
     return sorted(comparison.cells, key=lambda c: (_ORDER.get(c.verdict, 3), c.key))
 
@@ -76,9 +80,12 @@ def render_comparison(comparison: Comparison, console: Console, *, show_same: bo
     shown = [c for c in sorted_cells(comparison) if show_same or c.verdict != SAME]
     for c in shown:
         table.add_row(markup(c.key), markup(c.device), _styled(c.baseline_status), _styled(c.run_status),
-                      _styled(c.verdict), markup(_metric_text(c)), markup(c.reason[:200]))
+                      _styled(c.verdict), markup(_metric_text(c)), markup(_reason(c)))
     if shown:
         console.print(table)
+    for name, (b, r) in comparison.environment.items():
+        console.print(f"changed between the runs: {markup(name)} {markup(', '.join(b))} -> {markup(', '.join(r))}",
+                      highlight=False)
     hidden = len(comparison.cells) - len(shown)
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: _ORDER.get(kv[0], 3)))
     console.print(f"{len(comparison.cells)} cells: {escape(summary)}"
@@ -276,7 +283,7 @@ def write_html(comparison: Comparison, store: Store, path, *, last: int = HISTOR
                     "<td>{m}</td><td>{reason}</td></tr>".format(
                         cls=html.escape(c.verdict.replace(" ", "-")), key=_html(c.key), dev=_html(c.device),
                         b=_html(c.baseline_status or "-"), r=_html(c.run_status or "-"), v=_html(c.verdict),
-                        m=_html(_metric_text(c)), reason=_html(c.reason[:300])))
+                        m=_html(_metric_text(c)), reason=_html(_reason(c))))
     figures = history_plots(*history_series(store, comparison.campaign, last))
     worst = worst_cells_plot(comparison)
     if worst:
@@ -285,6 +292,8 @@ def write_html(comparison: Comparison, store: Store, path, *, last: int = HISTOR
                      f"<figcaption>{_html(cap)}</figcaption></figure>" for cap, png in figures)
     verdict = (f"REGRESSED: {len(comparison.regressed)} cell(s) worse than the baseline" if comparison.regressed
                else "no regression against the baseline")
+    env = "".join(f"<p>changed between the runs: {_html(k)} {_html(', '.join(b))} -&gt; "
+                  f"{_html(', '.join(r))}</p>\n" for k, (b, r) in comparison.environment.items())
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>mschecker campaign {_html(comparison.campaign)}</title>
 <style>body{{font-family:sans-serif;margin:1.5em}} table{{border-collapse:collapse;font-size:13px}}
@@ -294,7 +303,7 @@ tr.better{{background:#dfd}} tr.crashed,tr.timeout,tr.killed{{background:#ffd}} 
 <h1>campaign {_html(comparison.campaign)}</h1>
 <p>run <code>{_html(comparison.run)}</code> against baseline <code>{_html(comparison.baseline)}</code>:
 <b>{_html(verdict)}</b>. {_html(', '.join(f'{n} {v}' for v, n in counts.items()))}.</p>
-<p>worse = beyond the run-to-run noise (0 on bit-exact devices) plus the declared allowance; see docs/CAMPAIGN.md.</p>
+{env}<p>worse = beyond the run-to-run noise (0 on bit-exact devices) plus the declared allowance; see docs/CAMPAIGN.md.</p>
 {figs}
 <table><tr><th>cell</th><th>device</th><th>baseline</th><th>run</th><th>verdict</th><th>metric (baseline -&gt; run)</th>
 <th>reason</th></tr>

@@ -167,3 +167,18 @@ def test_only_the_declared_metrics_are_judged(tmp_path):
         from mschecker.campaign.spec import parse_campaign
 
         parse_campaign({**raw, "compare": {"metrics": [1]}}, tmp_path / "c.toml")
+
+
+def test_what_changed_between_the_runs_is_named(tmp_path):
+    sd910 = cells_of(spec_raw(), tmp_path)[0].key
+    newer = record("pass", {"image_psnr_db": 40.0})
+    newer["versions"] = {**newer["versions"], "onnxruntime": "1.99"}
+    newer["model_sha256"], newer["profile_hash"] = "b" * 64, "p" * 64
+    old = record("pass", {"image_psnr_db": 40.0})
+    old["model_sha256"], old["profile_hash"] = "a" * 64, "p" * 64
+    with _store(tmp_path, {sd910: old}, {sd910: newer}) as store:
+        cmp = compare_runs(store, "base", "run")
+        assert cmp.environment == {"onnxruntime": (["1"], ["1.99"])}
+        (c,) = cmp.cells
+        assert c.verdict == SAME and c.changes == ["model sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb"]
+        assert cmp.to_dict()["environment_changes"] == {"onnxruntime": {"baseline": ["1"], "run": ["1.99"]}}
