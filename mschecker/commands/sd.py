@@ -176,7 +176,10 @@ def main(argv: list[str]) -> int:
     if args.save_pipeline:
         if args.pipeline:
             raise UsageError("--save-pipeline writes a bundled --preset; it does not take --pipeline")
-        path = SDPipeline.bundled(args.preset or "small", scheduler=args.scheduler or "ddim").save(args.save_pipeline)
+        from ..sd.bundled import save_bundled
+
+        path = save_bundled(args.preset or "small", args.save_pipeline, scheduler=args.scheduler or "ddim")
+        SDPipeline.from_folder(path)  # what was written reads back as a consistent pipeline
         print(f"pipeline: {path}")
         return 0
     sides = parse_sides(args.sides)

@@ -35,9 +35,11 @@ def _json(doc) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def bundled_files(preset="small", weights_seed: int = 0, scheduler: str = "ddim", models=None):
+def bundled_files(preset="small", weights_seed: int = 0, scheduler: str = "ddim", models=None, *,
+                  lazy: bool = False):
     """(PipelineFiles of the preset's pipeline folder, the SDPreset); ``models`` (an SDModels of ModelProtos)
-    reuses graphs already built."""
+    reuses graphs already built; ``lazy`` puts builders in place of the graphs (for writing the folder one stage
+    at a time: mschecker.sd.folder.write_files)."""
     from ..errors import InputError
     from .folder import PipelineFiles
     from .pipeline import SDModels
@@ -48,6 +50,15 @@ def bundled_files(preset="small", weights_seed: int = 0, scheduler: str = "ddim"
     if scheduler not in SCHEDULERS:
         raise InputError(f"unknown scheduler {scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
     scheduler_config = {**SD15_CONFIG, "_class_name": SCHEDULERS[scheduler].__name__}
+    if lazy:
+        from functools import partial
+
+        from .clip import build_text_encoder
+        from .unet import build_unet
+        from .vae import build_vae_decoder
+
+        models = SDModels(*(partial(build, p, weights_seed) for build in (build_text_encoder, build_unet,
+                                                                            build_vae_decoder)))
     models = models or SDModels.build(p, weights_seed)
     index = {"_class_name": "OnnxStableDiffusionPipeline", "_diffusers_version": "0.42.1",
              "feature_extractor": [None, None], "requires_safety_checker": False, "safety_checker": [None, None],
@@ -76,3 +87,11 @@ def bundled_files(preset="small", weights_seed: int = 0, scheduler: str = "ddim"
         "scheduler/scheduler_config.json": _json(scheduler_config),
     }
     return PipelineFiles(entries=entries, label=f"bundled {p.name} pipeline"), p
+
+
+def save_bundled(preset, directory, scheduler: str = "ddim", weights_seed: int = 0):
+    """Write the bundled ``preset`` as a diffusers ONNX folder, one stage's graph in memory at a time."""
+    from .folder import write_files
+
+    files, _ = bundled_files(preset, weights_seed, scheduler, lazy=True)
+    return write_files(files, directory)

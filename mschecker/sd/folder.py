@@ -243,45 +243,56 @@ class SDPipeline:
 
     # ------------------------------------------------------------------------------------------ saving
     def save(self, directory: str | Path) -> Path:
-        """Write the pipeline as a diffusers ONNX folder (graphs over 256 MB with external data in
-        ``weights.pb``, as diffusers' OnnxRuntimeModel names it). Written into a sibling temp folder and renamed
-        into place, so an interrupted save leaves no half-written pipeline."""
-        from ..fsio import make_directory, remove_directories
-        from .modelfile import save_model
+        """Write the pipeline as a diffusers ONNX folder (see write_files)."""
+        if self.files.root is not None:
+            raise InputError(f"{self.files.root}: already a pipeline folder")
+        return write_files(self.files, directory)
 
-        target = Path(directory)
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise InputError(f"--save-pipeline {target}: exists and is not an empty folder")
-        created = make_directory(target.parent) if not target.parent.exists() else []
+
+def write_files(files: PipelineFiles, directory: str | Path) -> Path:
+    """Write in-memory pipeline files as a diffusers ONNX folder: graphs over 256 MB with their weights as external
+    data in ``weights.pb`` (the name diffusers' OnnxRuntimeModel gives it). A graph entry may be a zero-argument
+    builder, called when its turn comes and dropped after saving, so that only one stage's weights are in memory
+    (the sd15 UNet alone is 3.4 GB). Written into a hidden sibling folder and renamed into place: an interrupted
+    save leaves no half-written pipeline."""
+    from ..fsio import make_directory, os_reason, remove_directories
+    from .modelfile import save_model
+
+    target = Path(directory)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise InputError(f"--save-pipeline {target}: exists and is not an empty folder")
+    created = make_directory(target.parent)
+    tmp = None
+    try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-        try:
-            names = list(self.files.entries) if self.files.root is None else \
-                [str(p.relative_to(self.files.root)) for p in self.files.root.rglob("*") if p.is_file()]
-            for name in names:
-                path = tmp / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if name in MODEL_FILES.values() and self.files.root is None:
-                    save_model(self.files.entries[name], path, data_name="weights.pb")
-                elif not (name.endswith("weights.pb") and self.files.root is None):
-                    path.write_bytes(self.files.read_bytes(name))
-            if target.exists():
-                target.rmdir()
-            os.replace(tmp, target)
-        except OSError as exc:
-            _remove_tree(tmp)
-            remove_directories(created)
-            raise InputError(f"--save-pipeline {target}: cannot write ({exc.strerror or exc})") from None
-        except BaseException:
-            _remove_tree(tmp)
-            remove_directories(created)
-            raise
-        return target
+        for name, entry in files.entries.items():
+            path = tmp / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if name in MODEL_FILES.values():
+                model = entry() if callable(entry) else entry
+                save_model(model, path, data_name="weights.pb")
+                del model
+            else:
+                path.write_bytes(entry)
+        if target.exists():
+            target.rmdir()
+        os.replace(tmp, target)
+    except OSError as exc:
+        _remove_tree(tmp)
+        remove_directories(created)
+        raise InputError(f"--save-pipeline {target}: cannot write ({os_reason(exc)})") from None
+    except BaseException:
+        _remove_tree(tmp)
+        remove_directories(created)
+        raise
+    return target
 
 
-def _remove_tree(path: Path) -> None:
+def _remove_tree(path: Path | None) -> None:
     import shutil
 
-    shutil.rmtree(path, ignore_errors=True)
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------- graph roles

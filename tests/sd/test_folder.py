@@ -317,3 +317,36 @@ def test_wrong_initial_latents_are_exit_2(bundled_dir, tmp_path, capsys):
     assert "(1, 4, 8, 8)" in capsys.readouterr().err and not out.exists()
     with pytest.raises(InputError, match="NaN or inf"):
         SDPipeline.from_folder(bundled_dir).check_latents(np.full((1, 4, 8, 8), np.nan), "x")
+
+
+def test_a_full_disk_during_save_leaves_nothing(tmp_path, monkeypatch, capsys):
+    import errno
+
+    import mschecker.sd.modelfile as modelfile
+
+    def full(model, path, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(modelfile, "save_model", full)
+    target = tmp_path / "deep" / "pipe"
+    assert main(["sd", "--preset", "tiny", "--save-pipeline", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and err.count("\n") == 1
+    assert not (tmp_path / "deep").exists()
+
+
+def test_a_full_disk_while_writing_out_leaves_nothing(bundled_dir, tmp_path, monkeypatch, capsys):
+    import builtins
+    import errno
+
+    real_open = builtins.open
+
+    def failing_open(file, mode="r", *a, **kw):
+        if "w" in mode and str(file).endswith("latents_step1.npy"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(file, mode, *a, **kw)
+    monkeypatch.setattr(builtins, "open", failing_open)
+    out = tmp_path / "out"
+    assert main(["sd", "--pipeline", str(bundled_dir), "--steps", "1", "--sides", "reference,ort",
+                 "--out", str(out)]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert not out.exists()
