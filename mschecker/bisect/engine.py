@@ -151,7 +151,8 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     position = {n.name: n.index for n in analysis.nodes}
     position.update({item: min(position[m] for m in members(item, analysis)) for item in names
                      if op_type_of(item)})
-    result.search = search(evaluator, names, high_precision_capable(npu, base, names), layers, position)
+    result.search = search(evaluator, names, high_precision_capable(npu, base, names), layers, position,
+                           baseline=_as_given(analysis, timings["lockstep_pass"]))
     timings["fix_search"] = time.perf_counter() - t0
     config = result.search.recommended
     if config is None or not config.changes:
@@ -173,6 +174,16 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
                                                               [n.name for n in ranking])
         timings["onnx_check"] = time.perf_counter() - t0
     return result
+
+
+def _as_given(analysis: Analysis, seconds: float) -> Evaluation:
+    """The lockstep pass as the search's first evaluation: it ran the profile as given on every sample and
+    judged it by the same rule (outputs within tolerance, no overflow inside)."""
+    failing = [name for name, st in analysis.outputs.items() if not st.passed]
+    overflow = [n.name for n in analysis.nodes if n.overflow]
+    worst = max((st.rel_l2 for st in analysis.outputs.values()), default=0.0)
+    return Evaluation("profile as given (the lockstep pass)", FixConfig(), not failing and not overflow, worst,
+                      failing, overflow, seconds, list(analysis.per_sample))
 
 
 def _attribute(evaluator: Evaluator, config: FixConfig) -> list[Attribution]:

@@ -27,7 +27,7 @@ from ..graph.policy import ReferencePolicy, is_float_dtype
 from ..tensorio import read_tensor, safe_filename
 from .policy import RecordingNpuPolicy
 from .samples import Sample
-from .stats import ErrorStats, Headroom, ReferenceRange, is_overflow
+from .stats import LOW_HEADROOM, ErrorStats, Headroom, ReferenceRange, is_overflow
 
 Progress = Callable[[str, int, int | None], None]  # (what, done, total)
 
@@ -136,6 +136,13 @@ class Analysis:
         `threshold` (the tolerance). Inner tensors are judged by relative L2, not by the outputs' elementwise
         rule: an absolute tolerance means nothing at an inner tensor's own scale."""
         return next((n for n in self.nodes if not n.folded and (n.error > threshold or n.overflow)), None)
+
+    def first_low_headroom(self, fraction: float = LOW_HEADROOM) -> NodeRecord | None:
+        """The first non-folded node with a 2-byte float output whose max |x| reaches `fraction` of the format's
+        max (or beyond: overflow), the early warning before an overflow."""
+        return next((n for n in self.nodes if not n.folded and any(
+            o.headroom is not None and o.headroom.dtype in ("float16", "bfloat16")
+            and (o.headroom.fraction_of_max >= fraction or o.overflow) for o in n.outputs)), None)
 
     def node(self, name: str) -> NodeRecord:
         return next(n for n in self.nodes if n.name == name)

@@ -57,6 +57,7 @@ def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
         "outputs": {name: st.to_dict() for name, st in a.outputs.items()},
         "first_crossing": ({"name": first.name, "op_type": first.op_type, "index": first.index,
                             "overflow": first.overflow, "rel_l2": _num(first.error)} if first else None),
+        "first_low_headroom": _headroom_entry(a.first_low_headroom()),
         "culprits": culprits,
         "nodes": [n.to_dict() for n in a.nodes],
         "search": None, "recommendation": None, "islands": [], "rule_of_thumb": None, "proof": None,
@@ -84,6 +85,15 @@ def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
     return doc
 
 
+def _headroom_entry(node) -> dict | None:
+    if node is None:
+        return None
+    peak = max(node.outputs, key=lambda o: o.headroom.fraction_of_max if o.headroom else -1)
+    return {"name": node.name, "op_type": node.op_type, "index": node.index, "tensor": peak.tensor,
+            "fraction_of_max": _num(peak.headroom.fraction_of_max), "peak": _num(peak.headroom.peak),
+            "overflow": node.overflow}
+
+
 def _before_after(result: BisectResult) -> list[dict]:
     rows = []
     for label, before, after in zip([x.label for x in result.samples], result.analysis.per_sample,
@@ -108,6 +118,12 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
     if first is not None:
         why = "overflows" if first.overflow else f"breaks the tolerance (rel L2 {first.error:.3g})"
         console.print(Text.assemble("first node past the threshold: ", (first.label, "bold"), f" {why}"))
+    low = a.first_low_headroom()
+    if low is not None and low is not first:
+        head = _headroom_entry(low)
+        console.print(Text.assemble("first node near the format's max: ", (low.label, "bold"),
+                                    f" (max |x| = {head['fraction_of_max']:.3g} of the max)"
+                                    if not low.overflow else " (overflows)"))
     table = Table(title="culprits by own error (own = the node on the reference's inputs)")
     table.add_column("#")
     table.add_column("node (op type)", overflow="fold", ratio=3)  # the model's own name, never cut

@@ -161,6 +161,11 @@ class Evaluator:
             self.progress(f"fix search: {purpose}", self.count, self.budget.evaluations)
         return result
 
+    def record(self, done: Evaluation) -> None:
+        """Count and log an evaluation made elsewhere (the lockstep pass judged the profile as given)."""
+        self.count += 1
+        self.log.append(done)
+
     def run(self, config: FixConfig, purpose: str) -> Evaluation:  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -285,8 +290,9 @@ def _accumulation(evaluate: Evaluator, note, prefix: list[str], order: list[str]
 
 
 def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], layers: list[str],
-           position: dict[str, int]) -> SearchResult:
-    """The group testing described in the module docstring; `position`: node name -> execution index."""
+           position: dict[str, int], baseline: Evaluation | None = None) -> SearchResult:
+    """The group testing described in the module docstring; `position`: node name -> execution index;
+    `baseline`: the profile as given, already judged (the lockstep pass is that evaluation), else evaluated."""
     n = len(candidates)
     log2n = max(1, math.ceil(math.log2(n))) if n > 1 else 1
     state = {"best_pass": None, "closest": None}
@@ -301,11 +307,15 @@ def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], lay
         return ev
 
     culprits: list[str] = []
-    baseline = exhausted = located = None
+    exhausted = located = None
     regime = "culprits"
     order = sorted(candidates, key=position.__getitem__)
     try:
-        baseline = note(evaluate(FixConfig(), "profile as given"))
+        if baseline is None:
+            baseline = evaluate(FixConfig(), "profile as given")
+        else:
+            evaluate.record(baseline)
+        note(baseline)
         if baseline.passed:
             return SearchResult(baseline, FixConfig(), baseline, [], candidates, evaluate.count, 1, None,
                                 log=list(evaluate.log), located_in=evaluate.count)

@@ -141,6 +141,10 @@ class ReferenceRange:
             self.peak = max(self.peak, float(np.abs(x).max()))
 
 
+#: Headroom below one binade: a tensor whose largest |x| is at least half the format's max overflows when its
+#: values double, which a slightly different input easily does (the report's first_low_headroom).
+LOW_HEADROOM = 0.5
+
 #: A reference magnitude at or above this is a sentinel that stands for infinity (attention masks of -1e9 or
 #: float32's -3.4e38 in real exports), not an activation: fp16's -inf represents it faithfully. Activations of
 #: real networks stay far below it (the SD VAE's overflowing GroupNorm statistics peak near 1e7).
