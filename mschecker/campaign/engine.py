@@ -78,6 +78,25 @@ def _cleanup_files(run_id: str) -> None:
     shutil.rmtree(worker_files_root(run_id), ignore_errors=True)
 
 
+SCHEMES = ("tcp", "tls")
+
+
+def check_address(address: str) -> None:
+    """A scheduler address must be tcp:// or tls:// HOST:PORT (InputError naming it): a malformed one would
+    otherwise fail inside a half-built Client, and other transports (ucx) need set-up we do not do."""
+    from distributed.comm import parse_address
+    from distributed.comm.addressing import parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"--scheduler {address}: not a scheduler address ({one_line(exc)}; expected "
+                         f"tcp://HOST:PORT)") from None
+    if scheme not in SCHEMES or not host or not 0 < int(port) < 65536:
+        raise InputError(f"--scheduler {address}: expected tcp://HOST:PORT or tls://HOST:PORT")
+
+
 class DaskEngine:
     """Context manager: a connected distributed.Client (and the LocalCluster it started, if any)."""
 
@@ -95,6 +114,7 @@ class DaskEngine:
 
         cfg = self.config
         if cfg.scheduler:
+            check_address(cfg.scheduler)
             try:
                 self.client = Client(cfg.scheduler, timeout=cfg.connect_timeout_s, set_as_default=False)
             except (OSError, TimeoutError, ValueError) as exc:

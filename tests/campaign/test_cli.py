@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from mschecker.campaign.cells import run_cell
@@ -42,6 +43,22 @@ def test_unreachable_scheduler_names_the_address(tmp_path, capsys):
                 "--store", str(tmp_path / "s.sqlite")]) == 2
     err = one_line_error(capsys)
     assert "--scheduler tcp://127.0.0.1:9: cannot connect within 1 s" in err
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+@pytest.mark.parametrize("address, message", [
+    ("garbage", "not a scheduler address (ValueError: missing port number"),
+    ("tcp://h", "not a scheduler address"),
+    ("[/bold]x", "not a scheduler address"),
+    ("ucx://10.0.0.1:8786", "expected tcp://HOST:PORT or tls://HOST:PORT"),
+    ("tcp://h:99999", "expected tcp://HOST:PORT"),
+])
+def test_malformed_scheduler_addresses(tmp_path, capsys, address, message):
+    f = tmp_path / "c.toml"
+    f.write_text('[campaign]\nname = "n"\n[[kernels]]\nname = "k"\nkernels = ["softmax"]\n')
+    assert cli(["campaign", "run", str(f), "--scheduler", address, "--store", str(tmp_path / "s.sqlite")]) == 2
+    err = one_line_error(capsys)
+    assert f"--scheduler {address}: {message}" in err
     assert not (tmp_path / "s.sqlite").exists()
 
 
