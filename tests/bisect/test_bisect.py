@@ -129,7 +129,7 @@ def test_nothing_to_fix_exits_0_with_zero_changes(tmp_path):
     model = M.tiny_mlp()
     r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=1e-2)
     assert r.verdict == "PASS" and r.exit_code == 0 and r.recommendation is None
-    assert r.search.evaluations == 1
+    assert r.search.evaluations == 1 and r.analysis.first_low_headroom() is None
     files = write_outputs(r, tmp_path / "out", json_report=True)
     assert not (tmp_path / "out" / "keep_dtype.cfg").exists() and set(files) == {"plot", "json"}
     doc = json.loads((tmp_path / "out" / "bisect_report.json").read_text())
@@ -166,6 +166,7 @@ def test_saturation_mode_overflow_is_reported_as_overflow(tmp_path):
     # the same model under IEEE overflow: the inf is there, same verdict
     r2 = bisect_model(path, _samples(model, scale=30.0), tolerance=1e-2, profile="ascend910b")
     assert r2.analysis.node("blow_up").outputs[0].headroom.inf > 0 and r2.analysis.node("blow_up").overflow
+    assert r.analysis.first_low_headroom().name == r2.analysis.first_low_headroom().name == "blow_up"
     assert r2.recommendation.keep_dtype == ["OpType::Mul"]
 
 
