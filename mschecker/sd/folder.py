@@ -7,7 +7,8 @@ Two sources, one path. ``SDPipeline.from_folder(DIR)`` reads the diffusers ONNX 
 
     model_index.json
     text_encoder/model.onnx          unet/model.onnx (+ weights.pb / model.onnx_data: external weights)
-    vae_decoder/model.onnx           tokenizer/vocab.json, merges.txt (+ tokenizer_config.json, special_tokens_map.json)
+    vae_decoder/model.onnx           tokenizer/vocab.json, merges.txt or tokenizer.json (+ tokenizer_config.json,
+                                     special_tokens_map.json; any of them gzipped)
     scheduler/scheduler_config.json  (optional: <stage>/config.json, read for sizes the graphs leave dynamic)
 
 ``SDPipeline.bundled(preset)`` holds the same files in memory (``PipelineFiles``: graphs as ModelProtos, JSON
@@ -153,8 +154,10 @@ class SDPipeline:
         files.read_json("model_index.json")
         for part in (*MODEL_FILES.values(), SCHEDULER_CONFIG):
             files.require(part)
-        for part in TOKENIZER_REQUIRED:  # the tokenizer also reads them gzipped
-            files.require(part, gzip_ok=True)
+        # the tokenizer reads vocab.json + merges.txt, or transformers 5's tokenizer.json alone, each maybe gzipped
+        if not any(files.exists(f"tokenizer/tokenizer.json{gz}") for gz in ("", ".gz")):
+            for part in TOKENIZER_REQUIRED:
+                files.require(part, gzip_ok=True)
         stages = {s: _stage_spec(files, s) for s in STAGES}
         configs = {s: files.read_json(f"{s}/config.json", optional=True) for s in STAGES}
         latent_shape = _latent_shape(files, stages, configs)
