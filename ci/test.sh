@@ -24,5 +24,7 @@ MSCHECKER_NO_FASTCOMPARE=1 MSCHECKER_NO_FASTFP16=1 MSCHECKER_NO_FASTREF=1 python
   tests/kernels/test_goldens.py tests/kernels/test_exhaustive_fp16.py tests/sd/test_sd_goldens.py \
   tests/sd/test_pipeline.py tests/graph/test_executor.py tests/npu/test_npu_ops_vs_naive.py \
   tests/test_compare_streaming.py
+# The oldest onnx / onnxruntime the dependency ranges allow (ci/oldest_deps.sh; ~1 min).
+bash ci/oldest_deps.sh
 # The installed package: wheel, fresh venv, commands and pytest plugin run from site-packages.
 bash ci/smoke_installed.sh

@@ -153,7 +153,7 @@ def npz_files(draw) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", draw(st.sampled_from([zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED]))) as z:
         for i in range(draw(st.integers(0, 3))):
-            z.writestr(draw(st.sampled_from([f"a{i}.npy", f"b{i}", "../x.npy", "/abs.npy"])), draw(npy_files()))
+            z.writestr(draw(st.sampled_from([f"a{i}.npy", f"b{i}", f"../x{i}.npy", f"/abs{i}.npy"])), draw(npy_files()))
     return buf.getvalue()
 
 

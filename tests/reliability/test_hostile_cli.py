@@ -123,16 +123,20 @@ def test_ctrl_c_while_writing_reports_leaves_no_report(tmp_path, model, x, monke
 
 
 def test_ctrl_c_in_a_real_process_is_130(tmp_path):
-    """SIGINT to a real CLI process (the user's Ctrl-C) mid-run: exit 130 and one line."""
+    """SIGINT to a real CLI process (the user's Ctrl-C) mid-run: exit 130 and one line. The child says "ready"
+    once the CLI is imported (what the console script does before main), so a loaded machine cannot make the
+    signal land in interpreter start-up instead."""
     import signal
     import subprocess
     import sys
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "mschecker.cli", "kernels", "--examples", "200"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    code = ("import sys; from mschecker import cli; print('ready', flush=True); "
+            "sys.exit(cli.main(['kernels', '--examples', '2000']))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "NO_COLOR": "1"})
-    time.sleep(4.0)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (proc.returncode, err[-2000:])
