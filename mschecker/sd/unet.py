@@ -17,9 +17,9 @@ Weights: see layers.py; gains are 1 except ``BRANCH_OUT_GAIN`` on the last layer
 stream's own size, so the residual stream grows through the blocks.
 
 Measured max |activation| (onnxruntime float32 via activation_peaks, weights seed 0, on the latents and text
-embeddings of run_pipeline("a photo of an astronaut riding a horse", 10 DDIM steps, guidance 7.5), leaving out
-the raw timestep path): tiny 17.5 / 49.1 / 80.2 at steps 0 / 5 / 9 (t = 901 / 401 / 1), small 21.6 / 39.5 /
-59.3; early peaks sit in attention scores, late ones in the residual stream of the outer blocks.
+embeddings of run_pipeline("a photo of an astronaut riding a horse", 10 DDIM steps, guidance 7.5, seed 0),
+leaving out the raw timestep path): tiny 19.0 / 47.3 / 72.4 at steps 0 / 5 / 9 (t = 901 / 401 / 1), small
+21.6 / 47.9 / 73.2; early peaks sit in attention scores, late ones in the residual stream of the outer blocks.
 """
 from __future__ import annotations
 

@@ -22,8 +22,9 @@ upsampler conv or the first ResNet after it):
   small (stream_gain 4.2): s = 1: 2406 2686 2465;  s = 10: 24119 26673 24443;  s = 30: 72454 79977 73282
   sd15  (stream_gain 2.8, 16x16 latents to keep it cheap, k = 0, 1): s = 10: 21282 22775
 Final latents of ``run_pipeline`` (prompt "a photo of an astronaut riding a horse", 10 steps, guidance 7.5,
-seed 0): tiny DDIM std 16.4, VAE peak 53392; tiny Euler std 28.6, peak 91498 (overflows fp16);
-small DDIM std 11.8, peak 31050; small Euler std 20.7, peak 51315.
+seed 0: RandomState noise and the bundled byte-level tokenizer): tiny DDIM std 15.3, VAE peak 47142; tiny Euler
+std 26.4, peak 90263 (overflows fp16); small DDIM std 17.2, peak 43244; small Euler std 30.3, peak 73183
+(overflows fp16).
 """
 from __future__ import annotations
 
