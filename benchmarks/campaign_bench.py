@@ -108,7 +108,9 @@ def run_one(spec, store: Path, workers: int, tag: str) -> dict:
             "per_worker": per_worker,
             "cell_wall_s": {k: {"n": len(v), "median": round(statistics.median(v), 2), "max": round(max(v), 2)}
                             for k, v in sorted(by_kind.items())},
-            "sd_cell_split_median_s": {k: round(statistics.median(v), 2) for k, v in sd_split.items() if v}}
+            "sd_cell_split_median_s": {k: round(statistics.median(v), 2) for k, v in sd_split.items() if v},
+            "sd_cells": {r.key: {"status": r.status, "image_psnr_db": round(r.metrics.get("image_psnr_db", 0.0), 2),
+                                 "wall_s": round(r.wall_s or 0, 1)} for r in records if r.kind == "sd"}}
 
 
 def main() -> int:
