@@ -1,6 +1,7 @@
-"""`mschecker bisect --model M --input a.bin,b.bin --profile ascend910b --tolerance 1e-2 --out DIR`.
+"""Layer bisection: where an ONNX model loses precision on the NPU, the smallest fix, its proof and its files.
 
-Localizes where the model loses precision on the emulated NPU (or on a real device, from --npu-dump tensors),
+`mschecker bisect --model M --input a.bin,b.bin --profile ascend910b --tolerance 1e-2 --out DIR`
+localizes where the model loses precision on the emulated NPU (or on a real device, from --npu-dump tensors),
 finds the smallest change of keep_dtype / op_precision_mode that meets the tolerance on every input set, proves
 it by a re-run, and writes the deployment files into --out (docs/BISECT.md). --input may be repeated (one input
 set each) or name a folder of input-set folders.
