@@ -20,7 +20,15 @@ of load on the shared machine hits all of them); the median of the per-round rat
 average before and after. Targets (issue 13): NPU no slower than the float64 reference, both >= 2x faster than
 onnx.reference.
 
-    python benchmarks/sd_bench.py [--part small|sd15|real|all] [--steps 10] [--timeout 1200] [--rounds 7]
+`sd15_pipeline` (memory-heavy, not part of `all`): the full-size sd15 preset written as a diffusers folder
+(`mschecker sd --preset sd15 --save-pipeline`, external data, 3.4 GB UNet) into a temporary folder, then one
+`mschecker sd --pipeline DIR --steps 2` check (reference vs NPU, fix search included), each as a subprocess:
+wall time and the process's peak RSS, and from the check's JSON each stage's wall time, peak RSS (the stage's
+own: the high-water mark is reset before it) and the seconds of each UNet evaluation (the cost of one more
+step), per side.
+
+    python benchmarks/sd_bench.py [--part small|sd15|real|sd15_pipeline|all] [--steps 10] [--timeout 1200]
+                                  [--rounds 7]
 Results: benchmarks/results/sd_bench.json (merged per part, so the parts can be run separately).
 """
 from __future__ import annotations
@@ -133,6 +141,50 @@ def worker_real(name: str, rounds: int) -> dict:
                        "onnx_reference_vs_reference": ratio("onnx_reference", "reference")}}
 
 
+def _timed(cmd: list[str], timeout: float) -> dict:
+    """A subprocess's wall time, exit code and peak RSS (its own VmHWM via /usr/bin/time when available)."""
+    load1 = os.getloadavg()[0]
+    timer = ["/usr/bin/time", "-f", "MAXRSS_KB %M"] if Path("/usr/bin/time").exists() else []
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": BLAS_THREADS, "OMP_NUM_THREADS": BLAS_THREADS}
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(timer + cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": f"timed out after {timeout:.0f} s", "load1_at_start": load1}
+    out = {"wall_s": time.perf_counter() - t0, "exit": r.returncode, "load1_at_start": load1,
+           "load1_at_end": os.getloadavg()[0], "stdout_tail": r.stdout[-1500:], "stderr_tail": r.stderr[-600:]}
+    rss = [ln for ln in r.stderr.splitlines() if ln.startswith("MAXRSS_KB ")]
+    if rss:
+        out["peak_rss_mib"] = int(rss[-1].split()[1]) / 1024
+    return out
+
+
+def bench_sd15_pipeline(timeout: float, preset: str = "sd15") -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="mschecker-sd15-pipeline-"))
+    cli = [sys.executable, "-m", "mschecker.cli", "sd"]
+    try:
+        folder = tmp / "sd15"
+        save = _timed(cli + ["--preset", preset, "--save-pipeline", str(folder)], timeout)
+        out = {"preset": preset, "save": save}
+        if save.get("exit") != 0:
+            return out
+        out["folder_bytes"] = {p.relative_to(folder).as_posix(): p.stat().st_size for p in folder.rglob("*")
+                               if p.is_file() and p.stat().st_size > 1 << 20}
+        report = tmp / "check.json"
+        out["check"] = _timed(cli + ["--pipeline", str(folder), "--steps", "2", "--out", str(tmp / "out"),
+                                     "--json", str(report)], timeout)
+        if report.is_file():
+            data = json.loads(report.read_text())
+            out["stage_costs"] = data["settings"]["stage_costs"]
+            out["timings_s"] = data["timings_s"]
+            out["verdict"] = data["verdict"]
+            out["image_psnr_db"] = data["metrics"]["image_psnr_db"]
+            out["fix"] = data["fix"]["cli_flags"] if data.get("fix") else None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def bench_real(rounds: int, timeout: float) -> dict:
     models = sorted(p.name for p in REAL_SD.iterdir() if (p / "model.onnx").is_file())
     out = {"rounds": rounds, "threads": 1, "load_before": os.getloadavg(), "models": {}}
@@ -208,8 +260,9 @@ def bench_sd15(timeout: float) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=["small", "sd15", "real", "all"], default="all")
+    ap.add_argument("--part", choices=["small", "sd15", "real", "sd15_pipeline", "all"], default="all")
     ap.add_argument("--rounds", type=int, default=7, help="real: interleaved rounds per model")
+    ap.add_argument("--pipeline-preset", default="sd15", help="sd15_pipeline: the preset (tiny to try the script)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per worker")
     ap.add_argument("--blas-threads", default="1", help="OpenBLAS/OpenMP threads of the workers (a number or "
@@ -232,8 +285,11 @@ def main(argv=None) -> int:
     parts = ["small", "sd15", "real"] if args.part == "all" else [args.part]
     for part in parts:
         key = part if args.blas_threads == "1" else f"{part}_blas_threads_{args.blas_threads}"
+        if part == "sd15_pipeline" and args.pipeline_preset != "sd15":
+            key = f"{args.pipeline_preset}_pipeline"
         bench = {"small": lambda: bench_small(args.steps, args.timeout), "sd15": lambda: bench_sd15(args.timeout),
-                 "real": lambda: bench_real(args.rounds, args.timeout)}[part]
+                 "real": lambda: bench_real(args.rounds, args.timeout),
+                 "sd15_pipeline": lambda: bench_sd15_pipeline(args.timeout, args.pipeline_preset)}[part]
         data[key] = bench()
         data[key]["blas_threads"] = args.blas_threads
         part = key

@@ -122,9 +122,10 @@ class StageCost:
 
     seconds: float = 0.0
     peak_rss_bytes: int | None = None
+    step_seconds: list = field(default_factory=list)  # the UNet: each evaluation alone (what one more step costs)
 
     def to_dict(self) -> dict:
-        return {"seconds": self.seconds, "peak_rss_bytes": self.peak_rss_bytes}
+        return {"seconds": self.seconds, "peak_rss_bytes": self.peak_rss_bytes, "step_seconds": self.step_seconds}
 
 
 class _StageMeter:
@@ -236,6 +237,7 @@ def run_pipeline(prompt: str, *, pipeline: SDPipeline | None = None, preset: str
     with _StageMeter(costs, "unet"):
         unet = make_stage_runner(pipeline.model("unet"), "unet")
         for i, t in enumerate(sched.timesteps):
+            t0 = time.perf_counter()
             x = sched.scale_model_input(latents, i)
             feeds = pipeline.unet_feeds(np.concatenate([x, x]) if guided else x, t, embeddings)
             if i == 0:
@@ -246,6 +248,7 @@ def run_pipeline(prompt: str, *, pipeline: SDPipeline | None = None, preset: str
             latents = sched.step(eps, i, latents)
             result.noise_preds.append(eps)
             result.latents.append(latents)
+            costs.setdefault("unet", StageCost()).step_seconds.append(time.perf_counter() - t0)
         del unet
 
     with _StageMeter(costs, "vae_decoder"):
