@@ -58,6 +58,12 @@ CASES = {
     "euler_a_v_trailing_cos": ("EulerAncestralDiscreteScheduler", dict(SD2_V, timestep_spacing="trailing",
                                                                        beta_schedule="squaredcos_cap_v2"), 6),
     "euler_a_leading": ("EulerAncestralDiscreteScheduler", dict(SD15, timestep_spacing="leading"), 7),
+    "lms_sd15": ("LMSDiscreteScheduler", SD15, 10),
+    "lms_karras_v_leading": ("LMSDiscreteScheduler", dict(SD2_V, use_karras_sigmas=True,
+                                                          timestep_spacing="leading"), 8),
+    "lms_sample_trailing_cos": ("LMSDiscreteScheduler", dict(SD15, prediction_type="sample",
+                                                             timestep_spacing="trailing",
+                                                             beta_schedule="squaredcos_cap_v2"), 6),
     "dpmpp_sd15": ("DPMSolverMultistepScheduler", SD15, 10),
     "dpmpp_sd15_20": ("DPMSolverMultistepScheduler", SD15, 20),
     "dpmpp_karras_v_leading": ("DPMSolverMultistepScheduler", dict(SD2_V, use_karras_sigmas=True,
@@ -88,10 +94,10 @@ def run_all(precision: str) -> dict[str, np.ndarray]:
     import diffusers
     from diffusers.schedulers import (scheduling_ddim, scheduling_dpmsolver_multistep,
                                       scheduling_euler_ancestral_discrete, scheduling_euler_discrete,
-                                      scheduling_pndm)
+                                      scheduling_lms_discrete, scheduling_pndm)
 
     modules = [scheduling_pndm, scheduling_ddim, scheduling_euler_discrete, scheduling_euler_ancestral_discrete,
-               scheduling_dpmsolver_multistep]
+               scheduling_dpmsolver_multistep, scheduling_lms_discrete]
     dtype = torch.float32
     if precision == "f64":
         dtype = torch.float64

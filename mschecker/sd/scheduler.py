@@ -1,13 +1,13 @@
 """Stable Diffusion schedulers as diffusers defines them, from a pipeline's ``scheduler_config.json``, in float64.
 
-Five classes, named as diffusers names them in ``_class_name``: PNDMScheduler (SD 1.x's default; with
+Six classes, named as diffusers names them in ``_class_name``: PNDMScheduler (SD 1.x's default; with
 ``skip_prk_steps`` its PLMS warm-up, otherwise the Runge-Kutta start), DDIMScheduler (eta = 0),
-EulerDiscreteScheduler, EulerAncestralDiscreteScheduler and DPMSolverMultistepScheduler (DPM-Solver++, orders
-1-3). Each reads the keys its diffusers class reads, with diffusers' defaults for the absent ones, and ignores the
-others, as ``SchedulerMixin.from_config`` does: that is how ``--scheduler NAME`` swaps the class and keeps a
-folder's ``beta_schedule``, ``prediction_type``, ``steps_offset``, ... An option value this module does not
-implement (e.g. ``thresholding``, ``algorithm_type: sde-dpmsolver++``) is an InputError naming it, never a silent
-approximation.
+EulerDiscreteScheduler, EulerAncestralDiscreteScheduler, DPMSolverMultistepScheduler (DPM-Solver++, orders 1-3) and
+LMSDiscreteScheduler (the third class diffusers' ONNX pipeline names). Each reads the keys its diffusers class
+reads, with diffusers' defaults for the absent ones, and ignores the others, as ``SchedulerMixin.from_config``
+does: that is how ``--scheduler NAME`` swaps the class and keeps a folder's ``beta_schedule``, ``prediction_type``,
+``steps_offset``, ... An option value this module does not implement (e.g. ``thresholding``, ``algorithm_type:
+sde-dpmsolver++``) is an InputError naming it, never a silent approximation.
 
 What is exactly diffusers' and what is not:
 - the timesteps are diffusers' values and dtype (int64; float32 for the Euler classes), because they are the
@@ -45,7 +45,7 @@ SD15_CONFIG = {"_class_name": "PNDMScheduler", "beta_end": BETA_END, "beta_sched
                "beta_start": BETA_START, "clip_sample": False, "num_train_timesteps": TRAIN_STEPS,
                "set_alpha_to_one": False, "skip_prk_steps": True, "steps_offset": 1, "trained_betas": None}
 
-# diffusers' __init__ defaults shared by the five classes
+# diffusers' __init__ defaults shared by the classes (LMS has no rescale_betas_zero_snr)
 _COMMON = {"num_train_timesteps": 1000, "beta_start": 0.0001, "beta_end": 0.02, "beta_schedule": "linear",
            "trained_betas": None, "prediction_type": "epsilon", "steps_offset": 0, "rescale_betas_zero_snr": False}
 
@@ -131,8 +131,9 @@ class _Config:
                 isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)):
             self.fail("trained_betas", f"must be null or a list of {n} numbers in [0, 1)")
         start, end = self.number("beta_start", 0, 1), self.number("beta_end", 0, 1)
-        ac = alphas_cumprod(n, start, end, schedule, betas, self.flag("rescale_betas_zero_snr"))
-        if self.values["rescale_betas_zero_snr"] and self.cls.ZERO_SNR_SIGMA_FLOOR:
+        rescale = "rescale_betas_zero_snr" in self.values and self.flag("rescale_betas_zero_snr")
+        ac = alphas_cumprod(n, start, end, schedule, betas, rescale)
+        if rescale and self.cls.ZERO_SNR_SIGMA_FLOOR:
             ac[-1] = 2.0 ** -24  # diffusers' sigma classes: keep the last sigma finite
         return ac
 
@@ -350,11 +351,47 @@ def _x0_from_sigma(kind: str, model_output, sample, sigma):
     return model_output  # "sample" / "original_sample"
 
 
-class EulerDiscreteScheduler(_Scheduler):
+class _SigmaScheduler(_Scheduler):
+    """What diffusers' Euler-family (sigma) schedulers share: float32 timesteps from the spacing (or from Karras'
+    sigmas), sigmas interpolated linearly in t in the training table sqrt((1 - alpha_bar) / alpha_bar), the model
+    input scaled by 1 / sqrt(sigma^2 + 1), the initial sigma sqrt(sigma_max^2 + 1) for leading spacing."""
+
+    ZERO_SNR_SIGMA_FLOOR = True
+    kind = "epsilon"
+
+    def _train_sigmas(self) -> np.ndarray:
+        return np.sqrt((1 - self.alphas_cumprod) / self.alphas_cumprod)
+
+    def _set_sigmas(self, spacing: str, karras_range=None, final_sigma: float = 0.0) -> None:
+        """``karras_range(sigma_max, sigma_min) -> (hi, lo)`` switches to Karras' sigmas between hi and lo."""
+        train_sigmas = self._train_sigmas()
+        if spacing == "linspace":  # diffusers: linspace in float32 directly
+            timesteps = np.linspace(0, self.train_steps - 1, self.steps, dtype=np.float32)[::-1].copy()
+        else:
+            timesteps = _spaced_timesteps(spacing, self.steps, self.train_steps, self.offset).astype(np.float32)
+        sigmas = np.interp(timesteps.astype(np.float64), np.arange(self.train_steps), train_sigmas)
+        if karras_range is not None:
+            sigmas = _karras(*karras_range(sigmas[0], sigmas[-1]), self.steps)
+            timesteps = _sigma_to_t(sigmas, np.log(train_sigmas)).astype(np.float32)
+        self.timesteps = timesteps
+        self.sigmas = np.concatenate([sigmas, [final_sigma]])
+        top = float(self.sigmas.max())
+        self.init_noise_sigma = top if spacing in ("linspace", "trailing") else math.sqrt(top ** 2 + 1)
+
+    def scale_model_input(self, sample, index):
+        return sample / np.sqrt(self.sigmas[index] ** 2 + 1.0)
+
+    def _derivative(self, model_output, sample, sigma):
+        """d = (x - x0) / sigma; for epsilon models that is the model output itself (no cancellation)."""
+        if self.kind == "epsilon":
+            return model_output
+        return (sample - _x0_from_sigma(self.kind, model_output, sample, sigma)) / sigma
+
+
+class EulerDiscreteScheduler(_SigmaScheduler):
     """Euler's method on the probability-flow ODE in sigma (Karras et al. 2022, algorithm 2 without churn)."""
 
     NAME = "euler"
-    ZERO_SNR_SIGMA_FLOOR = True
     DEFAULTS = dict(_COMMON, interpolation_type="linear", use_karras_sigmas=False, use_exponential_sigmas=False,
                     use_beta_sigmas=False, sigma_min=None, sigma_max=None, timestep_spacing="linspace",
                     timestep_type="discrete", final_sigmas_type="zero")
@@ -367,65 +404,33 @@ class EulerDiscreteScheduler(_Scheduler):
         c.unsupported_if("use_exponential_sigmas", True)
         c.unsupported_if("use_beta_sigmas", True)
         final = c.choice("final_sigmas_type", ("zero", "sigma_min"))
-        train_sigmas = np.sqrt((1 - self.alphas_cumprod) / self.alphas_cumprod)
-        timesteps = _spaced_timesteps(spacing, self.steps, self.train_steps, self.offset).astype(np.float32)
-        if spacing == "linspace":  # diffusers: linspace in float32 directly
-            timesteps = np.linspace(0, self.train_steps - 1, self.steps, dtype=np.float32)[::-1].copy()
-        sigmas = np.interp(timesteps.astype(np.float64), np.arange(self.train_steps), train_sigmas)
-        if c.flag("use_karras_sigmas"):
-            sigmas = _karras(*self._karras_range(c, sigmas[0], sigmas[-1]), self.steps)
-            timesteps = _sigma_to_t(sigmas, np.log(train_sigmas)).astype(np.float32)
-        last = train_sigmas[0] if final == "sigma_min" else 0.0
-        self.sigmas = np.concatenate([sigmas, [last]])
-        self.timesteps = timesteps
-        top = float(self.sigmas.max())
-        self.init_noise_sigma = top if spacing in ("linspace", "trailing") else math.sqrt(top ** 2 + 1)
 
-    @staticmethod
-    def _karras_range(c, sigma_max, sigma_min):
-        hi, lo = c.values.get("sigma_max"), c.values.get("sigma_min")
-        return (c.number("sigma_max", 0) if hi is not None else sigma_max,
-                c.number("sigma_min", 0) if lo is not None else sigma_min)
+        def karras_range(sigma_max, sigma_min):  # the config's sigma_min / sigma_max win where given
+            hi, lo = c.values.get("sigma_max"), c.values.get("sigma_min")
+            return (c.number("sigma_max", 0) if hi is not None else sigma_max,
+                    c.number("sigma_min", 0) if lo is not None else sigma_min)
 
-    def scale_model_input(self, sample, index):
-        return sample / np.sqrt(self.sigmas[index] ** 2 + 1.0)
+        self._set_sigmas(spacing, karras_range if c.flag("use_karras_sigmas") else None,
+                         self._train_sigmas()[0] if final == "sigma_min" else 0.0)
 
     def step(self, model_output, index, sample, noise=None):
         self._advance(index)
         sigma, sigma_next = self.sigmas[index], self.sigmas[index + 1]
-        model_output = np.asarray(model_output, np.float64)
         sample = np.asarray(sample, np.float64)
-        # d = (x - x0) / sigma; for epsilon models that is the model output itself (no cancellation)
-        derivative = model_output if self.kind == "epsilon" else \
-            (sample - _x0_from_sigma(self.kind, model_output, sample, sigma)) / sigma
-        return sample + derivative * (sigma_next - sigma)
+        return sample + self._derivative(np.asarray(model_output, np.float64), sample, sigma) * (sigma_next - sigma)
 
 
-class EulerAncestralDiscreteScheduler(_Scheduler):
+class EulerAncestralDiscreteScheduler(_SigmaScheduler):
     """Euler ancestral (k-diffusion's sample_euler_ancestral, eta = 1): an Euler step down to sigma_down, then
     fresh noise of standard deviation sigma_up (see the module docstring for where the noise comes from)."""
 
     NAME = "euler_a"
-    ZERO_SNR_SIGMA_FLOOR = True
     needs_noise = True
     DEFAULTS = dict(_COMMON, timestep_spacing="linspace")
 
     def _setup(self, c):
         self.kind = c.choice("prediction_type", ("epsilon", "v_prediction"), ("sample",))
-        spacing = c.choice("timestep_spacing", ("linspace", "leading", "trailing"))
-        train_sigmas = np.sqrt((1 - self.alphas_cumprod) / self.alphas_cumprod)
-        if spacing == "linspace":
-            timesteps = np.linspace(0, self.train_steps - 1, self.steps, dtype=np.float32)[::-1].copy()
-        else:
-            timesteps = _spaced_timesteps(spacing, self.steps, self.train_steps, self.offset).astype(np.float32)
-        self.timesteps = timesteps
-        self.sigmas = np.concatenate([np.interp(timesteps.astype(np.float64), np.arange(self.train_steps),
-                                                train_sigmas), [0.0]])
-        top = float(self.sigmas.max())
-        self.init_noise_sigma = top if spacing in ("linspace", "trailing") else math.sqrt(top ** 2 + 1)
-
-    def scale_model_input(self, sample, index):
-        return sample / np.sqrt(self.sigmas[index] ** 2 + 1.0)
+        self._set_sigmas(c.choice("timestep_spacing", ("linspace", "leading", "trailing")))
 
     def step(self, model_output, index, sample, noise=None):
         self._advance(index)
@@ -434,9 +439,51 @@ class EulerAncestralDiscreteScheduler(_Scheduler):
         sample = np.asarray(sample, np.float64)
         sigma_up = math.sqrt(sigma_to ** 2 * (sigma ** 2 - sigma_to ** 2) / sigma ** 2)
         sigma_down = math.sqrt(sigma_to ** 2 - sigma_up ** 2)
-        derivative = model_output if self.kind == "epsilon" else \
-            (sample - _x0_from_sigma(self.kind, model_output, sample, sigma)) / sigma
-        return sample + derivative * (sigma_down - sigma) + self._noise(noise, sample.shape) * sigma_up
+        return (sample + self._derivative(model_output, sample, sigma) * (sigma_down - sigma)
+                + self._noise(noise, sample.shape) * sigma_up)
+
+
+class LMSDiscreteScheduler(_SigmaScheduler):
+    """Linear multistep in sigma (k-diffusion's sample_lms, order 4): the derivatives of the last <= 4 steps
+    interpolated by a Lagrange polynomial in sigma, integrated exactly over [sigma_i, sigma_i+1] (diffusers
+    integrates numerically with scipy's quad, exact for these polynomials to rounding)."""
+
+    NAME = "lms"
+    stateful = True
+    ZERO_SNR_SIGMA_FLOOR = False
+    ORDER = 4
+    DEFAULTS = dict({k: v for k, v in _COMMON.items() if k != "rescale_betas_zero_snr"}, use_karras_sigmas=False,
+                    use_exponential_sigmas=False, use_beta_sigmas=False, timestep_spacing="linspace")
+
+    def _setup(self, c):
+        self.kind = c.choice("prediction_type", ("epsilon", "sample", "v_prediction"))
+        c.unsupported_if("use_exponential_sigmas", True)
+        c.unsupported_if("use_beta_sigmas", True)
+        spacing = c.choice("timestep_spacing", ("linspace", "leading", "trailing"))
+        # diffusers' LMS takes Karras' range from the interpolated sigmas, never from the config
+        self._set_sigmas(spacing, (lambda hi, lo: (hi, lo)) if c.flag("use_karras_sigmas") else None)
+        self.derivatives: list[np.ndarray] = []
+
+    def _coefficient(self, order: int, i: int, j: int) -> float:
+        """Integral over [sigma_i, sigma_i+1] of the Lagrange basis polynomial of node sigma_(i-j) among
+        sigma_i, ..., sigma_(i-order+1)."""
+        basis = np.polynomial.Polynomial([1.0])
+        for k in range(order):
+            if k != j:
+                basis = basis * np.polynomial.Polynomial([-self.sigmas[i - k], 1.0]) / (
+                    self.sigmas[i - j] - self.sigmas[i - k])
+        integral = basis.integ()
+        return float(integral(self.sigmas[i + 1]) - integral(self.sigmas[i]))
+
+    def step(self, model_output, index, sample, noise=None):
+        self._advance(index)
+        sample = np.asarray(sample, np.float64)
+        derivative = self._derivative(np.asarray(model_output, np.float64), sample, self.sigmas[index])
+        self.derivatives = (self.derivatives + [derivative])[-self.ORDER:]
+        order = min(index + 1, self.ORDER)
+        update = sum(self._coefficient(order, index, j) * d
+                     for j, d in zip(range(order), reversed(self.derivatives)))
+        return sample + update
 
 
 # ------------------------------------------------------------------------------------------------ DPM-Solver++
@@ -570,7 +617,8 @@ class DPMSolverMultistepScheduler(_Scheduler):
 
 # ------------------------------------------------------------------------------------------------ construction
 SCHEDULER_CLASSES = {cls.__name__: cls for cls in (PNDMScheduler, DDIMScheduler, EulerDiscreteScheduler,
-                                                   EulerAncestralDiscreteScheduler, DPMSolverMultistepScheduler)}
+                                                   EulerAncestralDiscreteScheduler, DPMSolverMultistepScheduler,
+                                                   LMSDiscreteScheduler)}
 SCHEDULERS = {cls.NAME: cls for cls in SCHEDULER_CLASSES.values()}  # --scheduler NAME -> class
 
 

@@ -257,9 +257,9 @@ def test_scheduler_names_keep_the_config_values_as_from_config():
 
 def test_unknown_class_is_an_input_error_naming_it_and_the_supported_ones():
     with pytest.raises(InputError) as info:
-        scheduler_from_config({"_class_name": "LMSDiscreteScheduler"}, 10, source="pipe/scheduler_config.json")
+        scheduler_from_config({"_class_name": "HeunDiscreteScheduler"}, 10, source="pipe/scheduler_config.json")
     message = str(info.value)
-    assert "pipe/scheduler_config.json" in message and "LMSDiscreteScheduler" in message
+    assert "pipe/scheduler_config.json" in message and "HeunDiscreteScheduler" in message
     assert all(cls in message for cls in SCHEDULER_CLASSES)
     with pytest.raises(InputError, match="unknown scheduler 'heun'.*pndm, ddim, euler, euler_a, dpmsolver\\+\\+"):
         make_scheduler("heun", 10)
@@ -348,14 +348,14 @@ def worst_float64_error(data, names) -> float:
     return worst
 
 
-def cases_with(**match) -> list[str]:
-    return [n for n, c in CASES.items() if all(c["config"].get(k) == v or c["class"] == v
-                                               for k, v in match.items())]
+def cases_with(cls: str | None = None, **config) -> list[str]:
+    return [n for n, c in CASES.items() if (cls is None or c["class"] == cls)
+            and all(c["config"].get(k) == v for k, v in config.items())]
 
 
 @pytest.mark.parametrize("bug", [
     "karras rho 7.5", "v-prediction x0 sign", "zero SNR not rescaled", "cosine beta cap 0.99",
-    "PLMS warm-up at the next timestep", "DPM alpha_t without sqrt"])
+    "PLMS warm-up at the next timestep", "DPM alpha_t without sqrt", "LMS of order 3"])
 def test_planted_bugs_are_caught(bug, data, monkeypatch):
     import mschecker.sd.scheduler as sched
 
@@ -379,6 +379,9 @@ def test_planted_bugs_are_caught(bug, data, monkeypatch):
         monkeypatch.setattr(sched.PNDMScheduler, "_prev_sample", lambda self, x, t, prev_t, m: original(
             self, x, t - 1 if self.counter == 1 else t, prev_t, m))
         names = ["pndm_sd15"]
+    elif bug == "LMS of order 3":
+        monkeypatch.setattr(sched.LMSDiscreteScheduler, "ORDER", 3)
+        names = cases_with(cls="LMSDiscreteScheduler")
     else:
         original = sched.DPMSolverMultistepScheduler._alpha_sigma_lambda  # alpha_t without its square root
         monkeypatch.setattr(sched.DPMSolverMultistepScheduler, "_alpha_sigma_lambda", lambda self, s: (
