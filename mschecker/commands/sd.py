@@ -56,6 +56,8 @@ def build_parser() -> Parser:
     src.add_argument("--preset", choices=list(PRESETS), help="bundled graphs, synthetic weights (default small)")
     p.add_argument("--save-pipeline", metavar="DIR", help="write the bundled --preset as a diffusers ONNX folder "
                                                           "and exit")
+    p.add_argument("--tokenizer", metavar="DIR", help="with --save-pipeline: the tokenizer folder to ship (e.g. SD's "
+                                                     "CLIP vocab.json + merges.txt); default a byte-level one")
     p.add_argument("--sides", default="reference,npu", metavar="A,B",
                    help="the two runs compared, among reference, npu, ort (default reference,npu; B is judged)")
     p.add_argument("--latents", metavar="FILE.npy", help="initial latents, unit variance, scaled by the scheduler's "
@@ -178,10 +180,13 @@ def main(argv: list[str]) -> int:
             raise UsageError("--save-pipeline writes a bundled --preset; it does not take --pipeline")
         from ..sd.bundled import save_bundled
 
-        path = save_bundled(args.preset or "small", args.save_pipeline, scheduler=args.scheduler or "ddim")
+        path = save_bundled(args.preset or "small", args.save_pipeline, scheduler=args.scheduler or "ddim",
+                            tokenizer=args.tokenizer)
         SDPipeline.from_folder(path)  # what was written reads back as a consistent pipeline
         print(f"pipeline: {path}")
         return 0
+    if args.tokenizer:
+        raise UsageError("--tokenizer goes with --save-pipeline (a pipeline folder brings its own tokenizer/)")
     sides = parse_sides(args.sides)
     common, per_stage = npu_options(args)
     profile = global_profile(args)

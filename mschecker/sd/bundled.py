@@ -14,6 +14,7 @@ What goes in besides the three graphs (mschecker.sd.clip / unet / vae, synthetic
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from .presets import get_preset
 
@@ -89,9 +90,23 @@ def bundled_files(preset="small", weights_seed: int = 0, scheduler: str = "ddim"
     return PipelineFiles(entries=entries, label=f"bundled {p.name} pipeline"), p
 
 
-def save_bundled(preset, directory, scheduler: str = "ddim", weights_seed: int = 0):
-    """Write the bundled ``preset`` as a diffusers ONNX folder, one stage's graph in memory at a time."""
+def save_bundled(preset, directory, scheduler: str = "ddim", weights_seed: int = 0, tokenizer=None):
+    """Write the bundled ``preset`` as a diffusers ONNX folder, one stage's graph in memory at a time.
+    ``tokenizer``: a tokenizer folder (e.g. SD's real CLIP vocabulary) to ship instead of the byte-level one;
+    its ids must fit the preset's text encoder (small and sd15 have CLIP's 49408)."""
+    from ..errors import InputError
     from .folder import write_files
+    from .tokenizer import load_clip_tokenizer
 
-    files, _ = bundled_files(preset, weights_seed, scheduler, lazy=True)
+    files, p = bundled_files(preset, weights_seed, scheduler, lazy=True)
+    if tokenizer is not None:
+        folder = Path(tokenizer)
+        tok = load_clip_tokenizer(folder, max_length=p.clip.max_length)  # a broken folder fails here, named
+        if tok.vocab_size > p.clip.vocab_size:
+            raise InputError(f"--tokenizer {folder}: {tok.vocab_size} ids do not fit the {p.name} text encoder's "
+                             f"{p.clip.vocab_size}")
+        files.entries = {k: v for k, v in files.entries.items() if not k.startswith("tokenizer/")}
+        for f in sorted(folder.iterdir()):
+            if f.is_file():
+                files.entries[f"tokenizer/{f.name}"] = f.read_bytes()
     return write_files(files, directory)

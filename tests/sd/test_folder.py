@@ -125,11 +125,20 @@ def _with_timestep(model: onnx.ModelProto, dtype: int, rank: int) -> onnx.ModelP
     return m
 
 
+@pytest.fixture(scope="module")
+def real_baseline(tmp_path_factory):
+    """The float[2]-timestep export and its final latents on every device (what the variants must reproduce)."""
+    base = real_folder(tmp_path_factory.mktemp("real") / "base")
+    pipe = SDPipeline.from_folder(base)
+    return base, {d: run_pipeline(PROMPT, pipeline=pipe, steps=2, make_stage_runner=stage_runner_factory(
+        d, "ascend910b" if d == "npu" else None)).latents[-1] for d in ("reference", "ort", "npu")}
+
+
 @pytest.mark.parametrize("dtype,rank", [(TensorProto.FLOAT, 0), (TensorProto.INT64, 0), (TensorProto.INT64, 1)])
-def test_timestep_dtype_and_rank_come_from_the_model(dtype, rank, tmp_path):
+def test_timestep_dtype_and_rank_come_from_the_model(dtype, rank, real_baseline, tmp_path):
     """A 0-d or int64 timestep is fed as the graph declares it, on every runner, and gives the same run as the
     float[2] export it wraps (DDIM timesteps are integers, so the cast is exact: bit-identical latents)."""
-    base = real_folder(tmp_path / "base")
+    base, want = real_baseline
     variant = copy_folder(base, tmp_path / "variant")
     unet = variant / "unet" / "model.onnx"
     onnx.save(_with_timestep(onnx.load(str(unet)), dtype, rank), str(unet))
@@ -140,8 +149,7 @@ def test_timestep_dtype_and_rank_come_from_the_model(dtype, rank, tmp_path):
     for device in ("reference", "ort", "npu"):
         factory = stage_runner_factory(device, "ascend910b" if device == "npu" else None)
         got = run_pipeline(PROMPT, pipeline=pipe, steps=2, make_stage_runner=factory)
-        want = run_pipeline(PROMPT, pipeline=SDPipeline.from_folder(base), steps=2, make_stage_runner=factory)
-        np.testing.assert_array_equal(got.latents[-1], want.latents[-1], err_msg=device)
+        np.testing.assert_array_equal(got.latents[-1], want[device], err_msg=device)
 
 
 def _static_batch_one(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -350,3 +358,23 @@ def test_a_full_disk_while_writing_out_leaves_nothing(bundled_dir, tmp_path, mon
                  "--out", str(out)]) == 2
     assert "No space left on device" in capsys.readouterr().err
     assert not out.exists()
+
+
+CLIP = Path(__file__).resolve().parents[1] / "fixtures" / "clip_tokenizer" / "folder"
+
+
+def test_save_pipeline_ships_a_real_clip_tokenizer(tmp_path, capsys):
+    """small has CLIP's 49408 ids: SD's own tokenizer folder goes in, and the folder's prompts tokenize as CLIP."""
+    from mschecker.sd.tokenizer import load_clip_tokenizer
+
+    folder = tmp_path / "small"
+    assert main(["sd", "--preset", "small", "--save-pipeline", str(folder), "--tokenizer", str(CLIP)]) == 0
+    assert sorted(p.name for p in (folder / "tokenizer").iterdir()) == sorted(p.name for p in CLIP.iterdir())
+    pipe = SDPipeline.from_folder(folder)
+    ids = pipe.tokenizer("a photo of an astronaut")
+    np.testing.assert_array_equal(ids, load_clip_tokenizer(CLIP, max_length=77)("a photo of an astronaut"))
+    assert ids[0] == 49406 and ids.max() == 49407
+    assert main(["sd", "--preset", "tiny", "--save-pipeline", str(tmp_path / "t"), "--tokenizer", str(CLIP)]) == 2
+    assert "49408 ids do not fit the tiny text encoder's 1000" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+
