@@ -119,8 +119,9 @@ class _Config:
             self.fail(key, f"is not supported{extra}: choose one of {', '.join(map(str, supported))}")
         return value
 
-    def unsupported_if(self, key: str, bad) -> None:
-        if self.values.get(key) == bad or (bad is True and self.values.get(key)):
+    def reject_true(self, key: str) -> None:
+        """An option diffusers has and this module does not implement, switched on."""
+        if self.flag(key):
             self.fail(key, "is not supported by mschecker's schedulers")
 
     def alphas_cumprod(self) -> np.ndarray:
@@ -175,7 +176,7 @@ class _Scheduler:
     def __init__(self, steps: int, config: dict | None = None, *, source: str = "scheduler_config.json",
                  noise_rng=None):
         self.steps = _check_steps(steps)
-        self.config_view = c = _Config(type(self), SD15_CONFIG if config is None else config, source)
+        c = _Config(type(self), SD15_CONFIG if config is None else config, source)
         self.config = c.values  # the values in effect (diffusers' defaults filled in)
         self.alphas_cumprod = c.alphas_cumprod()
         self.train_steps = len(self.alphas_cumprod)
@@ -191,7 +192,7 @@ class _Scheduler:
         raise NotImplementedError
 
     def _advance(self, index: int) -> None:
-        """Steps run in order where history matters (PNDM, DPM-Solver++: ``stateful``)."""
+        """Steps run in order where history matters (PNDM, DPM-Solver++, LMS: ``stateful``)."""
         if self.stateful and index != self._next:
             raise ValueError(f"{type(self).__name__}.step called for index {index}, expected {self._next}")
         self._next += 1
@@ -311,7 +312,7 @@ class DDIMScheduler(_Scheduler):
     def _setup(self, c):
         c.choice("prediction_type", ("epsilon", "sample", "v_prediction"))
         spacing = c.choice("timestep_spacing", ("linspace", "leading", "trailing"))
-        c.unsupported_if("thresholding", True)
+        c.reject_true("thresholding")
         self.clip = c.flag("clip_sample")
         self.clip_range = c.number("clip_sample_range", 0) if self.clip else None
         self.final_alpha_cumprod = 1.0 if c.flag("set_alpha_to_one") else self.alphas_cumprod[0]
@@ -401,8 +402,8 @@ class EulerDiscreteScheduler(_SigmaScheduler):
         spacing = c.choice("timestep_spacing", ("linspace", "leading", "trailing"))
         c.choice("interpolation_type", ("linear",), ("log_linear",))
         c.choice("timestep_type", ("discrete",), ("continuous",))
-        c.unsupported_if("use_exponential_sigmas", True)
-        c.unsupported_if("use_beta_sigmas", True)
+        c.reject_true("use_exponential_sigmas")
+        c.reject_true("use_beta_sigmas")
         final = c.choice("final_sigmas_type", ("zero", "sigma_min"))
 
         def karras_range(sigma_max, sigma_min):  # the config's sigma_min / sigma_max win where given
@@ -457,8 +458,8 @@ class LMSDiscreteScheduler(_SigmaScheduler):
 
     def _setup(self, c):
         self.kind = c.choice("prediction_type", ("epsilon", "sample", "v_prediction"))
-        c.unsupported_if("use_exponential_sigmas", True)
-        c.unsupported_if("use_beta_sigmas", True)
+        c.reject_true("use_exponential_sigmas")
+        c.reject_true("use_beta_sigmas")
         spacing = c.choice("timestep_spacing", ("linspace", "leading", "trailing"))
         # diffusers' LMS takes Karras' range from the interpolated sigmas, never from the config
         self._set_sigmas(spacing, (lambda hi, lo: (hi, lo)) if c.flag("use_karras_sigmas") else None)
@@ -514,7 +515,7 @@ class DPMSolverMultistepScheduler(_Scheduler):
         self.order = c.number("solver_order", 1, 3, integer=True)
         for key in ("thresholding", "use_exponential_sigmas", "use_beta_sigmas", "use_lu_lambdas",
                     "use_flow_sigmas"):
-            c.unsupported_if(key, True)
+            c.reject_true(key)
         if c.values["variance_type"] is not None:
             c.fail("variance_type", "is not supported (learned-variance UNets)")
         self.lower_order_final = c.flag("lower_order_final")
