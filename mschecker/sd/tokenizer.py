@@ -83,6 +83,7 @@ _CI = r"\p{Case_Ignorable}"
 _FINAL_SIGMA = (r"(?<=\p{Cased}|\p{Cased}" + _CI + r"|\p{Cased}" + _CI * 2 + r"|\p{Cased}" + _CI * 3 + r")"
                 r"\x{03A3}(?!" + _CI + r"*\p{Cased})")
 CLEANUPS = ("clip", "basic")
+_MAX_LENGTH_LIMIT = 1 << 20  # CLIP text encoders take 77 tokens; padding every prompt to more is a broken config
 # transformers' CLIPTokenizer defaults, used where the folder's configs do not name a token; in the order
 # transformers registers special tokens (its SPECIAL_TOKENS_ATTRIBUTES: for one text, the later entry's matching
 # rule wins)
@@ -138,6 +139,9 @@ class ClipTokenizer:
             raise InputError(f"unknown tokenizer cleanup {cleanup!r}; choose one of {', '.join(CLEANUPS)}")
         if not isinstance(max_length, (int, np.integer)) or isinstance(max_length, bool) or max_length < 2:
             raise InputError(f"{source}: model_max_length must be an integer >= 2, got {max_length!r}")
+        if max_length > _MAX_LENGTH_LIMIT:  # transformers saves int(1e30) when no length was set
+            raise InputError(f"{source}: model_max_length {max_length} is not a prompt length (transformers' "
+                             f"'unset' value?); the text encoder's input length is needed")
         tokens = dict(_DEFAULT_TOKENS, **(special_tokens or {}))
         ids = {}
         for key, token in tokens.items():
@@ -166,8 +170,9 @@ class ClipTokenizer:
             tok.pre_tokenizer = pre_tokenizers.Sequence([
                 pre_tokenizers.Split(Regex(_CJK), behavior="isolated"), split,
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        tok.add_special_tokens([AddedToken(t, normalized=cleanup == "basic" or t in normalized_specials, special=True)
-                                for t in dict.fromkeys(tokens.values())])
+        tok.add_special_tokens([
+            AddedToken(t, normalized=cleanup == "basic" or t in normalized_specials, special=True)
+            for t in dict.fromkeys(tokens.values())])
         bos, eos = tokens["bos_token"], tokens["eos_token"]
         tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A {eos}",
                                                            special_tokens=[(bos, self.bos), (eos, self.eos)])

@@ -143,6 +143,9 @@ def test_plain_and_gzipped_files_give_the_same_ids(tmp_path, clip_tokenizers):
     (lambda f: (f / "special_tokens_map.json").write_text('{"pad_token": "<|nope|>"}'), "pad_token"),
     (lambda f: (f / "special_tokens_map.json").write_text('{"bos_token": 5}'), "special_tokens_map.json"),
     (lambda f: (f / "tokenizer_config.json").write_text('{"model_max_length": 1}'), "model_max_length"),
+    (lambda f: (f / "tokenizer_config.json").write_text('{"model_max_length": 1e30}'), "model_max_length"),
+    (lambda f: (f / "tokenizer_config.json").write_text(
+        '{"model_max_length": 1000000000000000019884624838656}'), "not a prompt length"),
     (lambda f: (f / "tokenizer_config.json").unlink(), "tokenizer_config.json"),
     (lambda f: (f / "vocab.json").unlink() or (f / "vocab.json.gz").write_bytes(b"not gzip"), "vocab.json.gz"),
     (lambda f: shutil.rmtree(f), "tokenizer"),
