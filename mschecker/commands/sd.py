@@ -238,6 +238,7 @@ class _progress:
         self.total = steps + 2
         self.bar = None
         self.tasks: dict[str, int] = {}
+        self.totals: dict[str, int] = {}
 
     def __enter__(self):
         if sys.stderr.isatty():
@@ -255,8 +256,12 @@ class _progress:
         if run not in self.tasks:
             total = 1 if run.startswith("fix") and stage == "vae_decoder" else self.total
             self.tasks[run] = self.bar.add_task(run, total=total)
+            self.totals[run] = total
         label = f"{run}: {stage}" + (f" step {step + 1}" if step is not None else "")
-        self.bar.update(self.tasks[run], description=label, advance=1)
+        task = self.tasks[run]
+        done = next(t for t in self.bar.tasks if t.id == task).completed + 1
+        # PNDM's warm-up evaluates the UNet steps + 1 times: the bar grows rather than overflow
+        self.bar.update(task, description=label, advance=1, total=max(done, self.totals[run]))
 
     def __exit__(self, *exc):
         if self.bar is not None:
