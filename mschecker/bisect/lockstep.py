@@ -253,9 +253,9 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
                 rec.headroom = Headroom.of(actual, *hidden).worst(rec.headroom)
                 if own_out is not None and own_out.get(name) is not None:
                     if npu is not None:
-                        own = ErrorStats.of(own_out[name], ref, rule, where)
+                        own = ErrorStats.brief(own_out[name], ref, rule)
                     else:  # device dump vs the reference run on the dumped inputs
-                        own = ErrorStats.of(actual, own_out[name], rule, where)
+                        own = ErrorStats.brief(actual, own_out[name], rule)
                     rec.own = own.worst(rec.own)
                 elif npu is None and own_error:  # no dumped input: everything this output carries is its own
                     rec.own = err.worst(rec.own)

@@ -79,3 +79,17 @@ def test_islands_and_cast_points():
     two = islands(graph, {"a", "d"}, order, floats)  # not connected: two islands
     assert [i.nodes for i in two] == [["a"], ["d"]]
     assert two[0].cast_in == ["x"] and two[1].cast_out == ["y"]
+
+
+def test_brief_stats_agree_with_the_full_ones():
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(1000) * 3
+    npu = (ref * (1 + 1e-3 * rng.standard_normal(1000))).astype(np.float16)
+    full, brief = ErrorStats.of(npu, ref, RULE, "t"), ErrorStats.brief(npu, ref, RULE)
+    for key in ("rel_l2", "max_abs", "max_rel"):
+        assert math.isclose(getattr(full, key), getattr(brief, key), rel_tol=1e-9), key
+    assert full.passed == brief.passed
+    npu[3] = np.inf
+    assert ErrorStats.brief(npu, ref, RULE).rel_l2 == math.inf and not ErrorStats.brief(npu, ref, RULE).passed
+    same = np.array([np.nan, -np.inf, 1.0])
+    assert ErrorStats.brief(same.astype(np.float16), same, RULE).passed
