@@ -201,8 +201,10 @@ def main(argv: list[str]) -> int:
 
     for name in {profile, *(o["profile"] for o in per_stage.values() if "profile" in o)}:
         load_profile(name)  # bad profile: one line, before minutes of work
+    from ..sd.bundled import bundled_pipeline
+
     pipeline = SDPipeline.from_folder(args.pipeline) if args.pipeline else \
-        SDPipeline.bundled(args.preset or "small", scheduler=args.scheduler or "ddim")
+        bundled_pipeline(args.preset or "small", scheduler=args.scheduler or "ddim")
     latents = None
     if args.latents:
         from ..tensorio import read_tensor

@@ -34,14 +34,12 @@ class GraphRunner:
     ``model``: an .onnx path, an onnx.ModelProto (held in memory, no file written) or a LoadedModel."""
 
     def __init__(self, model, policy: Policy, *, label: str | None = None):
-        from ..runners import model_label
-
-        self.label = model_label(model, label)
         if isinstance(model, onnx.ModelProto):
             model = from_proto(model)
         elif isinstance(model, (str, Path)):
             model = load_model(model)
         self.path = model.path
+        self.label = label or str(model.path)
         self.policy = policy
         # the executor names the model by its path in every error: an in-memory model by its label instead
         named = model if label is None else dataclasses.replace(model, path=Path(label))

@@ -5,6 +5,7 @@ No weights are downloaded and PyTorch is not needed: the graphs have the real SD
 preset: 123M / 860M / 49.5M parameters) or a narrower copy of it (``tiny`` for tests, ``small`` for the main job).
 """
 from .clip import build_text_encoder
+from .folder import SDPipeline
 from .modelfile import generate_models, load_model, save_model
 from .pipeline import PipelineResult, SDModels, ort_stage_runner, run_pipeline, stage_runner_factory
 from .presets import PRESETS, SDPreset, get_preset
@@ -14,5 +15,5 @@ from .vae import build_vae_decoder
 __all__ = [
     "build_text_encoder", "build_unet", "build_vae_decoder", "generate_models", "load_model", "save_model",
     "PipelineResult", "SDModels", "ort_stage_runner", "run_pipeline", "stage_runner_factory", "PRESETS",
-    "SDPreset", "get_preset",
+    "SDPreset", "get_preset", "SDPipeline",
 ]

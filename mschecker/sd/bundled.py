@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .folder import PipelineFiles, SDModels, SDPipeline, write_files
 from .presets import get_preset
 
 BOS, EOS = "<|startoftext|>", "<|endoftext|>"
@@ -42,8 +43,6 @@ def bundled_files(preset="small", weights_seed: int = 0, scheduler: str = "ddim"
     reuses graphs already built; ``lazy`` puts builders in place of the graphs (for writing the folder one stage
     at a time: mschecker.sd.folder.write_files)."""
     from ..errors import InputError
-    from .folder import PipelineFiles
-    from .pipeline import SDModels
 
     from .scheduler import SCHEDULERS, SD15_CONFIG
 
@@ -95,7 +94,6 @@ def save_bundled(preset, directory, scheduler: str = "ddim", weights_seed: int =
     ``tokenizer``: a tokenizer folder (e.g. SD's real CLIP vocabulary) to ship instead of the byte-level one;
     its ids must fit the preset's text encoder (small and sd15 have CLIP's 49408)."""
     from ..errors import InputError
-    from .folder import write_files
     from .tokenizer import load_clip_tokenizer
 
     files, p = bundled_files(preset, weights_seed, scheduler, lazy=True)
@@ -110,3 +108,12 @@ def save_bundled(preset, directory, scheduler: str = "ddim", weights_seed: int =
             if f.is_file():
                 files.entries[f"tokenizer/{f.name}"] = f.read_bytes()
     return write_files(files, directory)
+
+
+def bundled_pipeline(preset="small", weights_seed: int = 0, scheduler: str = "ddim", models=None) -> SDPipeline:
+    """The bundled graphs of ``preset`` as an in-memory pipeline folder, parsed as any folder is."""
+    files, p = bundled_files(preset, weights_seed, scheduler, models)
+    pipe = SDPipeline.from_files(files, name=p.name)
+    pipe.preset = p
+    return pipe
+

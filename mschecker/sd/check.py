@@ -42,6 +42,7 @@ from ..dtypes import float_format
 from ..errors import InputError
 from ..graph.policy import is_float_dtype
 from .images import image_psnr, image_ssim
+from .bundled import bundled_pipeline
 from .folder import SDPipeline
 from .pipeline import STAGES, PipelineResult, SDModels, run_pipeline, stage_runner_factory, to_uint8_image
 
@@ -333,7 +334,7 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     if len(sides) != 2 or sides[0] == sides[1] or any(s not in SIDES for s in sides):
         raise InputError(f"--sides {','.join(sides)}: give two different sides among {', '.join(SIDES)}")
     if pipeline is None:
-        pipeline = SDPipeline.bundled(preset, weights_seed, scheduler or "ddim")
+        pipeline = bundled_pipeline(preset, weights_seed, scheduler or "ddim")
     options = stage_npu_options(npu_options, stage_options)
     models = pipeline.models
     common = dict(prompt=prompt, pipeline=pipeline, steps=steps, scheduler=scheduler, seed=seed,

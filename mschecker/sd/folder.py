@@ -11,7 +11,7 @@ Two sources, one path. ``SDPipeline.from_folder(DIR)`` reads the diffusers ONNX 
                                      special_tokens_map.json; any of them gzipped)
     scheduler/scheduler_config.json  (optional: <stage>/config.json, read for sizes the graphs leave dynamic)
 
-``SDPipeline.bundled(preset)`` holds the same files in memory (``PipelineFiles``: graphs as ModelProtos, JSON
+``mschecker.sd.bundled.bundled_pipeline(preset)`` holds the same files in memory (``PipelineFiles``: graphs as ModelProtos, JSON
 and text as bytes) and is parsed by the same code; ``save(DIR)`` writes them out, so the bundled check and
 ``--pipeline`` on a saved folder run the same stage graphs with the same feeds.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -43,6 +43,26 @@ SCHEDULER_CONFIG = "scheduler/scheduler_config.json"
 UNET_ROLES = ("sample", "timestep", "encoder_hidden_states")
 DEFAULT_SCALING_FACTOR = 0.18215   # SD 1.x / 2.x VAE (diffusers' OnnxStableDiffusionPipeline hard-codes it)
 DEFAULT_LATENT_SIZE = 64           # diffusers' default height = width = 512 px, / 8
+
+
+@dataclass
+class SDModels:
+    """The three stage graphs (ModelProtos or paths)."""
+
+    text_encoder: object
+    unet: object
+    vae_decoder: object
+
+    @classmethod
+    def build(cls, preset, seed: int = 0) -> "SDModels":
+        """The bundled graphs of ``preset`` (mschecker.sd.presets), weights from ``seed``."""
+        from .clip import build_text_encoder
+        from .presets import get_preset
+        from .unet import build_unet
+        from .vae import build_vae_decoder
+
+        p = get_preset(preset)
+        return cls(build_text_encoder(p, seed), build_unet(p, seed), build_vae_decoder(p, seed))
 
 
 class PipelineFiles:
@@ -129,7 +149,6 @@ class SDPipeline:
     latent_shape: tuple[int, int, int]   # (channels, h, w)
     text_length: int
     preset: object | None = None         # the SDPreset of a bundled pipeline
-    _models: dict = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------------------------------ construction
     @classmethod
@@ -138,16 +157,6 @@ class SDPipeline:
         if not d.is_dir():
             raise InputError(f"--pipeline {d}: not a folder")
         return cls.from_files(PipelineFiles(root=d), name=d.name or str(d))
-
-    @classmethod
-    def bundled(cls, preset="small", weights_seed: int = 0, scheduler: str = "ddim", models=None) -> "SDPipeline":
-        """The bundled graphs of ``preset`` (mschecker.sd.presets) as an in-memory pipeline folder."""
-        from .bundled import bundled_files
-
-        files, p = bundled_files(preset, weights_seed, scheduler, models)
-        pipe = cls.from_files(files, name=p.name)
-        pipe.preset = p
-        return pipe
 
     @classmethod
     def from_files(cls, files: PipelineFiles, name: str) -> "SDPipeline":
@@ -179,7 +188,8 @@ class SDPipeline:
                              "number")
         pipe = cls(name, files, stages, _load_tokenizer(files, text_length), scheduler_config, float(scaling),
                    latent_shape, text_length)
-        make_scheduler_for(pipe, 1)  # an unknown scheduler class fails here, before any model runs
+        # an unknown scheduler class or option fails here, before any model runs (50: diffusers' default steps)
+        make_scheduler_for(pipe, 50)
         return pipe
 
     # ------------------------------------------------------------------------------------------ parts
@@ -188,10 +198,8 @@ class SDPipeline:
         return self.files.model(MODEL_FILES[stage])
 
     @property
-    def models(self):
+    def models(self) -> "SDModels":
         """The three graphs as an SDModels (what the fix search and the goldens take)."""
-        from .pipeline import SDModels
-
         return SDModels(*(self.model(s) for s in STAGES))
 
     def model_label(self, stage: str) -> str | None:

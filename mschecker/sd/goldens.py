@@ -4,7 +4,7 @@ One golden directory (mschecker.golden layout: manifest + .npy, sha256-pinned) w
 ``<group>.<name>``:
   inputs.*          token ids, initial noise, and the exact stage inputs the per-stage goldens were run on
                     (UNet step-1 feeds by input name, VAE latent) -- taken from the reference pipeline run of the
-                    bundled tiny pipeline (SDPipeline.bundled: the same code path as a pipeline folder);
+                    bundled tiny pipeline (bundled_pipeline: the same code path as a pipeline folder);
   reference.*       float64 reference outputs of each stage on those inputs, and of the whole pipeline;
   npu.*             the emulated NPU's outputs (``PROFILE``, as given: its VAE output is NaN, the documented
                     GroupNorm failure, pinned bit for bit as the regression state);
@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import golden_data
 from .check import STAGES, per_stage_factory, stage_feeds
+from .bundled import bundled_pipeline
 from .folder import SDPipeline
 from .pipeline import SDModels, run_pipeline
 
@@ -88,7 +89,7 @@ def run_group(group: str, pipeline: SDPipeline, inputs: dict[str, np.ndarray], *
 
 def compute() -> tuple[dict[str, np.ndarray], dict]:
     """(tensors, extra) of the golden set, computed from scratch."""
-    pipeline = SDPipeline.bundled(SETTINGS["preset"], SETTINGS["weights_seed"], SETTINGS["scheduler"])
+    pipeline = bundled_pipeline(SETTINGS["preset"], SETTINGS["weights_seed"], SETTINGS["scheduler"])
     reference = _pipeline_run(pipeline, per_stage_factory({s: RUNS["reference"] for s in STAGES}, None))
     tensors = stage_inputs(pipeline, reference)
     for group in RUNS:

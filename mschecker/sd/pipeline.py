@@ -32,11 +32,9 @@ import numpy as np
 import onnx
 
 from ..errors import InputError
-from .clip import build_text_encoder
-from .folder import STAGES, SDPipeline, make_scheduler_for
-from .presets import SDPreset, get_preset
-from .unet import build_unet
-from .vae import build_vae_decoder
+from .bundled import bundled_pipeline
+from .folder import STAGES, SDModels, SDPipeline, make_scheduler_for  # noqa: F401 - STAGES, SDModels re-exported
+from .presets import SDPreset
 
 StageRunner = Callable[[Mapping[str, np.ndarray]], dict]
 StageRunnerFactory = Callable[[object, str], StageRunner]
@@ -100,20 +98,6 @@ def stage_runner_factory(device: str = "ort", profile: str | None = None, *, cap
         return run_captured
 
     return make
-
-
-@dataclass
-class SDModels:
-    """The three stage graphs (ModelProto or paths)."""
-
-    text_encoder: object
-    unet: object
-    vae_decoder: object
-
-    @classmethod
-    def build(cls, preset: str | SDPreset, seed: int = 0) -> "SDModels":
-        p = get_preset(preset)
-        return cls(build_text_encoder(p, seed), build_unet(p, seed), build_vae_decoder(p, seed))
 
 
 @dataclass
@@ -213,7 +197,7 @@ def run_pipeline(prompt: str, *, pipeline: SDPipeline | None = None, preset: str
     if not np.isfinite(guidance_scale):
         raise InputError(f"guidance scale must be finite, got {guidance_scale}")
     if pipeline is None:
-        pipeline = SDPipeline.bundled(preset, weights_seed, scheduler or "ddim", models)
+        pipeline = bundled_pipeline(preset, weights_seed, scheduler or "ddim", models)
     # one RandomState draws the initial latents and then any per-step noise (Euler ancestral), as one generator
     # does in diffusers' ONNX pipeline
     rng = np.random.RandomState(seed)

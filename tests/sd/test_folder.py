@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 
 from mschecker.cli import main
 from mschecker.errors import InputError
+from mschecker.sd.bundled import bundled_pipeline
 from mschecker.sd.folder import SDPipeline
 from mschecker.sd.pipeline import run_in_batches, run_pipeline, stage_runner_factory
 
@@ -35,7 +36,7 @@ def bundled_dir(tmp_path_factory):
 
 def real_folder(dest: Path, exporter: str = "ts17") -> Path:
     """A diffusers-layout folder around the real exports of one exporter."""
-    bundled = SDPipeline.bundled("tiny")
+    bundled = bundled_pipeline("tiny")
     for name, data in bundled.files.entries.items():
         if name.startswith(("tokenizer/", "scheduler/", "model_index")):
             (dest / name).parent.mkdir(parents=True, exist_ok=True)

@@ -75,9 +75,10 @@ def test_guidance_combines_uncond_and_cond(tiny_models):
 
 def test_the_bundled_pipeline_saved_as_a_folder_gives_the_same_run(tiny_models, tmp_path):
     """One code path: the bundled graphs and the diffusers folder they save to give bit-identical runs."""
+    from mschecker.sd.bundled import bundled_pipeline
     from mschecker.sd.folder import SDPipeline
 
-    bundled = SDPipeline.bundled("tiny", models=tiny_models)
+    bundled = bundled_pipeline("tiny", models=tiny_models)
     bundled.save(tmp_path / "pipe")
     folder = SDPipeline.from_folder(tmp_path / "pipe")
     assert sorted(p.relative_to(tmp_path / "pipe").as_posix() for p in (tmp_path / "pipe").rglob("*.*")) == sorted(
