@@ -188,8 +188,7 @@ class ModelEvaluator(Evaluator):
 
         def watch(node, name, value):
             if isinstance(value, np.ndarray) and is_float_dtype(value.dtype) and value.size:
-                x = value.astype(np.float32, copy=False) if value.dtype.itemsize <= 2 else value
-                if not np.isfinite(x).all() and is_overflow(Headroom.of(value), ranges.get(name)):
+                if not np.isfinite(value).all() and is_overflow(Headroom.of(value), ranges.get(name)):
                     overflow[node.name] = None
         per_sample, failing, worst = [], {}, 0.0
         for sample, ref_out in zip(self.samples, self.analysis.reference_outputs):

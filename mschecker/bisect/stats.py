@@ -30,6 +30,9 @@ def _num(v):
     return v if math.isfinite(v) else ("inf" if v > 0 else "-inf" if v < 0 else "nan")
 
 
+BRIEF_CHUNK = 1 << 20  # elements per chunk of ErrorStats.brief (8 MB of float64 per scratch array)
+
+
 @dataclass
 class ErrorStats:
     """Error of one tensor against its reference value (worst over the input samples once merged)."""
@@ -54,28 +57,35 @@ class ErrorStats:
 
     @classmethod
     def brief(cls, actual: np.ndarray, expected: np.ndarray, rule: ToleranceRule) -> "ErrorStats":
-        """rel_l2, max_abs, max_rel and the rule's verdict only, in a few float64 passes: the own-error runs
-        need no more (ranking by rel_l2), and the full metrics would double the lockstep pass's comparison time
-        (measured: compare_arrays was half of it). Other fields None."""
-        a = np.asarray(actual).astype(np.float64)
-        e = np.asarray(expected, dtype=np.float64)
-        a_fin, e_fin = np.isfinite(a), np.isfinite(e)
-        both = a_fin & e_fin
-        same_nonfinite = ~a_fin & ~e_fin & ((np.isnan(a) & np.isnan(e)) | (a == e))
-        bad = int((~both & ~same_nonfinite).sum())
-        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf at pairs `both` excludes
-            d = np.where(both, a - e, 0.0)
-        e0 = np.where(both, e, 0.0)
-        norm = float(np.linalg.norm(e0))
-        dist = float(np.linalg.norm(d))
+        """rel_l2, max_abs, max_rel and the rule's verdict only, in a few float64 passes over chunks of
+        BRIEF_CHUNK elements (bounded scratch memory, like compare_arrays): the own-error runs need no more
+        (ranking by rel_l2), and the full metrics would double the lockstep pass's comparison time (measured:
+        compare_arrays was half of it). Other fields None."""
+        a_all = np.asarray(actual).reshape(-1)
+        e_all = np.asarray(expected).reshape(-1)
+        bad, dd, ee, max_abs, max_rel, ok = 0, 0.0, 0.0, 0.0, 0.0, True
+        for lo in range(0, a_all.size, BRIEF_CHUNK):
+            a = a_all[lo:lo + BRIEF_CHUNK].astype(np.float64)
+            e = e_all[lo:lo + BRIEF_CHUNK].astype(np.float64)
+            a_fin, e_fin = np.isfinite(a), np.isfinite(e)
+            both = a_fin & e_fin
+            if not both.all():
+                same = ~a_fin & ~e_fin & ((np.isnan(a) & np.isnan(e)) | (a == e))
+                bad += int((~both & ~same).sum())
+                a, e = a[both], e[both]
+            d = np.abs(a - e)
+            dd += float(np.dot(d, d))
+            ee += float(np.dot(e, e))
+            if d.size:
+                max_abs = max(max_abs, float(d.max()))
+                ae = np.abs(e)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    r = np.where(ae > 0, d / ae, np.where(d == 0, 0.0, np.inf))
+                max_rel = max(max_rel, float(r.max()))
+                ok = ok and bool(np.all(d <= rule.atol + rule.rtol * ae))
+        dist, norm = math.sqrt(dd), math.sqrt(ee)
         rel = math.inf if bad else (dist / norm if norm else (0.0 if dist == 0 else math.inf))
-        ad = np.abs(d)
-        max_abs = float(ad.max()) if ad.size else 0.0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rels = np.where(e0 != 0, ad / np.abs(e0), np.where(ad == 0, 0.0, np.inf))
-        max_rel = float(rels.max()) if rels.size else 0.0
-        ok = not bad and bool(np.all(ad <= rule.atol + rule.rtol * np.abs(e0)))
-        return cls(rel, max_abs, max_rel, None, None, None, None, ok)
+        return cls(rel, max_abs, max_rel, None, None, None, None, ok and not bad)
 
     def worst(self, other: "ErrorStats | None") -> "ErrorStats":
         """Field by field the worse of two samples' stats (larger errors, smaller cosine and ratios)."""
@@ -114,18 +124,28 @@ class Headroom:
 
     @classmethod
     def of(cls, value: np.ndarray, hidden: int = 0, hidden_nan: int = 0) -> "Headroom":
+        """Counted over chunks of BRIEF_CHUNK elements (float32 scratch; every format fits float32 exactly)."""
         fmt = float_format(value.dtype)
-        x = value.astype(np.float32, copy=False) if value.dtype.itemsize <= 2 else value
-        finite = np.isfinite(x)
-        all_finite = bool(finite.all())
-        mag = np.abs(x) if all_finite else np.abs(np.where(finite, x, 0))
-        peak = float(mag.max()) if mag.size else 0.0
-        nan = 0 if all_finite else int(np.isnan(x).sum())
-        inf = 0 if all_finite else int(np.isinf(x).sum())
-        sat = int((mag >= fmt.max).sum()) if value.dtype.itemsize <= 2 and peak >= fmt.max else 0
-        tiny = int(((mag > 0) & (mag < fmt.smallest_normal)).sum()) if mag.size else 0
+        flat = np.asarray(value).reshape(-1)
+        two_byte = value.dtype.itemsize <= 2
+        peak, nan, inf, sat, tiny = 0.0, 0, 0, 0, 0
+        for lo in range(0, flat.size, BRIEF_CHUNK):
+            x = flat[lo:lo + BRIEF_CHUNK]
+            x = x.astype(np.float32) if two_byte else x
+            finite = np.isfinite(x)
+            if not finite.all():
+                nan += int(np.isnan(x).sum())
+                inf += int(np.isinf(x).sum())
+                x = x[finite]
+            mag = np.abs(x)
+            if mag.size:
+                peak = max(peak, float(mag.max()))
+                if two_byte:
+                    sat += int((mag >= fmt.max).sum())
+                tiny += int(((mag > 0) & (mag < fmt.smallest_normal)).sum())
+        size = flat.size
         return cls(dtype_name(value.dtype), peak, peak / fmt.max, nan, inf, sat, int(hidden),
-                   tiny / mag.size if mag.size else 0.0, int(hidden_nan))
+                   tiny / size if size else 0.0, int(hidden_nan))
 
     @property
     def overflowed(self) -> bool:
