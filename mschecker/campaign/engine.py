@@ -10,9 +10,10 @@ Semantics the campaign relies on:
 - Each cell is one task (`pure=False`: a repeat is a new sample, never a cached result). The driver stores
   each result as it arrives, so an interrupted campaign keeps what finished and a rerun with the same run id
   resumes (the caller filters finished cells out before calling `run`).
-- The driver keeps at most one task per worker thread in the cluster (the rest wait in file order): dask
-  assigns a submitted task to a worker early, and a task assigned to a worker that dies fails with it even if
-  it never started. So only running cells are hit by a restart or a death.
+- The driver places the tasks: one per free worker thread, restricted (loosely) to that worker; the rest wait
+  in file order. Dask assigns submitted tasks early and by data locality (a worker still holding shipped files
+  beats a freshly restarted one that is idle), and a task waiting on a worker dies with it even if it never
+  started. So only running cells are hit by a restart or a death.
 - Timeout: each task announces its start (a worker event on TOPIC); a task running longer than the cell
   timeout (counted from that start, so a worker's first imports count) is cancelled, recorded `timeout`, and
   its worker restarted through its nanny, which is the only way to stop Python code busy in numpy. (On a
@@ -178,18 +179,20 @@ class DaskEngine:
         lost = [p for p in self._blob_futures if p not in live or not holders.get(live[p].key)]
         self._scatter(lost, fresh=True)
 
-    def _slots(self) -> int:
-        """Threads in the cluster now (at least 1: submitting waits for workers when there are none)."""
-        return max(1, sum(self.client.nthreads().values()))
+    def _threads(self) -> dict[str, int]:
+        """{worker address: threads} of the workers connected now."""
+        return dict(self.client.nthreads())
 
     def run(self, cells: list[Cell], run_id: str, *, on_result: Callable[[Cell, dict], None],
             cell_fn: Callable = run_cell) -> None:
         """Run every cell and call on_result(cell, record) as each one ends (in completion order). Check cells
         read the files `ship` sent, if it was called, else their declared paths.
 
-        At most one task per worker thread is submitted at a time (the rest wait here, in file order): a task
-        dask has assigned to a worker dies with it even if it never started, so only cells that run may be in
-        the cluster when a worker is restarted or dies."""
+        The driver places the tasks itself: a task is submitted only when a worker has a free thread, with that
+        worker as its (loose) restriction; the rest wait here, in file order. Dask would otherwise assign
+        tasks early, and by data locality (a worker that still holds shipped files beats one restarted without
+        them), and a task waiting on a worker dies with it even if it never started: only running cells may
+        be hit by a restart or a death."""
         started: dict[str, tuple[float, str]] = {}
 
         def on_event(event):
@@ -199,34 +202,41 @@ class DaskEngine:
 
         self.client.subscribe_topic(TOPIC, on_event)
         queue = list(cells)
-        in_flight: dict = {}
+        in_flight: dict = {}                     # future -> (cell, worker it was placed on)
         submitted = 0
 
-        def submit(cell: Cell) -> None:
+        def submit(cell: Cell, worker: str | None) -> None:
             nonlocal submitted
             bundle, paths = self._bundles.get(cell.task_key, (None, []))
             blobs = {p: self._blob_futures[p] for p in paths} or None
             fut = self.client.submit(_task, dataclasses.asdict(cell), run_id, bundle, blobs, cell_fn, pure=False,
-                                     key=f"mschecker-cell-{run_id}-{submitted}")
+                                     key=f"mschecker-cell-{run_id}-{submitted}",
+                                     workers=[worker] if worker else None, allow_other_workers=True)
             submitted += 1
-            in_flight[fut] = cell
+            in_flight[fut] = (cell, worker)
 
-        slots, slots_checked = 1, 0.0
+        threads, threads_checked = {}, 0.0
         try:
             while queue or in_flight:
                 now = time.time()
-                if now - slots_checked > 2.0:
-                    slots, slots_checked = self._slots(), now
-                while queue and len(in_flight) < slots:
-                    submit(queue.pop(0))
+                if now - threads_checked > 2.0:
+                    threads, threads_checked = self._threads(), now
+                busy: dict[str | None, int] = {}
+                for _, w in in_flight.values():
+                    busy[w] = busy.get(w, 0) + 1
+                free = [w for w, n in threads.items() for _ in range(n - busy.get(w, 0))]
+                if not threads and not in_flight:
+                    free = [None]                # no worker yet: one task, dask holds it until one joins
+                while queue and free:
+                    submit(queue.pop(0), free.pop(0))
                 done = [f for f in in_flight if f.done()]
                 lost_worker = False
                 for fut in done:
-                    cell = in_flight.pop(fut)
+                    cell, _ = in_flight.pop(fut)
                     record = self._outcome(fut, started.get(cell.task_key))
                     lost_worker |= record["status"] == STATUS_KILLED
                     on_result(cell, record)
-                for fut, cell in list(in_flight.items()):
+                for fut, (cell, _) in list(in_flight.items()):
                     start = started.get(cell.task_key)
                     if start and now - start[0] > cell.timeout_s and not fut.done():
                         del in_flight[fut]
@@ -234,7 +244,7 @@ class DaskEngine:
                         lost_worker = True
                 if lost_worker:
                     self._reship_lost()
-                    slots_checked = 0.0
+                    threads_checked = 0.0
                 if not done:
                     time.sleep(POLL_S)
         finally:

@@ -141,10 +141,11 @@ def render_history(store: Store, runs, console: Console) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------- JSON
-def comparison_json(comparison: Comparison) -> str:
+def to_json(obj) -> str:
+    """A comparison or run summary as JSON (non-finite numbers as the strings "nan"/"inf"/"-inf")."""
     from ..compare import json_safe
 
-    return json.dumps(json_safe(comparison.to_dict()), indent=2, allow_nan=False) + "\n"
+    return json.dumps(json_safe(obj.to_dict()), indent=2, allow_nan=False) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------------- HTML

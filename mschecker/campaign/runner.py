@@ -36,8 +36,8 @@ class RunSummary:
     run_id: str
     campaign: str
     resumed: bool
-    skipped: int                       # cells already finished in the store (resume)
-    ran: int
+    skipped: int                       # tasks (cell samples) already finished in the store (resume)
+    ran: int                           # tasks run now
     statuses: dict[str, str]           # cell key -> status over its samples (every cell of the campaign)
     engine: dict
     wall_s: float
@@ -52,6 +52,15 @@ class RunSummary:
     @property
     def unfinished(self) -> list[str]:
         return [k for k, s in self.statuses.items() if s not in FINISHED]
+
+    def to_dict(self) -> dict:
+        """JSON-ready (`campaign run --json`): the run, every cell's status, the comparison if any."""
+        return {"schema_version": 1, "tool": "mschecker campaign run", "run_id": self.run_id,
+                "campaign": self.campaign, "resumed": self.resumed, "tasks_run": self.ran,
+                "tasks_skipped": self.skipped, "wall_s": self.wall_s, "engine": self.engine,
+                "exit_code": self.exit_code, "statuses": self.statuses, "unfinished": self.unfinished,
+                "baseline": self.baseline_id, "baseline_note": self.baseline_note,
+                "comparison": self.comparison.to_dict() if self.comparison else None}
 
     @property
     def exit_code(self) -> int:

@@ -100,9 +100,12 @@ def test_campaign_on_a_local_cluster(cluster, tmp_path, capsys):
     assert "ran 0 task(s), skipped 5" in capsys.readouterr().out
 
     # a second run is compared with the previous one: deterministic cells are bit-for-bit the same
-    assert cli(base + ["--run-id", "r2"]) == 0
+    assert cli(base + ["--run-id", "r2", "--json", str(tmp_path / "r2.json")]) == 0
     out = capsys.readouterr().out
     assert "no regression against the baseline" in out
+    summary = json.loads((tmp_path / "r2.json").read_text())
+    assert summary["baseline"] == "r1" and summary["exit_code"] == 0 and summary["tasks_run"] == 5
+    assert summary["comparison"]["counts"] == {"same": 4}
     html, js = tmp_path / "cmp.html", tmp_path / "cmp.json"
     assert cli(["campaign", "compare", "r1", "r2", "--store", str(store), "--json", str(js), "--html", str(html),
                 "--all"]) == 0
