@@ -202,10 +202,6 @@ class SDPipeline:
         """The three graphs as an SDModels (what the fix search and the goldens take)."""
         return SDModels(*(self.model(s) for s in STAGES))
 
-    def model_label(self, stage: str) -> str | None:
-        """The name errors give an in-memory graph (a file names itself)."""
-        return None if self.files.root is not None else f"bundled SD {self.name} {stage} graph"
-
     # ------------------------------------------------------------------------------------------ stage inputs
     # The one place where stage feeds are built: names, dtypes and ranks from the graphs' declarations.
     def text_feeds(self, ids: np.ndarray) -> dict[str, np.ndarray]:

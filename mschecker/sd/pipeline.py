@@ -63,12 +63,11 @@ def ort_stage_runner(model: onnx.ModelProto | str | Path, stage_name: str) -> St
 
 
 def stage_runner_factory(device: str = "ort", profile: str | None = None, *, capture: StageCapture | None = None,
-                         capture_filter=None, label_for: Callable[[str], str | None] | None = None,
-                         **options) -> StageRunnerFactory:
+                         capture_filter=None, **options) -> StageRunnerFactory:
     """A ``make_stage_runner`` for ``device``: "ort" (onnxruntime fp32), or the graph executor's "reference"
     (float64) / "npu" (emulated, numerics ``profile`` + ``options`` as mschecker.graph.runner.npu_profile), built
-    with mschecker.runners.make_runner from the path or the in-memory ModelProto (no temporary file);
-    ``label_for(stage)`` names an in-memory graph in error messages.
+    with mschecker.runners.make_runner from the path or the in-memory ModelProto (no temporary file; errors
+    name it "bundled SD <stage> graph").
 
     ``capture(stage_name, node, output_name, value)`` receives every tensor the executor produces (restricted by
     ``capture_filter``, a mschecker.graph.capture.CaptureFilter); the UNet's calls come in step order, one
@@ -80,8 +79,7 @@ def stage_runner_factory(device: str = "ort", profile: str | None = None, *, cap
         raise InputError("per-node capture needs --device reference or npu (onnxruntime exposes graph outputs only)")
 
     def make(model, stage_name):
-        label = label_for(stage_name) if label_for else (
-            f"bundled SD {stage_name} graph" if isinstance(model, onnx.ModelProto) else None)
+        label = f"bundled SD {stage_name} graph" if isinstance(model, onnx.ModelProto) else None
         runner = make_runner(model, device=device, profile=profile, label=label, **options)
         metas = runner.inputs()
         if capture is None:

@@ -382,3 +382,14 @@ def test_save_pipeline_ships_a_real_clip_tokenizer(tmp_path, capsys):
     assert "49408 ids do not fit the tiny text encoder's 1000" in capsys.readouterr().err
     assert not (tmp_path / "t").exists()
 
+
+
+@pytest.mark.parametrize("device", ["ort", "reference", "npu"])
+def test_a_bundled_graph_is_named_in_errors_without_a_temporary_file(device):
+    """In-memory graphs run without being written anywhere; an error names the stage, not a temp path."""
+    pipe = bundled_pipeline("tiny")
+    run = stage_runner_factory(device, "ascend910b" if device == "npu" else None)(pipe.model("vae_decoder"),
+                                                                                 "vae_decoder")
+    with pytest.raises(InputError, match=r"^bundled SD vae_decoder graph\b") as err:
+        run({"latent_sample": np.zeros((1, 4, 8), np.float32)})
+    assert "tmp" not in str(err.value) and "\n" not in str(err.value)
