@@ -64,6 +64,15 @@ def test_cli_folder_of_input_sets(tmp_path, capsys):
     assert len(json.loads((tmp_path / "o" / "bisect_report.json").read_text())["samples"]) == 3
 
 
+def test_cli_time_budget_stops_the_search(tmp_path, capsys, poly_gelu):
+    path, x = _write(tmp_path, M.gelu_branches())
+    code, text, _ = _run(["bisect", "--model", str(path), "--input", str(x), "--tolerance", "1e-2",
+                          "--budget-seconds", "0", "--out", str(tmp_path / "o"), "--json", "--no-progress"], capsys)
+    doc = json.loads((tmp_path / "o" / "bisect_report.json").read_text())
+    assert code == 1 and "time budget" in doc["search"]["budget_exhausted"]
+    assert doc["search"]["evaluations"] == 1  # the lockstep pass only
+
+
 def test_cli_unfixable_exit_1(tmp_path, capsys):
     path, x = _write(tmp_path, M.tiny_mlp())
     code, text, _ = _run(["bisect", "--model", str(path), "--input", str(x), "--tolerance", "1e-12",
@@ -106,8 +115,9 @@ def test_cli_input_sets_of_different_shapes_exit_2(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def _dump(model_path, x, folder: Path, *, drop=(), reshape=(), extra=()):
-    """Per-tensor dumps as a device would write them: the emulated NPU's tensors, one .npy per tensor name."""
+def _dump(model_path, x, folder: Path, *, drop=(), reshape=(), extra=(), raw=()):
+    """Per-tensor dumps as a device would write them: the emulated NPU's tensors, one .npy per tensor name
+    (names in `raw`: a flat .bin with a .bin.json sidecar)."""
     folder.mkdir()
     ex = Executor(str(model_path), NpuPolicy("ascend910b"))
 
@@ -116,7 +126,12 @@ def _dump(model_path, x, folder: Path, *, drop=(), reshape=(), extra=()):
             return
         if name in reshape:
             value = value.reshape(-1)[:-1]
-        np.save(folder / (safe_filename(name) + ".npy"), value)
+        stem = folder / safe_filename(name)
+        if name in raw:
+            value.tofile(f"{stem}.bin")
+            Path(f"{stem}.bin.json").write_text(json.dumps({"shape": list(value.shape), "dtype": str(value.dtype)}))
+            return
+        np.save(f"{stem}.npy", value)
     ex.run({"x": np.load(x)}, capture=save)
     for name in extra:
         np.save(folder / name, np.zeros(3, np.float16))
@@ -124,7 +139,8 @@ def _dump(model_path, x, folder: Path, *, drop=(), reshape=(), extra=()):
 
 def test_device_dump_localizes_like_the_emulator(tmp_path, capsys):
     path, x = _write(tmp_path, M.layernorm_pair())
-    _dump(path, x, tmp_path / "dump", drop=("y_small",), reshape=("x_big",), extra=("not_a_tensor.npy",))
+    _dump(path, x, tmp_path / "dump", drop=("y_small",), reshape=("x_big",), extra=("not_a_tensor.npy",),
+          raw=("y_big",))
     code, text, err = _run(["bisect", "--model", str(path), "--input", str(x), "--tolerance", "1e-2",
                             "--out", str(tmp_path / "o"), "--npu-dump", str(tmp_path / "dump"), "--json",
                             "--no-progress"], capsys)
@@ -136,6 +152,8 @@ def test_device_dump_localizes_like_the_emulator(tmp_path, capsys):
     assert doc["dump"]["misshaped"] and doc["dump"]["misshaped"][0].startswith("x_big")
     emulated = bisect_model(path, [Sample("x", {"x": np.load(x)})], tolerance=1e-2, check_onnx=False)
     assert emulated.ranking[0].name == "ln_big"
+    ln_big = next(n for n in doc["nodes"] if n["name"] == "ln_big")  # read from the .bin + sidecar dump
+    assert ln_big["outputs"][0]["error"]["rel_l2"] == pytest.approx(emulated.analysis.node("ln_big").error)
 
 
 def test_dump_folder_with_no_tensor_of_the_model_exit_2(tmp_path, capsys):
