@@ -111,14 +111,13 @@ class PipelineFiles:
         return str(self.root / name) if self.root is not None else self.entries[name]
 
     def graph_header(self, name: str) -> onnx.GraphProto:
-        """The graph without its weights (cheap even for a 3.4 GB external-data UNet)."""
+        """The graph without its weights (cheap even for a 3.4 GB external-data UNet), every external-data file
+        it names checked to exist inside the folder (mschecker.graph.loader.read_model_proto), so a missing
+        weights.pb is reported before any stage runs."""
+        from ..graph.loader import read_model_proto
+
         model = self.model(name)
-        if isinstance(model, onnx.ModelProto):
-            return model.graph
-        try:
-            return onnx.load(model, load_external_data=False).graph
-        except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError and others
-            raise InputError(f"{self.where(name)}: not a readable ONNX model ({type(exc).__name__})") from None
+        return model.graph if isinstance(model, onnx.ModelProto) else read_model_proto(model).graph
 
 
 @dataclass(frozen=True)

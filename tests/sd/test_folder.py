@@ -293,6 +293,14 @@ def _rank2_timestep(folder: Path) -> None:
     onnx.save(m, str(path))
 
 
+def _external_weights_missing(folder: Path) -> None:
+    from mschecker.sd.modelfile import save_model
+
+    path = folder / "unet" / "model.onnx"
+    save_model(onnx.load(str(path)), path, external_data=True, data_name="weights.pb")
+    (folder / "unet" / "weights.pb").unlink()
+
+
 BROKEN = [
     (lambda d: _remove(d / "model_index.json"), "model_index.json: missing"),
     (lambda d: _remove(d / "unet" / "model.onnx"), "unet/model.onnx: missing"),
@@ -300,6 +308,7 @@ BROKEN = [
     (lambda d: _remove(d / "scheduler" / "scheduler_config.json"), "scheduler_config.json: missing"),
     (lambda d: (d / "model_index.json").write_text("{not json"), "model_index.json: not valid JSON"),
     (lambda d: (d / "vae_decoder" / "model.onnx").write_bytes(b"garbage"), "vae_decoder/model.onnx: not a readable"),
+    (_external_weights_missing, "unet/model.onnx: initializer"),
     (lambda d: edit_json(d / "scheduler" / "scheduler_config.json", _class_name="FlowMatchEulerDiscreteScheduler"),
      "FlowMatchEulerDiscreteScheduler"),
     (_cross_width, "unet/model.onnx: cross-attention width 32"),
