@@ -132,7 +132,7 @@ def test_crashes_timeouts_and_dead_workers_are_recorded(cluster, tmp_path):
     spec_file = tmp_path / "bad.toml"
     spec_file.write_text('[campaign]\nname = "faults"\ntimeout_s = 300\n'
                          + "".join(f'[[kernels]]\nname = "{n}"\nkernels = ["softmax"]\nexamples = 2\n'
-                                   + ('timeout_s = 4\n' if n == "hang" else "") for n in ("ok", "raise", "hang", "die"))
+                                   + ('timeout_s = 2\n' if n == "hang" else "") for n in ("ok", "raise", "hang", "die"))
                          # submitted after both workers were restarted: the shipped files must be sent again
                          + f'[[check]]\nname = "after"\nmodel = "{DEFAULT / "model.onnx"}"\ndevices = ["reference"]\n'
                            f'inputs = ["{DEFAULT / "x.bin"}", "{DEFAULT / "t.bin"}"]\n'
@@ -145,7 +145,7 @@ def test_crashes_timeouts_and_dead_workers_are_recorded(cluster, tmp_path):
     with Store.open(tmp_path / "s.sqlite") as s:
         reasons = {r.block: r.reason for r in s.cells("f1")}
     assert reasons["raise"] == "RuntimeError: boom [/bold] <b>"
-    assert "ran past the cell timeout of 4 s" in reasons["hang"] and "its worker was restarted" in reasons["hang"]
+    assert "ran past the cell timeout of 2 s" in reasons["hang"] and "its worker was restarted" in reasons["hang"]
     assert "its worker died while running it" in reasons["die"]
 
 
