@@ -94,6 +94,8 @@ def run_campaign(spec: CampaignSpec, store_path, config: EngineConfig, *, run_id
     cells = spec.cells()
     run_id = check_run_id(run_id) if run_id else new_run_id(spec.name)
     baseline = spec.baseline
+    if baseline == run_id:
+        raise InputError(f"{spec.path}: baseline {baseline!r} is the run itself")
     if baseline and baseline != BASELINE_PREVIOUS:
         if not store_path.exists():
             raise InputError(f"{spec.path}: baseline {baseline!r}: store {store_path} does not exist yet")
@@ -104,8 +106,6 @@ def run_campaign(spec: CampaignSpec, store_path, config: EngineConfig, *, run_id
         with Store.open(store_path, create=True) as store:
             if baseline and baseline != BASELINE_PREVIOUS:
                 store.run(baseline)
-            if baseline == run_id:
-                raise InputError(f"{spec.path}: baseline {baseline!r} is the run itself")
             engine_info = engine.describe()
             done = store.finished(run_id)
             todo = [c for c in cells if done.get(c.task_key) != c.spec_hash]
