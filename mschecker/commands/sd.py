@@ -17,7 +17,7 @@ exits 1 on purpose: SD's VAE GroupNorm statistics overflow fp16 on that profile,
 whose fix it verifies.
 
 Default --psnr-min 30 dB: Polygraphy's PSNR default and the lower end of the image-level bars peers use
-(NUMERICS.md section 4: Polygraphy >= 30 dB, Apple's Core ML SD port > 35 dB between implementations). The
+(docs/NUMERICS.md §9: Polygraphy >= 30 dB, Apple's Core ML SD port > 35 dB between implementations). The
 bundled weights are not a trained denoiser, so fp16 rounding differences grow over the steps more than with
 real weights (latent relative error 1.2e-2 after step 1, 4.2e-2 after step 10 on `small`); 30 dB (RMS error ~8
 of 255 levels) still separates "the same image" from a broken one. Measured, 10 DDIM steps, ascend910b with the

@@ -8,7 +8,7 @@ text embeddings, the latents after every step, the decoded image tensor, and the
 In SDCheck, ``reference`` holds the baseline side's run and ``npu`` the judged side's.
 
 Capture (NPU run): every tensor the executor produces passes `Tracker.on_tensor`, which records per stage the
-peak |x| (headroom against the format's max, NUMERICS.md section 6: "output-only checks miss
+peak |x| (headroom against the format's max, docs/NUMERICS.md §8: "output-only checks miss
 internal overflow"), the first node whose output holds NaN or inf, and the first node whose output reached the
 format's largest finite value (what overflow looks like in saturation mode). For the first non-finite node it
 also reports the largest |x| among the node's inputs, which is usually the number that explains it.
@@ -51,7 +51,7 @@ SIDES = ("reference", "npu", "ort")
 # The stage tensors are not judged element-wise: the verdict is the image rule (SDCheck.passed), and the metrics
 # compare_arrays reports (relative error, max |err|, cosine, SNR, NaN/inf counts) do not depend on the rule. The
 # rule only sets the comparisons' own mismatch counts in the JSON; atol = rtol = 1e-2 is the fp16 assert_close
-# rtol of NUMERICS.md section 4 (1e-3) x10 for a whole network.
+# rtol of docs/NUMERICS.md §9 (1e-3) x10 for a whole network.
 STAGE_RULE = ToleranceRule.from_args(atol=1e-2, rtol=1e-2)
 
 

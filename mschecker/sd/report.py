@@ -119,7 +119,7 @@ _EXPLANATIONS = {
     "InstanceNormalization": "GroupNorm statistics (mean, variance) computed in fp16: the sum of squares over "
                              "a group passes 65504 (one |x| >= 256 does it alone; SD-1.5's groups of up to "
                              "122880 elements do it at a mean square of 0.53); fp32 statistics fix it "
-                             "(NUMERICS.md section 6)",
+                             "(docs/NUMERICS.md §3, §8)",
     "LayerNormalization": "LayerNorm variance in fp16: the sum of squares over the row passes 65504 (one "
                           "|x| >= 256 does it alone); fp32 statistics fix it",
     "GroupNormalization": "GroupNorm statistics in fp16 overflow; fp32 statistics fix it",

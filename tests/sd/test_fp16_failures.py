@@ -1,4 +1,4 @@
-"""The known Stable Diffusion fp16 failures (NUMERICS.md section 6), reproduced on the emulated NPU, and their fixes.
+"""The known Stable Diffusion fp16 failures (docs/NUMERICS.md §8), reproduced on the emulated NPU, and their fixes.
 
 Every failure is shown next to a control (the same graph where fp16 is fine) and next to the fix, measured
 against the float64 reference, so none of these tests can pass by a run that is simply always broken or always
@@ -20,7 +20,7 @@ from onnx import TensorProto
 
 FP16_MAX = 65504.0
 U16 = 2.0 ** -11  # fp16 unit roundoff
-PSNR_MIN = 30.0   # the `mschecker sd` image threshold (its docstring: NUMERICS.md section 4)
+PSNR_MIN = 30.0   # the `mschecker sd` image threshold (its docstring: docs/NUMERICS.md §9)
 GN_FP32_STATS = {"implmode_by_op_type": {"InstanceNormalization": "high_precision"}}
 
 
