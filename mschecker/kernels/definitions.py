@@ -696,3 +696,12 @@ def reduce_prod(acc):
         return y
 
     return definition
+
+
+def mish32(x):
+    """x * tanh(softplus32(x)): tanh rounded to fp32, the product rounded; -inf -> -0."""
+    y = (x * np.tanh(softplus32(x)).astype(F32)).astype(F32)
+    return np.where(x == -np.inf, F32.type(-0.0), y)
+
+
+mish = _fp32_pointwise(mish32)
