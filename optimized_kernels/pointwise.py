@@ -1,5 +1,5 @@
-"""NPU-style kernels of ONNX's float-computing pointwise ops: Elu, Selu, Celu, Softplus, HardSigmoid, HardSwish,
-Softsign, PRelu.
+"""NPU-style kernels of ONNX's float-computing pointwise ops: Elu, Selu, Celu, Softplus, Mish, HardSigmoid,
+HardSwish, Softsign, PRelu.
 
 Every public kernel takes arrays in its storage dtype (fp16, bf16 or fp32) and returns that dtype.
 - `*_accurate`: upcast to fp32 (exact), evaluate the formula in fp32 with numpy's fp32 ufuncs (one rounding per
@@ -63,6 +63,13 @@ def softplus_formula(x, dt=F32, threshold: float = SOFTPLUS_THRESHOLD):
     return np.where(x > threshold, x, small).astype(dt)
 
 
+def mish_formula(x, dt=F32):
+    """x * tanh(softplus(x)) (ONNX's function body), each step rounded; -inf gives -0 (the limit)."""
+    dt = np.dtype(dt)
+    x = np.asarray(x, dtype=dt)
+    return _limits(x, (x * np.tanh(softplus_formula(x, dt))).astype(dt), -0.0)
+
+
 def hard_sigmoid_formula(x, dt=F32, alpha: float = HARD_SIGMOID_ALPHA, beta: float = HARD_SIGMOID_BETA):
     """max(0, min(1, alpha * x + beta)): the product and the sum rounded separately (no fused multiply-add)."""
     dt = np.dtype(dt)
@@ -103,6 +110,11 @@ def celu_accurate(x, alpha: float = 1.0):
 def softplus_accurate(x):
     """Softplus in fp32: log1p(exp(x)) up to x = 20, x beyond; rounded once to storage."""
     return _accurate(softplus_formula, x)
+
+
+def mish_accurate(x):
+    """Mish in fp32: x tanh(log1p(exp(x))) (x itself inside tanh above 20); rounded once to storage."""
+    return _accurate(mish_formula, x)
 
 
 def hard_sigmoid_accurate(x, alpha: float = HARD_SIGMOID_ALPHA, beta: float = HARD_SIGMOID_BETA):
@@ -177,6 +189,17 @@ def bug_softplus_log_not_log1p(x):
     return _accurate(formula, x)
 
 
+def bug_mish_fast_fp16(x):
+    """Planted bug: the "fast Mish" identity tanh(ln(1 + e^x)) = (e^2x + 2e^x) / (e^2x + 2e^x + 2) in fp16: e^2x
+    overflows for x > 5.55 and the quotient becomes inf / inf = NaN."""
+    x = np.asarray(x)
+    with np.errstate(all="ignore"):
+        h = x.astype(F16)
+        e = np.exp(h)
+        n = (e * e + F16.type(2) * e).astype(F16)
+        return (h * (n / (n + F16.type(2))).astype(F16)).astype(x.dtype)
+
+
 def bug_hard_sigmoid_torch_default(x, alpha: float = 1.0 / 6.0, beta: float = HARD_SIGMOID_BETA):
     """Planted bug: HardSigmoid with PyTorch's slope 1/6 as the default alpha instead of ONNX's 0.2."""
     return hard_sigmoid_accurate(x, alpha, beta)
@@ -204,6 +227,6 @@ def bug_prelu_max_form(x, slope):
 # ------------------------------------------------------------------------------------ fp16 table lookup
 # The attribute-free kernels answer fp16 inputs from a table of all 65,536 values (halfcast.lut_unary: the same
 # bits); with attributes passed, lut_unary calls the kernel itself.
-for _name in ("softplus_accurate", "hard_swish_accurate", "softsign_accurate"):
+for _name in ("softplus_accurate", "mish_accurate", "hard_swish_accurate", "softsign_accurate"):
     globals()[_name] = lut_unary(globals()[_name])
 del _name

@@ -12,6 +12,7 @@ are fp32 values) written in a form that stays accurate in float64 over the whole
 - hard_sigmoid / hard_swish: clip(alpha x + beta, 0, 1) (times x): a product and a sum in float64. hard_swish
   uses alpha = fp32(1/6), the constant of ONNX's own HardSwish function body (HardSigmoid<alpha=0.16666667>);
   its limit at -inf is -0 (x * 0 would be inf * 0 = NaN).
+- mish: x tanh(softplus(x)), softplus as above; -inf -> -0 (the limit of x e^x; inf * 0 would be NaN).
 - softsign: x / (1 + |x|); +-inf -> +-1.
 - prelu: slope * x where x < 0, x elsewhere, slope broadcast unidirectionally to x (numpy's trailing-axes rule).
 NaN propagates everywhere. All of these use libm-free or glibc-deterministic float64 functions (exp64, expm1,
@@ -64,6 +65,13 @@ def softplus(x: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         y = np.maximum(x, 0.0) + np.log1p(exp64(-np.abs(x)))
     return np.where(np.isnan(x), x, y)
+
+
+def mish(x: np.ndarray) -> np.ndarray:
+    x = _f64(x)
+    with np.errstate(invalid="ignore"):
+        y = x * np.tanh(softplus(x))
+    return _limits(x, y, -0.0, np.inf)
 
 
 def hard_sigmoid(x: np.ndarray, alpha: float = HARD_SIGMOID_ALPHA, beta: float = HARD_SIGMOID_BETA) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""Registry entries: elu, selu, celu, softplus, hard_sigmoid, hard_swish, softsign, prelu (ONNX's float-computing
-pointwise ops, formerly run by onnx.reference in the node's dtype).
+"""Registry entries: elu, selu, celu, softplus, mish, hard_sigmoid, hard_swish, softsign, prelu (ONNX's
+float-computing pointwise ops, formerly run by onnx.reference in the node's dtype, or not at all).
 
 The contracts follow mschecker/kernels/activations.py: bound = compute term + u_storage |y| + subnormal floor,
 the compute term derived per kernel below from the fp32 formula the variants evaluate (u = u_acc = 2^-24; libm's
@@ -20,6 +20,10 @@ ONNX's FLOAT attributes):
 - softplus: x > 20: x itself, off by log1p(e^-x) / x < SOFTPLUS_THRESHOLD_REL = 1.03e-10 relative; else
   log1p(e) with e = exp(x) (8u relative) entering log1p with condition e / ((1 + e) log1p(e)) <= 1, plus log1p's
   own 8u: 16u + the threshold term.
+- mish: x tanh(s) with s = softplus(x) as above (16u + 1.03e-10): tanh passes s's relative error on with
+  condition s sech^2(s) / tanh(s) = 2s / sinh(2s) <= 1 and adds its own 8u, the product u: 24u + u + 1.03e-10.
+  Below x = -87.3 exp(x) (and so s = tanh(s) ~ e^x) is an fp32 subnormal, off by up to one subnormal step, which
+  the product carries times |x| (UnaryBound x_times_subnormal).
 - hard_sigmoid: t = fl(fl(alpha x) + beta): alpha's rounding and the product u |alpha x| each, beta's rounding
   u |beta|, the sum u |t|; the clamp to [0, 1] is 1-Lipschitz: absolute u (2 |alpha x| + |beta| + |t|). No
   relative form: alpha x + beta cancels near x = -beta / alpha.
@@ -83,6 +87,11 @@ def rel_softplus(x, u):
     return 2 * _libm(u) + SOFTPLUS_THRESHOLD_REL + 0 * _finite(x)
 
 
+def rel_mish(x, u):
+    """softplus (16u + threshold), tanh (8u, condition <= 1), the product."""
+    return rel_softplus(x, u) + _libm(u) + u
+
+
 def rel_hard_swish(x, u):
     """|x| u (|alpha x| + |t| + h), t = alpha x + 1/2, h = clip(t, 0, 1): an absolute term (rel_on_x)."""
     xf = _finite(x)
@@ -122,6 +131,7 @@ ELU_EXP_MINUS_1_CONTRACT = _contract(rel_elu_exp_minus_1, "Elu as alpha (exp(x) 
 SELU_CONTRACT = _contract(rel_selu, "Selu as gamma alpha expm1(x) / gamma x in fp32")
 CELU_CONTRACT = _contract(rel_celu, "Celu as alpha expm1(x / alpha) in fp32")
 SOFTPLUS_CONTRACT = _contract(rel_softplus, "Softplus as log1p(exp(x)) in fp32, x above 20")
+MISH_CONTRACT = _contract(rel_mish, "Mish as x tanh(log1p(exp(x))) in fp32", x_times_subnormal=True)
 HARD_SWISH_CONTRACT = _contract(rel_hard_swish, "HardSwish as x clip(x fp32(1/6) + 1/2, 0, 1) in fp32",
                                 rel_on_x=True)
 SOFTSIGN_CONTRACT = _contract(rel_softsign, "Softsign as x / (1 + |x|) in fp32")
@@ -242,6 +252,10 @@ KERNELS = [
                                   "log(1 + exp(x)): 1 + e^x drops e^x's digits for x << 0", "fp32", "tails",
                                   dtype="float32"),
     }, "ONNX Softplus: ln(exp(x) + 1).", tails=(-20.0, 20.0), definitions=dict.fromkeys(_ACCURATE, D.softplus)),
+    _unary("mish", ref.mish, opt.mish_accurate, MISH_CONTRACT, {}, {
+        "bug_fast_fp16": _bug("bug_fast_fp16", opt.bug_mish_fast_fp16, "fast-Mish identity (e^2x + 2e^x) / "
+                              "(e^2x + 2e^x + 2) in fp16: NaN for x > 5.55", "fp16_fp32acc", "tails"),
+    }, "ONNX Mish: x tanh(softplus(x)).", tails=(-20.0, 20.0), definitions=dict.fromkeys(_ACCURATE, D.mish)),
     _unary("hard_sigmoid", ref.hard_sigmoid, opt.hard_sigmoid_accurate, HARD_SIGMOID_CONTRACT,
            {"alpha": _fp32_numbers(0.2, 1 / 6, 0.5, 1.0), "beta": _fp32_numbers(0.5, 0.0, 0.25)}, {
         "bug_torch_default_alpha": _bug("bug_torch_default_alpha", opt.bug_hard_sigmoid_torch_default,

@@ -1,11 +1,11 @@
-"""Elu, Selu, Celu, Softplus, HardSigmoid, HardSwish, Softsign, PRelu, ThresholdedRelu and ReduceProd in the
+"""Elu, Selu, Celu, Softplus, Mish, HardSigmoid, HardSwish, Softsign, PRelu, ThresholdedRelu and ReduceProd in the
 executor (mschecker/graph/ops/pointwise.py).
 
 - Reference policy vs onnx.reference on float64 inputs, across opsets and attribute sets (the defaults included:
   a node without attributes must get ONNX's defaults). Both sides evaluate the same formulas in float64, so they
   agree to a few float64 roundings: rtol 1e-12 (a product of n factors: n u64 ~ 1e-15 for these sizes), where a
-  wrong attribute, default or axis is off by O(1e-2) or more. Two documented differences: HardSwish(-inf) and
-  Softsign(+-inf) are the functions' limits (-0, +-1) in our reference, NaN (inf * 0, inf / inf) in
+  wrong attribute, default or axis is off by O(1e-2) or more. Documented differences: HardSwish(-inf), Mish(-inf)
+  and Softsign(+-inf) are the functions' limits (-0, -0, +-1) in our reference, NaN (inf * 0, inf / inf) in
   onnx.reference, as for SiLU and GELU (reference/activations.py).
 - NPU policy: the node runs the registry variant the profile selects, in the node's dtype (fp16 under
   ascend910b), and the implmode picks between Elu's expm1 (high_precision) and exp - 1 (high_performance) forms.
@@ -46,11 +46,11 @@ def _onnx_reference(model, inputs):
 
 
 UNARY = [("Elu", {}, 6), ("Elu", {"alpha": 0.3}, 22), ("Selu", {}, 6), ("Selu", {"alpha": 2.0, "gamma": 0.5}, 22),
-         ("Celu", {}, 12), ("Celu", {"alpha": 2.5}, 12), ("Softplus", {}, 1), ("Softplus", {}, 22),
+         ("Celu", {}, 12), ("Celu", {"alpha": 2.5}, 12), ("Softplus", {}, 1), ("Softplus", {}, 22), ("Mish", {}, 18),
          ("HardSigmoid", {}, 6), ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.25}, 22), ("HardSwish", {}, 14),
          ("Softsign", {}, 22), ("ThresholdedRelu", {}, 10), ("ThresholdedRelu", {"alpha": -0.5}, 22)]
 # (op, input) where our reference takes the function's limit and onnx.reference's formula gives NaN
-LIMITS = {("HardSwish", -np.inf): -0.0, ("Softsign", np.inf): 1.0, ("Softsign", -np.inf): -1.0}
+LIMITS = {("HardSwish", -np.inf): -0.0, ("Mish", -np.inf): -0.0, ("Softsign", np.inf): 1.0, ("Softsign", -np.inf): -1.0}
 
 
 @pytest.mark.parametrize("op,attrs,opset", UNARY, ids=[f"{o}-{a or 'defaults'}-opset{s}" for o, a, s in UNARY])

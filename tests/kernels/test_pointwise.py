@@ -53,8 +53,9 @@ def test_every_fp16_input(kernel, variant):
 
 BUG_SWEEPS = [("elu", "bug_fp16_exp_minus_1", {}), ("selu", "bug_swapped_constants", {}),
               ("celu", "bug_times_alpha", {"alpha": 2.0}), ("softplus", "bug_fp16_overflow", {}),
-              ("softplus", "bug_log_not_log1p", {}), ("hard_sigmoid", "bug_torch_default_alpha", {}),
-              ("hard_swish", "bug_alpha_0_2", {}), ("softsign", "bug_no_abs", {})]
+              ("softplus", "bug_log_not_log1p", {}), ("mish", "bug_fast_fp16", {}),
+              ("hard_sigmoid", "bug_torch_default_alpha", {}), ("hard_swish", "bug_alpha_0_2", {}),
+              ("softsign", "bug_no_abs", {})]
 
 
 def test_bug_sweeps_cover_every_unary_bug():

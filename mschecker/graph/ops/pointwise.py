@@ -1,6 +1,7 @@
-"""ONNX's float-computing pointwise ops and ReduceProd, through registry kernels (mschecker/kernels/pointwise.py,
-products.py), so that the policy decides their numerics: the float64 reference, or the NPU profile's variant in the
-node's dtype and implmode, held to a contract like every other kernel.
+"""ONNX's float-computing pointwise ops (Elu, Selu, Celu, Softplus, Mish, HardSigmoid, HardSwish, Softsign, PRelu)
+and ReduceProd, through registry kernels (mschecker/kernels/pointwise.py, products.py), so that the policy decides
+their numerics: the float64 reference, or the NPU profile's variant in the node's dtype and implmode, held to a
+contract like every other kernel.
 
 Adapters map ONNX attributes (defaults as the schema stores them: FLOAT attributes are fp32 numbers) to kernel
 parameters. Integer PRelu and ReduceProd (ONNX allows int32/int64/uint) are exact numpy in the input's type.
@@ -30,6 +31,7 @@ _unary("Elu", "elu", {"alpha": defaults.ELU_ALPHA})
 _unary("Selu", "selu", {"alpha": defaults.SELU_ALPHA, "gamma": defaults.SELU_GAMMA})
 _unary("Celu", "celu", {"alpha": defaults.CELU_ALPHA}, min_opset=12)
 _unary("Softplus", "softplus")
+_unary("Mish", "mish", min_opset=18)
 _unary("HardSigmoid", "hard_sigmoid", {"alpha": defaults.HARD_SIGMOID_ALPHA, "beta": defaults.HARD_SIGMOID_BETA})
 _unary("HardSwish", "hard_swish", min_opset=14)
 _unary("Softsign", "softsign")
