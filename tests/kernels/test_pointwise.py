@@ -51,6 +51,22 @@ def test_every_fp16_input(kernel, variant):
     assert result.passed, result.describe()
 
 
+ATTRIBUTES = {"elu": {"alpha": float(np.float32(0.1))}, "selu": {"alpha": 2.0, "gamma": 0.5}, "celu": {"alpha": 0.5},
+              "hard_sigmoid": {"alpha": 0.5, "beta": 0.25}}
+EVERY_VARIANT = [pytest.param(k, v.name, params, id=f"{k}-{v.name}-{'-'.join(params) or 'defaults'}")
+                 for k in sorted({k for k, _ in K.EXHAUSTIVE}) for v in get_kernel(k).correct_variants
+                 for params in ({}, ATTRIBUTES.get(k)) if params is not None]
+
+
+@pytest.mark.parametrize("kernel,variant,params", EVERY_VARIANT)
+def test_every_storage_format_on_the_fp16_grid(kernel, variant, params):
+    """fp32 and bf16 storage too (their own contracts: u32 / u_bf16 final roundings, fp32's subnormal tail of
+    Softplus and Mish below x = -87.3), on every fp16 value, with the ONNX defaults and with other attributes."""
+    info = get_kernel(kernel)
+    result = check_case(info, info.variant(variant), Case(GRID.inputs, params, "all fp16"))
+    assert result.passed, result.describe()
+
+
 BUG_SWEEPS = [("elu", "bug_fp16_exp_minus_1", {}), ("selu", "bug_swapped_constants", {}),
               ("celu", "bug_times_alpha", {"alpha": 2.0}), ("softplus", "bug_fp16_overflow", {}),
               ("softplus", "bug_log_not_log1p", {}), ("mish", "bug_fast_fp16", {}),
