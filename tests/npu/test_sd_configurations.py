@@ -215,3 +215,41 @@ def test_cast_inside_the_npu_policy(to, dtype):
     assert np.asarray(got).dtype == np.float32
     same = (got == want) & (np.signbit(got) == np.signbit(want)) | (np.isnan(got) & np.isnan(want))
     assert same.all(), list(zip(_CAST_VALUES[~same], got[~same], want[~same]))
+
+
+@pytest.mark.parametrize("profile,dtype", [("bf16", bfloat16), ("ascend910b", np.float16)])
+def test_npu_node_outputs_round_to_nearest_even(profile, dtype):
+    """Every float node output is stored in the node dtype by the executor's conversion: round to nearest even
+    (ties to even, overflow to inf, NaN kept), whichever route (fast fp16 cast or numpy/ml_dtypes) it takes. A
+    Relu keeps its input's values, so the stored output is exactly the input rounded to the storage dtype."""
+    g = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [_CAST_VALUES.size])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    x = np.abs(_CAST_VALUES)
+    got = Executor(m, NpuPolicy(profile)).run({"x": x})["y"]
+    with np.errstate(over="ignore"):
+        want = x.astype(dtype)
+    assert str(np.asarray(got).dtype) == str(np.dtype(dtype))
+    g64, w64 = np.asarray(got).astype(np.float64), want.astype(np.float64)
+    assert ((g64 == w64) | (np.isnan(g64) & np.isnan(w64))).all(), list(zip(x, g64, w64))
+
+
+@pytest.mark.parametrize("src", [np.float32, np.float64])
+@pytest.mark.parametrize("dst", [np.float16, bfloat16, np.float32])
+def test_executor_conversion_rounds_to_nearest_even(src, dst):
+    """graph.policy.convert_float (every node input and output the executor rounds to a node dtype) gives
+    astype's bits on every route: ties to even, overflow to inf, subnormals, -0 and NaN."""
+    from mschecker.graph.policy import convert_float
+
+    if np.dtype(src).itemsize <= np.dtype(dst).itemsize:
+        pytest.skip("not a narrowing conversion")
+    x = np.concatenate([_CAST_VALUES, -_CAST_VALUES]).astype(src)
+    x = np.concatenate([x, np.random.default_rng(5).standard_normal(5000).astype(src)])
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = x.astype(dst)
+    got = convert_float(x, np.dtype(dst))
+    assert got.dtype == want.dtype
+    g64, w64 = got.astype(np.float64), want.astype(np.float64)
+    same = ((g64 == w64) & (np.signbit(g64) == np.signbit(w64))) | (np.isnan(g64) & np.isnan(w64))
+    assert same.all(), list(zip(x[~same][:5], g64[~same][:5], w64[~same][:5]))

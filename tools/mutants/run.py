@@ -107,7 +107,8 @@ def run_mutant(patch: Path | None, timeout: int) -> dict:
         first = meta.get("tests", "").split()
         tests = first + [t for t in DEFAULT_TESTS if t not in first]
         steps = [("pytest", [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]),
-                 ("mschecker kernels", [sys.executable, "-m", "mschecker", "kernels"])]
+                 ("mschecker kernels", [sys.executable, "-c", "import sys; from mschecker.cli import main; "
+                                        "sys.exit(main(['kernels']))"])]
         for label, cmd in steps:
             try:
                 proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
@@ -115,7 +116,8 @@ def run_mutant(patch: Path | None, timeout: int) -> dict:
                 return {**meta, "verdict": "broken", "detail": f"{label} timed out", "seconds": time.time() - start}
             if proc.returncode == 1:
                 tail = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))][:3]
-                return {**meta, "verdict": "killed", "by": label, "detail": "; ".join(tail)[:400],
+                detail = "; ".join(tail) or proc.stdout.strip()[-400:]
+                return {**meta, "verdict": "killed", "by": label, "detail": detail[:400],
                         "seconds": round(time.time() - start, 1)}
             if proc.returncode not in (0, 5):
                 return {**meta, "verdict": "broken", "by": label,
@@ -142,7 +144,8 @@ def main(argv=None) -> int:
         return 0
     if not args.skip_baseline:
         base = run_mutant(None, args.timeout)
-        print(f"baseline (no mutant): {base['verdict']} ({base.get('seconds', 0):.0f} s)", flush=True)
+        print(f"baseline (no mutant): {base['verdict']} by {base.get('by', '-')} ({base.get('seconds', 0):.0f} s)",
+              flush=True)
         if base["verdict"] != "survived":
             print(f"the unmutated tree does not pass ({base.get('detail', '')}): fix that first", file=sys.stderr)
             return 2
