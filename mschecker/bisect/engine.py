@@ -168,7 +168,10 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
         t0 = time.perf_counter()
         result.attribution = _attribute(evaluator, config)
         timings["attribution"] = time.perf_counter() - t0
-    if check_onnx and result.proof.passed:
+    if check_onnx and result.proof.passed and base.storage_dtype != "float16":
+        result.onnx_check = OnnxCheck(False, False, error=f"not built: the patched model is fp16 and profile "
+                                                         f"{base.name} stores {base.storage_dtype}")
+    elif check_onnx and result.proof.passed:
         t0 = time.perf_counter()
         result.onnx_check, result.onnx_bytes = _patched_check(loaded, config, list(samples), analysis, rule,
                                                               [n.name for n in ranking])

@@ -146,11 +146,16 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
             if items:
                 console.print(Text(f"  {label}: " + ", ".join(items[:8]) + (" ..." if len(items) > 8 else "")))
     if s is not None:
-        console.print(f"fix search: culprits located in {s.located_in} evaluations (bound 2 + k*ceil(log2 n) = "
-                      f"{s.bound} for k = {len(s.culprits)} among n = {len(s.candidates)} candidates"
-                      + (", error accumulated over many nodes: one fp32 island searched" if s.regime ==
-                         "accumulation" else "") + f"), {s.evaluations} in all"
-                      + (f"; stopped: {s.exhausted}" if s.exhausted else ""))
+        if s.baseline is not None and s.baseline.passed:
+            line = "fix search: the profile as given passes (1 evaluation: the lockstep pass)"
+        elif s.regime == "accumulation":
+            line = (f"fix search: the error accumulates over many nodes; one fp32 island searched against the "
+                    f"ranked prefix: {s.located_in} evaluations (bound 2 + 2*ceil(log2 n) = {s.bound}, n = "
+                    f"{len(s.candidates)} candidates)")
+        else:
+            line = (f"fix search: {len(s.culprits)} culprit(s) located in {s.located_in} evaluations (bound "
+                    f"2 + k*ceil(log2 n) = {s.bound} for k = {len(s.culprits)}, n = {len(s.candidates)})")
+        console.print(line + f", {s.evaluations} in all" + (f"; stopped: {s.exhausted}" if s.exhausted else ""))
     if result.verdict == "FIXED":
         rec = result.recommendation
         console.print(Text("fix (proven on every sample):", style="bold"))
