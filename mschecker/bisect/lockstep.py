@@ -27,7 +27,7 @@ from ..graph.policy import ReferencePolicy, is_float_dtype
 from ..tensorio import read_tensor, safe_filename
 from .policy import RecordingNpuPolicy
 from .samples import Sample
-from .stats import LOW_HEADROOM, ErrorStats, Headroom, ReferenceRange, is_overflow
+from .stats import LOW_HEADROOM, ErrorStats, Headroom, ReferenceRange, _num, is_overflow
 
 Progress = Callable[[str, int, int | None], None]  # (what, done, total)
 
@@ -75,6 +75,8 @@ class NodeRecord:
     npu: str            # what the NPU side bound (dtype, implmode, kernel variants) or "device dump"
     folded: bool        # constant-foldable (shape arithmetic, weight preprocessing): no device precision applies
     outputs: list[OutputRecord] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)   # the float tensors it reads that nodes produce
+    inherited: float = 0.0   # worst rel L2 error among those inputs: what the node received, not what it added
 
     @property
     def label(self) -> str:
@@ -98,7 +100,8 @@ class NodeRecord:
 
     def to_dict(self) -> dict:
         return {"index": self.index, "name": self.name, "op_type": self.op_type, "npu": self.npu,
-                "folded": self.folded, "outputs": [o.to_dict() for o in self.outputs]}
+                "folded": self.folded, "inherited_rel_l2": _num(self.inherited),
+                "outputs": [o.to_dict() for o in self.outputs]}
 
 
 @dataclass
@@ -214,6 +217,9 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
     outputs: dict[str, ErrorStats] = {}
     per_sample: list[dict[str, ErrorStats]] = []
     ref_outputs: list[dict[str, np.ndarray]] = []
+    produced = {o for st in steps for o in st.outputs if o}
+    for record, st in zip(records, steps):
+        record.inputs = [i for i in dict.fromkeys(st.inputs) if i in produced]
     graph_outputs = set(reference.output_names)
     recording = npu.policy if npu is not None and isinstance(npu.policy, RecordingNpuPolicy) else None
     total = len(steps) * len(samples)
@@ -269,6 +275,9 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
                 progress(label, si * len(steps) + k + 1, total)
         per_sample.append(sample_out)
         ref_outputs.append({n: kept[n] for n in reference.output_names if n in kept})
+    for record in records:
+        errors = [by_tensor[i].error.rel_l2 for i in record.inputs if i in by_tensor and by_tensor[i].error]
+        record.inherited = max(errors, default=0.0)
     return Analysis(records, outputs, per_sample, ref_outputs, ranges,
                     dump.coverage if dump is not None else None)
 

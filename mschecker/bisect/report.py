@@ -46,7 +46,7 @@ def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
     for rank, n in enumerate(result.ranking[:max(TOP, len(result.culprits))], 1):
         att = attribution.get(n.name)
         culprits.append({"rank": rank, "name": n.name, "op_type": n.op_type, "own_rel_l2": _num(n.own_error),
-                         "rel_l2": _num(n.error), "overflow": n.overflow, "in_fix": n in result.culprits,
+                         "inherited_rel_l2": _num(n.inherited), "rel_l2": _num(n.error), "overflow": n.overflow, "in_fix": n in result.culprits,
                          "output_rel_l2_without_its_move": _num(att.without_rel_l2) if att else None,
                          "fix_passes_without_it": att.passes_without if att else None})
     doc = {
@@ -127,14 +127,15 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
     table = Table(title="culprits by own error (own = the node on the reference's inputs)")
     table.add_column("#")
     table.add_column("node (op type)", overflow="fold", ratio=3)  # the model's own name, never cut
-    for col in ("own rel L2", "rel L2", "peak/max", "overflow", "in fix", "outputs without it"):
+    for col in ("own rel L2", "inherited", "rel L2", "peak/max", "overflow", "in fix", "outputs without it"):
         table.add_column(col, ratio=1)
     attribution = {x.node: x for x in result.attribution}
     culprit_names = {c.name for c in result.culprits}
     for rank, n in enumerate(result.ranking[:TOP], 1):
         head = max((o.headroom.fraction_of_max for o in n.outputs if o.headroom), default=0.0)
         att = attribution.get(n.name)
-        table.add_row(str(rank), Text(n.label), f"{n.own_error:.3g}", f"{n.error:.3g}", f"{head:.3g}",
+        table.add_row(str(rank), Text(n.label), f"{n.own_error:.3g}", f"{n.inherited:.3g}", f"{n.error:.3g}",
+                      f"{head:.3g}",
                       "yes" if n.overflow else "", "yes" if n.name in culprit_names else "",
                       "" if att is None else f"{att.without_rel_l2:.3g}" + ("" if att.passes_without else " fail"))
     console.print(table)

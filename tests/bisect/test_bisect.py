@@ -238,3 +238,13 @@ def test_op_type_granularity_moves_whole_op_types(tmp_path):
     assert r.recommendation.by_node == {} and r.recommendation.keep_dtype == []
     assert {n.name for n in r.culprits} == {"ln_big", "ln_small"}
     assert r.proof.passed and r.onnx_check.passed
+
+
+def test_inherited_error_is_what_the_inputs_carried(tmp_path):
+    """In the LayerNorm model, nothing downstream of ln_big exists; scale_up's output feeds ln_big: ln_big
+    inherits scale_up's small error and adds ~100% of its own."""
+    model = M.layernorm_pair()
+    r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=1e-2, check_onnx=False)
+    ln_big, scale_up = r.analysis.node("ln_big"), r.analysis.node("scale_up")
+    assert ln_big.inputs == ["x_big"] and ln_big.inherited == scale_up.error < 1e-3
+    assert ln_big.own_error > 0.5 and r.analysis.node("ln_small").inherited == 0.0  # reads the graph input
