@@ -257,6 +257,13 @@ def render_html(doc: dict, png: bytes | None) -> str:
         + "".join(f"<li>[ByNodeName] {e(k)}={e(v)}</li>" for k, v in rec["op_precision"]["ByNodeName"].items())
         + "</ul>")
     img = f'<img alt="error by depth" src="data:image/png;base64,{base64.b64encode(png).decode()}">' if png else ""
+    proof = doc.get("proof") or {}
+    ba = "".join(f"<tr><td>{e(smp['sample'])}</td><td>{e(o['name'])}</td><td>{o['before']['rel_l2']}</td>"
+                 f"<td>{o['after']['rel_l2']}</td><td>{'yes' if o['after']['passed'] else 'no'}</td></tr>"
+                 for smp in proof.get("samples", []) for o in smp["outputs"])
+    if ba:
+        fix += ("<h3>Proof: before / after on every sample</h3><table><tr><th>sample</th><th>output</th>"
+                f"<th>rel L2 before</th><th>rel L2 after</th><th>passes</th></tr>{ba}</table>")
     search = doc.get("search") or {}
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>mschecker bisect</title>
 <style>body{{font-family:sans-serif;margin:2em}}td,th{{border:1px solid #ccc;padding:2px 6px}}
