@@ -267,9 +267,15 @@ def _hp_capable_nodes(executor: Executor, base: NumericsProfile, names: list[str
             continue
         kernels = list(st.spec.kernel_names(st.attrs, executor.model.opset))
         ctx = probe.bind(st.node, executor.model.opset, kernels, st.spec.cube, foldable=False)
-        if ctx.description != st.ctx.description:
+        if _bound(ctx) != _bound(st.ctx):
             out.add(st.label)
     return out
+
+
+def _bound(ctx) -> tuple:
+    """What a node computes with: dtype and kernel callables (the implmode name itself changes nothing: a
+    Reshape or an op whose kernel has one variant per dtype binds the same code under either implmode)."""
+    return ctx.dtype, tuple(sorted((k, id(fn)) for k, fn in ctx.kernels.items())), id(ctx.compress)
 
 
 def _accumulation(evaluate: Evaluator, note, prefix: list[str], order: list[str]) -> list[str]:

@@ -248,3 +248,20 @@ def test_inherited_error_is_what_the_inputs_carried(tmp_path):
     ln_big, scale_up = r.analysis.node("ln_big"), r.analysis.node("scale_up")
     assert ln_big.inputs == ["x_big"] and ln_big.inherited == scale_up.error < 1e-3
     assert ln_big.own_error > 0.5 and r.analysis.node("ln_small").inherited == 0.0  # reads the graph input
+
+
+def test_high_precision_is_tried_only_where_it_binds_other_kernels(tmp_path):
+    from mschecker.bisect.search import high_precision_capable
+
+    model = M.layernorm_pair()
+    path = _save(tmp_path, model)
+    ex = Executor(str(path), NpuPolicy("ascend910b"))
+    items = ["ln_big", "scale_up", "OpType::LayerNormalization", "OpType::Mul"]
+    capable = high_precision_capable(ex, load_profile("ascend910b"), items)
+    assert "ln_big" in capable and "OpType::LayerNormalization" in capable  # fp16 -> fp32 statistics
+    reshape = onnx.helper.make_node("Reshape", ["y_small", "shape"], ["y_flat"], name="flatten")
+    model.graph.node.append(reshape)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.array([-1], np.int64), "shape"))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("y_flat", onnx.TensorProto.FLOAT, [1024]))
+    ex = Executor(str(_save(tmp_path, model, "m2.onnx")), NpuPolicy("ascend910b"))
+    assert "flatten" not in high_precision_capable(ex, load_profile("ascend910b"), ["flatten"])  # no kernel
