@@ -322,10 +322,13 @@ def _stage_spec(files: PipelineFiles, stage: str) -> StageSpec:
         _check_rank(ids, 2, where)
         out = next((m for m in outputs if m.name == "last_hidden_state"), None) or \
             next((m for m in outputs if len(m.shape) == 3), None)
-        if out is None:
+        if out is None or len(out.shape) != 3:
             raise InputError(f"{where}: no (batch, tokens, hidden) output such as last_hidden_state")
         return StageSpec(stage, where, {"input_ids": ids}, out.name)
     if stage == "unet":
+        if len(outputs[0].shape) != 4:
+            raise InputError(f"{where}: output {outputs[0].name!r} has rank {len(outputs[0].shape)}; a UNet predicts a "
+                             "(batch, channels, h, w) sample")
         return StageSpec(stage, where, _unet_roles(inputs, where), outputs[0].name)
     latent = next((m for m in inputs if m.name == "latent_sample"), inputs[0] if len(inputs) == 1 else None)
     if latent is None or len(inputs) != 1:
