@@ -241,6 +241,43 @@ def is_temp_leftover(name: str) -> bool:
     return name.startswith(".") and name.endswith(TEMP_SUFFIX)
 
 
+_LIBC = None
+
+
+def release_file_pages(x) -> None:
+    """madvise(MADV_DONTNEED) the whole pages under a read-only np.memmap (or a view of one): the kernel keeps the
+    file in its page cache, the process stops holding the pages, and a later read faults them back in. Used where
+    a file-backed array has been read and will not be soon again (the comparison's chunks, weights the executor
+    holds converted), so the resident set stays bounded whatever the file size. A no-op for in-memory or
+    writeable arrays and off Linux."""
+    global _LIBC
+    import mmap
+
+    import numpy as np
+
+    if not isinstance(x, np.memmap) or x.flags.writeable or x.nbytes < mmap.PAGESIZE:
+        return
+    if _LIBC is None:
+        import ctypes
+        import sys
+
+        try:
+            _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else False
+        except OSError:
+            _LIBC = False
+    if not _LIBC:
+        return
+    import ctypes
+
+    page = mmap.PAGESIZE
+    addr = x.ctypes.data
+    start = -(-addr // page) * page
+    end = (addr + x.nbytes) // page * page
+    if end > start:
+        _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_DONTNEED)
+
+
 __all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "check_readable", "check_write_target",
            "fsync_directory", "is_temp_leftover", "make_directory", "os_reason", "read_bytes", "read_text",
-           "remove_directories", "replace_into", "safe_component", "unlink_quietly", "write_error", "write_temp"]
+           "release_file_pages", "remove_directories", "replace_into", "safe_component", "unlink_quietly",
+           "write_error", "write_temp"]

@@ -216,7 +216,7 @@ def test_memmap_pages_are_released(tmp_path, monkeypatch):
     """Bounded memory: comparing two 16 MiB memmaps leaves < 4 MiB of them resident (one chunk is 256 KiB per
     file); with page release disabled (planted bug) the whole 32 MiB stays mapped, so the test can fail."""
     assert _memmap_rss_growth_kb(tmp_path, "ok") < 4096
-    monkeypatch.setattr(C, "_release_pages", lambda part: None)
+    monkeypatch.setattr(C, "release_file_pages", lambda part: None)
     assert _memmap_rss_growth_kb(tmp_path, "bug") > 16384
 
 

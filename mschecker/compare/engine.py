@@ -29,6 +29,7 @@ import numpy as np
 from .. import native
 from ..dtypes import FloatFormat, dtype_name, float_format, is_float, ulp_distance_exact
 from ..errors import InputError
+from ..fsio import release_file_pages
 from .results import NonFiniteStats, TensorComparison, WorstElement
 from .rules import ChunkView, ToleranceRule
 from .ulp import _EXACT_ULP_BINS, UlpHistogram, ulp_distances_same_format, ulp_format_of, ulp_percentiles
@@ -71,38 +72,10 @@ def _chunks(x: np.ndarray, chunk: int, first: int = 0, step: int = 1) -> Iterato
             part = flat[start:start + chunk]
             yield start, part
             if release:
-                _release_pages(part)
+                release_file_pages(part)
     else:
         for start in starts:
             yield start, np.asarray(x.flat[start:start + chunk])
-
-
-_LIBC = None
-_PAGE = 4096
-
-
-def _release_pages(part: np.ndarray) -> None:
-    """madvise(MADV_DONTNEED) the whole pages of a read-only file mapping (Linux; a no-op elsewhere)."""
-    global _LIBC, _PAGE
-    if _LIBC is None:
-        try:
-            import ctypes
-            import mmap
-            import sys
-
-            _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else False
-            _PAGE = mmap.PAGESIZE
-        except OSError:
-            _LIBC = False
-    if not _LIBC or part.nbytes < _PAGE:
-        return
-    import ctypes
-
-    addr = part.ctypes.data
-    start = -(-addr // _PAGE) * _PAGE
-    end = (addr + part.nbytes) // _PAGE * _PAGE
-    if end > start:
-        _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), 4)  # 4 = MADV_DONTNEED
 
 
 #: Elements per dot-product block: OpenBLAS runs ddot on several threads above 10000 elements, which measured

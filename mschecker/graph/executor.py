@@ -23,7 +23,8 @@ import onnx
 
 from ..errors import ExecutionError, InputError
 from .capture import CaptureFilter, CaptureFn
-from .loader import LoadedModel, from_proto, load_model, release_file_pages
+from ..fsio import release_file_pages
+from .loader import LoadedModel, from_proto, load_model
 from .ops import OpSpec, attribute_values, lookup
 from ..optimized_kernels.halfcast import to_f32
 from .policy import KernelUnavailable, NodeContext, Policy, convert_float, is_float_dtype

@@ -143,7 +143,7 @@ def _rss_bytes() -> int:
 def test_released_external_weights_leave_the_resident_set_and_stay_readable(tmp_path):
     """After the executor converted an external weight, its file pages are dropped from the resident set (the SD
     1.5 UNet: 3.4 GB), and the original still reads the same values (clean pages fault back in)."""
-    from mschecker.graph.loader import release_file_pages
+    from mschecker.fsio import release_file_pages
 
     w = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)  # 64 MiB
     w.tofile(tmp_path / "w.bin")
