@@ -75,7 +75,11 @@ def verdict_lines(check: SDCheck) -> list[str]:
                      f"{check.metrics.ssim:.4f}, every stage output finite")
     else:
         lines.append(f"FAIL: {prof}: " + "; ".join(check.failure_reasons()))
-    if t.first_nonfinite:
+    if t.first_nonfinite and check.passed and t.first_nan is None:
+        # e.g. the -inf of a causal attention mask (TorchScript CLIP exports): inside the graph, by design
+        lines.append("note: an inf inside the graph that reached no stage output (an attention mask?): "
+                     + t.first_nonfinite.describe())
+    elif t.first_nonfinite:
         lines.append("first NaN/inf: " + t.first_nonfinite.describe())
         hint = explain(t.first_nonfinite.op_type)
         if hint:
