@@ -103,25 +103,29 @@ class Recommendation:
                 "changes": self.changes, "not_expressible_in_atc_files": self.not_expressible()}
 
 
-def keep_dtype_text(rec: Recommendation) -> str:
+# The ATC files hold the whole configuration the proof ran (the base profile's own entries and the fix's): ATC
+# takes one file of each kind, so a file with the fix's entries alone would drop the base's.
+
+def keep_dtype_text(fixed: NumericsProfile) -> str:
     lines = ["# ATC --keep_dtype: these nodes compute and store in fp32 (written by mschecker bisect)"]
-    lines += [e for e in rec.keep_dtype if _ATC_SAFE.match(e)]
+    lines += [e for e in dict.fromkeys(fixed.keep_dtype) if _ATC_SAFE.match(e)]
     return "\n".join(lines) + "\n"
 
 
-def op_precision_text(rec: Recommendation) -> str:
+def op_precision_text(fixed: NumericsProfile) -> str:
     lines = ["# ATC --op_precision_mode (written by mschecker bisect)", "[ByOpType]"]
-    lines += [f"{k}={v}" for k, v in rec.by_op_type.items() if _ATC_SAFE.match(k)]
+    lines += [f"{k}={v}" for k, v in fixed.implmode_by_op_type.items() if _ATC_SAFE.match(k)]
     lines.append("[ByNodeName]")
-    lines += [f"{k}={v}" for k, v in rec.by_node.items() if _ATC_SAFE.match(k)]
+    lines += [f"{k}={v}" for k, v in fixed.implmode_by_node.items() if _ATC_SAFE.match(k)]
     return "\n".join(lines) + "\n"
 
 
-def atc_flags_text(rec: Recommendation, base: NumericsProfile, model: str) -> str:
-    flags = [f"--model={model}", "--framework=5", f"--precision_mode={base.precision_mode}"]
-    if rec.keep_dtype:
+def atc_flags_text(fixed: NumericsProfile, model: str) -> str:
+    flags = [f"--model={model}", "--framework=5", f"--precision_mode={fixed.precision_mode}",
+             f"--op_select_implmode={fixed.implmode}"]
+    if fixed.keep_dtype:
         flags.append(f"--keep_dtype={FILES['keep_dtype']}")
-    if rec.by_op_type or rec.by_node:
+    if fixed.implmode_by_op_type or fixed.implmode_by_node:
         flags.append(f"--op_precision_mode={FILES['op_precision']}")
     return " ".join(flags) + "\n"
 
@@ -363,9 +367,9 @@ def write_fix(out: Path, rec: Recommendation, base: NumericsProfile, fixed: Nume
     """Every deployment file of a proven fix into `out` (atomic each); returns kind -> path."""
     make_directory(out)
     written = {}
-    texts = {"keep_dtype": keep_dtype_text(rec), "op_precision": op_precision_text(rec),
+    texts = {"keep_dtype": keep_dtype_text(fixed), "op_precision": op_precision_text(fixed),
              "profile": profile_json(fixed, f"{base.name}_bisect_fix"),
-             "atc_flags": atc_flags_text(rec, base, Path(model_path).name)}
+             "atc_flags": atc_flags_text(fixed, Path(model_path).name)}
     for kind, text in texts.items():
         atomic_write_text(out / FILES[kind], text)
         written[kind] = str(out / FILES[kind])

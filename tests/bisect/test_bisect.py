@@ -196,6 +196,7 @@ def test_written_files_round_trip_into_the_npu_profile(tmp_path, poly_gelu):
     assert from_json.precision_mode == proven.precision_mode
     flags = (tmp_path / "fix" / "atc_flags.txt").read_text()
     assert "--op_precision_mode=op_precision.ini" in flags and "--keep_dtype" not in flags
+    assert "--precision_mode=force_fp16" in flags and "--op_select_implmode=high_performance" in flags
     patched = onnx.load(files["onnx"])
     ln = next(n for n in patched.graph.node if n.name == "ln_big")
     assert any(n.op_type == "Cast" for n in patched.graph.node)
@@ -265,3 +266,23 @@ def test_high_precision_is_tried_only_where_it_binds_other_kernels(tmp_path):
     model.graph.output.append(onnx.helper.make_tensor_value_info("y_flat", onnx.TensorProto.FLOAT, [1024]))
     ex = Executor(str(_save(tmp_path, model, "m2.onnx")), NpuPolicy("ascend910b"))
     assert "flatten" not in high_precision_capable(ex, load_profile("ascend910b"), ["flatten"])  # no kernel
+
+
+def test_atc_files_keep_the_base_profiles_own_entries(tmp_path):
+    """A base profile that already keeps a node in fp32 and runs an op type in high_precision: ATC takes one
+    file of each kind, so the written files hold those entries next to the fix's."""
+    import json as _json
+
+    base = load_profile("ascend910b").replace(name="mine", keep_dtype=("scale_up",),
+                                              implmode_by_op_type={"Gelu": "high_precision"})
+    prof = tmp_path / "mine.json"
+    prof.write_text(_json.dumps(base.to_dict()))
+    model = M.layernorm_pair()
+    r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=1e-2, profile=str(prof),
+                     check_onnx=False)
+    files = write_outputs(r, tmp_path / "fix")
+    assert r.recommendation.by_node == {"ln_big": "high_precision"}
+    assert parse_keep_dtype(files["keep_dtype"]) == ["scale_up"]
+    assert parse_op_precision_ini(files["op_precision"]) == ({"Gelu": "high_precision"},
+                                                              {"ln_big": "high_precision"})
+    assert "--keep_dtype=keep_dtype.cfg" in (tmp_path / "fix" / "atc_flags.txt").read_text()
