@@ -270,6 +270,12 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
                     outputs[name] = err.worst(outputs.get(name))
             for name in graph_outputs.intersection(rout):
                 kept[name] = rout[name]
+                actual = nout.get(name)
+                if not is_float_dtype(np.asarray(rout[name]).dtype) and actual is not None:
+                    # an integer / bool graph output (labels, indices): judged exactly like the float ones
+                    err = ErrorStats.of(np.asarray(actual), np.asarray(rout[name]), rule, f"output {name!r}")
+                    sample_out[name] = err
+                    outputs[name] = err.worst(outputs.get(name))
             del rargs, rout, nout, own_out
             if progress is not None:
                 progress(label, si * len(steps) + k + 1, total)

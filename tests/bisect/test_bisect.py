@@ -286,3 +286,14 @@ def test_atc_files_keep_the_base_profiles_own_entries(tmp_path):
     assert parse_op_precision_ini(files["op_precision"]) == ({"Gelu": "high_precision"},
                                                               {"ln_big": "high_precision"})
     assert "--keep_dtype=keep_dtype.cfg" in (tmp_path / "fix" / "atc_flags.txt").read_text()
+
+
+def test_an_integer_output_is_judged_too(tmp_path):
+    """An ArgMax label output: the fix must get the labels right, not only the float logits."""
+    model = M.gelu_branches(n=1)
+    model.graph.node.append(onnx.helper.make_node("ArgMax", ["y0"], ["label"], name="argmax", axis=1,
+                                                  keepdims=0))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("label", onnx.TensorProto.INT64, [8]))
+    r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=1e-2, check_onnx=False)
+    assert "label" in r.analysis.outputs and "label" in r.analysis.per_sample[0]
+    assert r.analysis.outputs["label"].passed == (r.analysis.outputs["label"].max_abs == 0)
