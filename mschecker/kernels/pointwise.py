@@ -209,8 +209,10 @@ def _prelu_golden_cases():
                  "special values, scalar slope")]
 
 
-def _unary(name, reference, accurate_fn, contract, attributes, bugs, doc, tails=None, extra=None, goldens=None,
-           definitions=None) -> KernelInfo:
+def _unary(name, reference, accurate_fn, contract, attributes, bugs, doc, *, definitions, tails=None, extra=None,
+           goldens=None) -> KernelInfo:
+    """An activations-family entry: the fp32-compute variants, any `extra` ones, the planted bugs, each variant's
+    two-sided definition; cases with the attributes drawn or left at their defaults."""
     variants = {**_accurate_variants(accurate_fn, contract), **(extra or {}), **bugs}
     info = KernelInfo(name=name, family="activations", reference=reference, variants=variants,
                       strategies=_unary_strategies(attributes, tails),
