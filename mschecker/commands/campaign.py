@@ -1,6 +1,6 @@
 """`mschecker campaign run|compare|history|export`: regression campaigns (mschecker.campaign; docs/CAMPAIGN.md).
 
-  run FILE [--scheduler ADDR] [--workers N] [--store PATH] [--run-id ID]
+  run FILE [--scheduler ADDR] [--workers N] [--store PATH] [--run-id ID] [--json PATH]
       expand the campaign file into cells, run them on Dask (a local cluster, or the cluster at ADDR), store
       every result, compare with the declared baseline. Exit 1 on a regression (without a baseline: a failed
       cell), 3 when a cell crashed / timed out / lost its worker (rerun with --run-id to resume), 0 otherwise.
@@ -58,15 +58,19 @@ def run_main(argv: list[str]) -> int:
                    help="seconds to reach --scheduler (default 5)")
     p.add_argument("--run-id", metavar="ID", help="name of the run; an existing id resumes it (finished cells "
                                                  "are skipped)")
+    p.add_argument("--json", metavar="PATH", help="also write the run summary and its comparison as JSON")
     _store_arg(p)
     args = p.parse_args(argv)
+    if args.json:
+        check_writable(args.json, "--json")
     if args.scheduler and args.workers:
         raise UsageError("--workers sizes the local cluster; it cannot be combined with --scheduler")
     from ..campaign.engine import EngineConfig
-    from ..campaign.report import render_comparison, render_run
+    from ..campaign.report import render_comparison, render_run, to_json
     from ..campaign.runner import run_campaign
     from ..campaign.spec import load_campaign
     from ..campaign.store import Store
+    from ..tensorio import atomic_write_text
 
     spec = load_campaign(args.file)
     config = EngineConfig(scheduler=args.scheduler, workers=args.workers, connect_timeout_s=args.connect_timeout)
@@ -80,6 +84,8 @@ def run_main(argv: list[str]) -> int:
         render_comparison(summary.comparison, console)
     elif summary.baseline_note:
         console.print(f"baseline: {summary.baseline_note}", highlight=False)
+    if args.json:
+        atomic_write_text(args.json, to_json(summary))
     print(f"run id: {summary.run_id} (store {args.store})")
     return summary.exit_code
 
@@ -130,18 +136,18 @@ def compare_main(argv: list[str]) -> int:
         if value and value != "-":
             check_writable(value, f"--{flag}")
     from ..campaign.compare import compare_runs
-    from ..campaign.report import comparison_json, render_comparison, write_html
+    from ..campaign.report import render_comparison, to_json, write_html
     from ..campaign.store import Store
     from ..tensorio import atomic_write_text
 
     with Store.open(args.store) as store:
         comparison = compare_runs(store, args.baseline, args.run)
         if args.json == "-":
-            sys.stdout.write(comparison_json(comparison))
+            sys.stdout.write(to_json(comparison))
         else:
             render_comparison(comparison, _console(), show_same=args.all)
             if args.json:
-                atomic_write_text(args.json, comparison_json(comparison))
+                atomic_write_text(args.json, to_json(comparison))
         if args.html:
             write_html(comparison, store, args.html, last=args.last)
     return 1 if comparison.regressed else 0
