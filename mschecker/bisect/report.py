@@ -67,6 +67,7 @@ def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
     }
     if s is not None:
         doc["search"] = {"candidates": len(s.candidates), "culprits_found": s.culprits, "regime": s.regime,
+                         "move": s.move, "high_precision_probe": s.hp_probe,
                          "evaluations": s.evaluations, "located_in": s.located_in, "bound": s.bound, "budget_exhausted": s.exhausted,
                          "log": [e.to_dict() for e in s.log]}
         if s.rule_of_thumb is not None:
@@ -105,11 +106,12 @@ def _before_after(result: BisectResult) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------- console
 def render_console(result: BisectResult, console=None, files: dict[str, str] | None = None) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = console or Console()
+    from ..console import make_console
+
+    console = console or make_console()  # outside a terminal: wide, no escapes (names and numbers never cut)
     a, s = result.analysis, result.search
     style = {"PASS": "bold green", "FIXED": "bold yellow", "FAIL": "bold red"}[result.verdict]
     console.print(Text.assemble(("bisect ", "bold"), (result.verdict, style), "  ", Text(result.model),
@@ -149,13 +151,18 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
     if s is not None:
         if s.baseline is not None and s.baseline.passed:
             line = "fix search: the profile as given passes (1 evaluation: the lockstep pass)"
-        elif s.regime == "accumulation":
-            line = (f"fix search: the error accumulates over many nodes; one fp32 island searched against the "
-                    f"ranked prefix: {s.located_in} evaluations (bound 2 + 2*ceil(log2 n) = {s.bound}, n = "
-                    f"{len(s.candidates)} candidates)")
         else:
-            line = (f"fix search: {len(s.culprits)} culprit(s) located in {s.located_in} evaluations (bound "
-                    f"2 + k*ceil(log2 n) = {s.bound} for k = {len(s.culprits)}, n = {len(s.candidates)})")
+            probe = {None: "", True: "; every capable node in high_precision passes: searched with that move",
+                     False: "; +1 for the high_precision probe that failed"}[s.hp_probe]
+            if s.regime == "accumulation":
+                what = ("one fp32 island searched against the ranked prefix" if s.move == "keep_dtype" else
+                        "the passing ranked prefix kept")
+                line = (f"fix search: the error accumulates over many nodes, {what}: {s.located_in} evaluations "
+                        f"(bound {s.bound}, n = {len(s.candidates)} candidates{probe})")
+            else:
+                line = (f"fix search: {len(s.culprits)} culprit(s) located in {s.located_in} evaluations (bound "
+                        f"2 + k*ceil(log2 n) = {s.bound} for k = {len(s.culprits)}, n = {len(s.candidates)}"
+                        f"{probe})")
         console.print(line + f", {s.evaluations} in all" + (f"; stopped: {s.exhausted}" if s.exhausted else ""))
     if result.verdict == "FIXED":
         rec = result.recommendation

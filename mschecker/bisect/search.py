@@ -13,7 +13,11 @@ inside the graph overflowed (stats.is_overflow: an inf inside is a failure even 
 Group testing guided by the own-error ranking (candidates: non-folded nodes with nonzero own error or an
 overflow, most own error first). With the ranking r_1..r_n and F the culprits found so far:
   1. the profile as given (1 evaluation); passing means nothing to fix;
-  2. every candidate kept in fp32 (1 evaluation); failing means no precision move fixes it (exit 1);
+  2. when the worst candidate's high_precision implmode binds other kernels: every such candidate in
+     high_precision (1 evaluation); if that passes, steps 3-4 search among those candidates with that move
+     (cheaper than fp32 storage), otherwise this probe costs one evaluation more than the bound below;
+     then (unless the probe passed) every candidate kept in fp32 (1 evaluation); failing means no precision
+     move fixes it (exit 1);
   3. binary search for the shortest prefix r_1..r_p such that F + r_1..r_p passes; r_p is a culprit (F needs
      it, given the monotonicity "keeping more in fp32 never hurts"), added to F; repeat on r_1..r_{p-1}
      until F alone passes. Each culprit costs at most ceil(log2 n) evaluations: 2 + k*ceil(log2 n) in all.
@@ -225,6 +229,8 @@ class SearchResult:
     rule_of_thumb: Evaluation | None = None
     layers: list[str] = field(default_factory=list)
     log: list[Evaluation] = field(default_factory=list)   # every evaluation, in order
+    move: str = "keep_dtype"   # the move the group testing applied (high_precision when that alone passed)
+    hp_probe: bool | None = None   # every capable candidate in high_precision: passed / failed / not tried
     regime: str = "culprits"   # "culprits": a few nodes to move; "accumulation": error spread over many nodes
     located_in: int = 0        # evaluations until the culprits were located (what `bound` bounds); the rest
                                # tried cheaper moves for them (high_precision instead of fp32)
@@ -314,6 +320,9 @@ def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], lay
     culprits: list[str] = []
     exhausted = located = None
     regime = "culprits"
+    move = "keep_dtype"   # the move the group testing applies: keep_dtype, or high_precision (module docstring)
+    hp_tried = False
+    probed = 0            # 1 when the high_precision probe ran and failed (it costs one evaluation)
     order = sorted(candidates, key=position.__getitem__)
     try:
         if baseline is None:
@@ -324,14 +333,30 @@ def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], lay
         if baseline.passed:
             return SearchResult(baseline, FixConfig(), baseline, [], candidates, evaluate.count, 1, None,
                                 log=list(evaluate.log), located_in=evaluate.count)
+        everything = None
+        hp_pool = [c for c in candidates if c in hp_capable]
+        hp_tried = bool(candidates) and candidates[0] in hp_capable
+        if hp_tried:  # the worst node's implmode binds other kernels: the cheap move first
+            everything = note(evaluate(FixConfig(high_precision=frozenset(hp_pool)),
+                                       f"all {len(hp_pool)} high_precision-capable candidates in high_precision"))
+            if everything.passed:
+                move, candidates = "high_precision", hp_pool
+            else:
+                probed = 1
+        if candidates and (everything is None or not everything.passed):
+            everything = note(evaluate(FixConfig(keep_dtype=frozenset(candidates)),
+                                       f"all {len(candidates)} candidates in fp32"))
+        n = len(candidates)
+        log2n = max(1, math.ceil(math.log2(n))) if n > 1 else 1
         if n:
-            everything = note(evaluate(FixConfig(keep_dtype=frozenset(candidates)), f"all {n} candidates in fp32"))
+            def config(items) -> FixConfig:
+                return FixConfig(**{move: frozenset(items)})
             if everything.passed:
                 pool, low, high = list(candidates), 0, n   # prefix `low` fails (baseline), `high` passes
                 while True:
                     while high - low > 1:
                         mid = (low + high) // 2
-                        cfg = FixConfig(keep_dtype=frozenset(culprits + pool[:mid]))
+                        cfg = config(culprits + pool[:mid])
                         if note(evaluate(cfg, f"{len(culprits)} culprit(s) + top {mid} of {len(pool)}")).passed:
                             high = mid
                         else:
@@ -340,13 +365,15 @@ def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], lay
                         break
                     if not culprits and high > ACCUMULATION_PREFIX:
                         regime = "accumulation"
-                        culprits = _accumulation(evaluate, note, pool[:high], order)
+                        culprits = _accumulation(evaluate, note, pool[:high], order) if move == "keep_dtype" \
+                            else list(pool[:high])  # implmodes: the passing prefix (an island means storage)
                         break
                     culprits.append(pool[high - 1])
                     pool = pool[:high - 1]
                     low, high = -1, len(pool)  # F + the whole remaining prefix passes; F alone is untested
                 located = evaluate.count
-                hp = [c for c in culprits if c in hp_capable] if regime == "culprits" else []
+                hp = [c for c in culprits if c in hp_capable] if regime == "culprits" and move == "keep_dtype" \
+                    else []
                 if hp:
                     keep = [c for c in culprits if c not in hp_capable]
                     cfg = FixConfig(keep_dtype=frozenset(keep), high_precision=frozenset(hp))
@@ -373,7 +400,10 @@ def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], lay
                                  f"rule of thumb: fp32 every {RULE_OF_THUMB_EVERY}th layer", counted=False)
             except BudgetExhausted:  # pragma: no cover - uncounted evaluations never exhaust
                 thumb = None
-    bound = 2 + (2 if regime == "accumulation" else len(culprits)) * log2n
+    bound = 2 + probed + (2 if regime == "accumulation" and move == "keep_dtype" else
+                          1 if regime == "accumulation" else len(culprits)) * log2n
     return SearchResult(baseline, best_pass.config if best_pass else None, best_pass or state["closest"],
                         culprits, candidates, evaluate.count, bound, exhausted, thumb, layers,
-                        list(evaluate.log), regime, located if located is not None else evaluate.count)
+                        list(evaluate.log), regime=regime,
+                        located_in=located if located is not None else evaluate.count, move=move,
+                        hp_probe=None if not hp_tried else not probed)

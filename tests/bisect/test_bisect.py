@@ -51,6 +51,9 @@ def test_poor_polynomial_gelu_is_fixed_by_high_precision_gelu(tmp_path, poly_gel
     assert [n.op_type for n in r.ranking[:3]] == ["Gelu"] * 3  # own error ranks them first
     assert r.recommendation.keep_dtype == [] and r.recommendation.by_node == {}
     assert r.recommendation.by_op_type == {"Gelu": "high_precision"}
+    # the worst node's implmode binds another kernel: the cheap move is probed first and searched with
+    assert r.search.move == "high_precision" and r.search.hp_probe is True
+    assert sorted(r.search.candidates) == ["gelu0", "gelu1", "gelu2"] and r.search.evaluations == 7
     _check_bound(r)
     _minimal(r)
     assert r.proof.passed and all(s.passed for s in r.proof.outputs.values())
@@ -68,6 +71,7 @@ def test_layernorm_variance_overflow_is_fixed_by_that_nodes_fp32_statistics(tmp_
     # high_precision = fp32 statistics with fp16 storage: the cheaper move wins over keep_dtype
     assert r.recommendation.by_node == {"ln_big": "high_precision"}
     assert r.recommendation.keep_dtype == [] and r.recommendation.by_op_type == {}
+    assert r.search.evaluations == 3  # as given, both LayerNorms in high_precision, ln_big alone
     _check_bound(r)
     _minimal(r)
     assert r.onnx_check.ran and r.onnx_check.passed
@@ -100,7 +104,7 @@ def test_deep_fp16_chain_without_single_culprit_gets_a_cast_point(tmp_path):
     r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=2e-3)
     assert r.verdict == "FIXED"
     s = r.search
-    assert s.regime == "accumulation"
+    assert s.regime == "accumulation" and s.move == "keep_dtype" and s.hp_probe is None  # MatMul: no implmode
     own = [n.own_error for n in r.ranking]
     assert max(own) < 2 * min(own)  # no node stands out
     kept = r.recommendation.config.keep_dtype
