@@ -531,15 +531,54 @@ attention_fp32_logits = attention_naive(F32, _softmax32)
 
 
 # --------------------------------------------------------------------------------------- quantization
-def int8_weight_gemm_minmax(x, w):
-    """Per output channel n: s_n = max_k |w_kn| / 127 in fp32 (1 for an all-zero channel); codes
+def entropy_threshold(values, bins: int = 512, levels: int = 128) -> float:
+    """TensorRT's entropy calibration of |values| (histogram of `bins` bins over [0, max]): for each candidate
+    i = levels..bins, P = the first i bins with all mass beyond folded into bin i-1; Q = those i bins (without the
+    folded mass) merged into `levels` groups (bin j in group j*levels // i), each group's mass spread evenly over
+    its bins that are nonzero in P; both normalized; KL(P||Q) with Q floored at 1e-4/i where P has mass. The
+    first i with the smallest KL gives the threshold (i + 1/2) bin widths."""
+    v = np.abs(np.asarray(values, F64)).ravel()
+    top = float(v.max()) if v.size else 0.0
+    if top == 0.0:
+        return 0.0
+    hist = np.histogram(v, bins=bins, range=(0.0, top))[0].astype(F64)
+    best, best_kl = bins, math.inf
+    for i in range(levels, bins + 1):
+        p = hist[:i].copy()
+        p[i - 1] += hist[i:].sum()
+        group = np.arange(i) * levels // i
+        live = p > 0
+        mass = np.bincount(group, weights=hist[:i], minlength=levels)
+        nonzero_bins = np.bincount(group[live], minlength=levels)
+        q = np.where(live, mass[group] / np.maximum(nonzero_bins[group], 1), 0.0)
+        pn = p[live] / p[live].sum()
+        qn = q[live] / max(q[live].sum(), 1e-300)
+        kl = float(np.sum(pn * np.log(pn / np.maximum(qn, 1e-4 / i))))
+        if kl < best_kl:
+            best, best_kl = i, kl
+    return (best + 0.5) * top / bins
+
+
+def _int8_weight_gemm(x, w, t):
+    """Per output channel n, threshold t_n: s_n = t_n / 127 in fp32 (1 for an all-zero channel); codes
     clip(round-half-even(w / s), -127, 127); w_hat = codes * s rounded to fp16; y = x w_hat on the cube, fp16."""
     w32 = _f32(w)
-    t = np.max(np.abs(w32), axis=0)
     s = np.where(t > 0, (t / F32.type(127)).astype(F32), F32.type(1)).astype(F32)
     codes = np.clip(np.rint((w32 / s).astype(F32)), -127, 127)
     w_hat = (codes.astype(F32) * s).astype(F32).astype(F16)
     return cube_fp32(x, w_hat).astype(F16)
+
+
+def int8_weight_gemm_minmax(x, w):
+    """Thresholds t_n = max_k |w_kn|: nothing clipped."""
+    return _int8_weight_gemm(x, w, np.max(np.abs(_f32(w)), axis=0))
+
+
+def int8_weight_gemm_kl(x, w):
+    """Thresholds t_n = min(max_k |w_kn|, T), T the entropy threshold of the whole tensor (pooled: one column has
+    too few values for a histogram), rounded to fp32."""
+    amax = np.max(np.abs(_f32(w)), axis=0)
+    return _int8_weight_gemm(x, w, np.minimum(amax, F32.type(entropy_threshold(w))).astype(F32))
 
 
 def bitpack4(mode):

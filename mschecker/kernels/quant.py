@@ -118,5 +118,5 @@ register_kernel(D.attach(KernelInfo(
     },
     golden_cases=_golden_cases,
     doc="int8 weight-only GEMM: int8_weight_gemm(x (..., K), w (K, N)); truth is x @ w with float weights.",
-), {"fp16_fp32acc_minmax": D.int8_weight_gemm_minmax},
+), {"fp16_fp32acc_minmax": D.int8_weight_gemm_minmax, "fp16_fp32acc_kl": D.int8_weight_gemm_kl},
     dict.fromkeys(("fp16_fp32acc_minmax", "fp16_fp32acc_kl"), D.BLAS_FP32)))

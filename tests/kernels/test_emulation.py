@@ -25,7 +25,6 @@ _REG = registry()
 
 # Correct variants without a bit-level definition, and why. A new variant must not join this list silently.
 NO_DEFINITION = {
-    ("int8_weight_gemm", "fp16_fp32acc_kl"): "the KL (entropy) calibration has no second implementation yet",
     **{("conv2d", v): "fp32 sums ordered by the BLAS per GEMM shape: bit-checked on exactly summable inputs below"
        for v in ("fp16_fp32acc", "bf16_fp32acc", "fp32")},
     ("conv2d_winograd", "fp16_fp32acc"): "direct conv, as conv2d: exactly summable inputs below",
