@@ -22,7 +22,7 @@ import onnx
 
 from ..compare import ToleranceRule
 from ..errors import InputError
-from ..graph.executor import Executor
+from ..graph.executor import Executor, node_label
 from ..graph.loader import LoadedModel, load_model
 from ..graph.policy import KernelUnavailable
 from ..graph.runner import npu_profile
@@ -100,7 +100,18 @@ class BisectResult:
 
 
 def _load(model: str | Path | LoadedModel) -> LoadedModel:
-    return model if isinstance(model, LoadedModel) else load_model(model)
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    name_unnamed(loaded.graph)
+    return loaded
+
+
+def name_unnamed(graph: onnx.GraphProto) -> None:
+    """Give every unnamed node the label the executor reports it under ("#index:OpType"), so a per-node move
+    (keep_dtype, implmode by node name) can select it; ATC's files cannot carry such a name (the report lists
+    it), the profile and the patched model can."""
+    for i, node in enumerate(graph.node):
+        if not node.name:
+            node.name = node_label(node, i)
 
 
 def _plan(model: LoadedModel, profile: NumericsProfile) -> tuple[Executor, Executor]:
@@ -208,6 +219,7 @@ def _patched_check(loaded: LoadedModel, config: FixConfig, samples, analysis, ru
 
     try:
         full = onnx.load(str(loaded.path))
+        name_unnamed(full.graph)
     except Exception as exc:  # noqa: BLE001 - an in-memory model has no file to patch
         return OnnxCheck(False, False, error=f"cannot load {loaded.path}: {type(exc).__name__}: {exc}"), None
     # host-folded nodes (shape arithmetic) stay fp32 as the NPU compiler folds them in fp32 (NpuPolicy.bind);

@@ -301,3 +301,15 @@ def test_an_integer_output_is_judged_too(tmp_path):
     r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=1e-2, check_onnx=False)
     assert "label" in r.analysis.outputs and "label" in r.analysis.per_sample[0]
     assert r.analysis.outputs["label"].passed == (r.analysis.outputs["label"].max_abs == 0)
+
+
+def test_unnamed_nodes_can_be_moved(tmp_path):
+    """Nodes without a name are selected by their label ("#index:OpType"); ATC's files cannot carry that name,
+    the report says so, and the profile and the patched model use it."""
+    model = M.layernorm_pair()
+    for node in model.graph.node:
+        node.name = ""
+    r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=1e-2)
+    assert r.verdict == "FIXED" and r.recommendation.by_node == {"#1:LayerNormalization": "high_precision"}
+    assert r.recommendation.not_expressible() == ["#1:LayerNormalization"]
+    assert r.proof.passed and r.onnx_check.ran and r.onnx_check.passed
