@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mschecker.tensorio import atomic_write_text
+from mschecker.fsio import atomic_write_text
 
 
 def build(path: Path, c: int, s: int, blocks: int) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from executor_bench import build_sd_unet, extract_tree  # noqa: E402  (the benchmarks folder is not a package)
 
-from mschecker.tensorio import atomic_write_text  # noqa: E402
+from mschecker.fsio import atomic_write_text  # noqa: E402
 
 CHILD = r"""
 import dataclasses, json, sys, time

@@ -37,7 +37,7 @@ from scipy import special
 from mschecker.reference import activations as A
 from mschecker.reference import exp64 as E
 from mschecker.reference import softmax as S
-from mschecker.tensorio import atomic_write_text
+from mschecker.fsio import atomic_write_text
 
 RESULTS = Path(__file__).resolve().parent / "results" / "reference_bench.json"
 SHAPES = ((2, 8, 1024, 1024), (2, 8, 1024, 77))

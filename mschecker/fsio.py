@@ -241,6 +241,17 @@ def is_temp_leftover(name: str) -> bool:
     return name.startswith(".") and name.endswith(TEMP_SUFFIX)
 
 
+def file_sha256(path, chunk: int = 1 << 20) -> str:
+    """The sha256 of a file's bytes, read in chunks (models of several GB hash in bounded memory)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
 _LIBC = None
 
 
@@ -278,6 +289,6 @@ def release_file_pages(x) -> None:
 
 
 __all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "check_readable", "check_write_target",
-           "fsync_directory", "is_temp_leftover", "make_directory", "os_reason", "read_bytes", "read_text",
+           "file_sha256", "fsync_directory", "is_temp_leftover", "make_directory", "os_reason", "read_bytes", "read_text",
            "release_file_pages", "remove_directories", "replace_into", "safe_component", "unlink_quietly",
            "write_error", "write_temp"]

@@ -34,8 +34,7 @@ from . import __version__, fsio, schema
 from .dtypes import bfloat16, dtype_name, resolve_dtype
 from .errors import InputError
 from .fsio import atomic_write_text
-from .runners import file_sha256
-from .tensorio import safe_filename
+from .tensorio import read_tensor, safe_filename
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
@@ -168,7 +167,7 @@ def _holds(path: Path, sha: str) -> bool:
     """True when `path` is a regular file with this sha256 (a damaged old file is rewritten, not reused)."""
     try:
         fsio.check_readable(path)
-        return file_sha256(path) == sha
+        return fsio.file_sha256(path) == sha
     except (InputError, OSError):
         return False
 
@@ -202,7 +201,7 @@ def record(directory, tensors: Mapping[str, np.ndarray], *, producer: str, toler
             stem = safe_filename(name)
             tmp = fsio.write_temp(directory / (stem + ".npy"), lambda f, d=data: np.save(f, d, allow_pickle=False))
             try:
-                sha = file_sha256(tmp)
+                sha = fsio.file_sha256(tmp)
                 file = _choose_file(stem, sha, old_files, used)
                 if file.lower() in old_files and _holds(directory / file, sha):  # the current set has it already
                     fsio.unlink_quietly(tmp)
@@ -280,7 +279,7 @@ def verify(directory) -> list[str]:
             continue
         try:
             fsio.check_readable(path, "golden")
-            sha = file_sha256(path)
+            sha = fsio.file_sha256(path)
         except InputError as exc:
             problems.append(f"{name}: {exc}")
             continue
@@ -320,8 +319,6 @@ def find_golden_dirs(root) -> list[Path]:
 
 
 def _load_entry(directory: Path, name: str, entry: dict) -> np.ndarray:
-    from .tensorio import read_tensor
-
     path = directory / entry["file"]
     where = f"golden {path} (tensor {name!r})"
     try:

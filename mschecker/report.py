@@ -3,7 +3,7 @@
 One set of renderables feeds both the console and the plain text (`render_text` renders them with styles off),
 so what a user sees in the terminal and what a pytest failure message shows never drift apart. JSON is
 `CheckReport.to_dict()` verbatim (schema: docs/REPORT_SCHEMA.md). File writes are atomic (temp file in the same
-directory + os.replace, via mschecker.tensorio.atomic_write_text).
+directory + os.replace, via mschecker.fsio.atomic_write_text).
 """
 from __future__ import annotations
 
@@ -218,7 +218,7 @@ def render_text(report: CheckReport, *, width: int = 110, details=None) -> str:
 # --------------------------------------------------------------------------------------------------------------
 
 def _write_atomic(path, text: str, what: str) -> None:
-    from .tensorio import atomic_write_text
+    from .fsio import atomic_write_text
 
     try:
         atomic_write_text(path, text)

@@ -8,34 +8,19 @@ instead of a backend's multi-line exception.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .dtypes import dtype_name, resolve_dtype
+from .dtypes import resolve_dtype
 from .errors import InputError
-from .tensorio import check_expected
+from .tensormeta import TensorMeta, check_feeds
 
 DEVICES = ("ort", "reference", "npu")
-
-
-@dataclass(frozen=True)
-class TensorMeta:
-    """A model input/output as the model declares it; dims are ints, or str/None where dynamic."""
-
-    name: str
-    shape: tuple
-    dtype: np.dtype
-
-    def describe(self) -> str:
-        dims = "x".join(str(d) if isinstance(d, int) else (d or "?") for d in self.shape)
-        return f"{self.name}: {dtype_name(self.dtype)}[{dims}]"
 
 
 @runtime_checkable
@@ -47,27 +32,6 @@ class Runner(Protocol):
     def outputs(self) -> list[TensorMeta]: ...
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
-
-
-def check_feeds(feeds: Mapping[str, np.ndarray], metas: list[TensorMeta], model: str) -> None:
-    """InputError (one line, naming the tensor) unless feeds holds exactly the model inputs with matching
-    dtypes and shapes (dynamic dims match anything)."""
-    names = [m.name for m in metas]
-    for key in feeds:
-        if key not in names:
-            raise InputError(f"{model}: {key!r} is not a model input (inputs: {', '.join(names)})")
-    for m in metas:
-        if m.name not in feeds:
-            raise InputError(f"{model}: model input {m.name!r} was not given")
-        check_expected(np.asarray(feeds[m.name]), m.shape, m.dtype, f"{model} input {m.name!r}")
-
-
-def file_sha256(path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _ort_dtype(type_str: str, where: str) -> np.dtype:

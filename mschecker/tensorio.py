@@ -28,23 +28,18 @@ import os
 import re
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from . import fsio, schema
-from .dtypes import bfloat16, dtype_name, resolve_dtype
+from .dtypes import bfloat16, dtype_name
 from .errors import InputError
-from .fsio import atomic_write, atomic_write_bytes, atomic_write_text  # noqa: F401 - re-exported (callers import them here)
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .runners import TensorMeta
-
-Shape = Sequence["int | str | None"]
+from .fsio import atomic_write, atomic_write_bytes, atomic_write_text
+from .tensormeta import Shape, as_dtype, check_expected, fmt_shape, is_dynamic
 
 SIDECAR_SUFFIX = ".json"
-_SELF_DESCRIBING = {".npy", ".npz", ".pb", ".json"}
-_POSITIONAL_NAME = re.compile(r"^(?:arr|input|output)_(\d+)$")
+SELF_DESCRIBING = {".npy", ".npz", ".pb", ".json"}
+POSITIONAL_NAME = re.compile(r"^(?:arr|input|output)_(\d+)$")
 
 
 # --------------------------------------------------------------------------------------------- small helpers
@@ -52,42 +47,12 @@ def _label(path, name=None) -> str:
     return f"{path}" + (f" (tensor {name!r})" if name else "")
 
 
-def _fmt_shape(shape) -> str:
-    return "(" + ", ".join("?" if not isinstance(d, (int, np.integer)) else str(int(d)) for d in shape) + ")"
-
-
-def is_dynamic(dim) -> bool:
-    """A model dimension that is not a fixed non-negative integer (a symbolic name or None)."""
-    return not isinstance(dim, (int, np.integer)) or int(dim) < 0
-
-
-def _as_dtype(dtype, where: str) -> np.dtype:
-    try:
-        return resolve_dtype(dtype)
-    except ValueError as exc:
-        raise InputError(f"{where}: {exc}") from None
-
-
-def _reinterpret_bf16(arr: np.ndarray, dtype: np.dtype | None) -> np.ndarray:
+def reinterpret_bf16(arr: np.ndarray, dtype: np.dtype | None) -> np.ndarray:
     """numpy writes ml_dtypes' bfloat16 as '<V2'; goldens store it as uint16. View either as bf16 when meant."""
     if arr.dtype.kind == "V" and arr.dtype.itemsize == 2 and arr.dtype.fields is None:
         return arr.view(bfloat16)
     if dtype is not None and dtype == bfloat16 and arr.dtype == np.uint16:
         return arr.view(bfloat16)
-    return arr
-
-
-def check_expected(arr: np.ndarray, shape: Shape | None, dtype, where: str) -> np.ndarray:
-    """Check a tensor against the expected shape (dynamic dims match anything) and dtype; InputError if not."""
-    if dtype is not None:
-        dtype = _as_dtype(dtype, where)
-        if arr.dtype != dtype:
-            raise InputError(f"{where}: dtype is {dtype_name(arr.dtype)}, expected {dtype_name(dtype)}")
-    if shape is not None:
-        shape = tuple(shape)
-        ok = len(shape) == arr.ndim and all(is_dynamic(e) or int(e) == a for e, a in zip(shape, arr.shape))
-        if not ok:
-            raise InputError(f"{where}: shape is {_fmt_shape(arr.shape)}, expected {_fmt_shape(shape)}")
     return arr
 
 
@@ -126,11 +91,11 @@ def declared_nbytes(shape, dtype: np.dtype, where: str) -> int:
     int64 product would wrap around silently and make a 3-PiB shape look small)."""
     dims = [int(d) for d in shape]
     if any(d < 0 for d in dims):
-        raise InputError(f"{where}: shape {_fmt_shape(dims)} has a negative dimension")
+        raise InputError(f"{where}: shape {fmt_shape(dims)} has a negative dimension")
     count = math.prod(dims)
     nbytes = count * np.dtype(dtype).itemsize
     if count > INT64_MAX or nbytes > INT64_MAX:
-        raise InputError(f"{where}: shape {_fmt_shape(dims)} has {count} elements, more than an int64 can count")
+        raise InputError(f"{where}: shape {fmt_shape(dims)} has {count} elements, more than an int64 can count")
     return nbytes
 
 
@@ -212,14 +177,14 @@ def read_tensor(path, *, shape: Shape | None = None, dtype=None, name: str | Non
     if suffix == ".npy":
         arr = _read_npy(path, where)
     elif suffix == ".npz":
-        arr = _pick_one(_read_npz(path, where), name, where)
+        arr = _pick_one(read_npz(path, where), name, where)
     elif suffix == ".pb":
-        arr = _read_pb(path, where)[1]
+        arr = read_pb(path, where)[1]
     elif suffix == ".json":
         arr = _pick_one(read_polygraphy_json(path), name, where)
     else:
         return _read_raw(path, shape, dtype, where)
-    arr = _reinterpret_bf16(arr, None if dtype is None else _as_dtype(dtype, where))
+    arr = reinterpret_bf16(arr, None if dtype is None else as_dtype(dtype, where))
     return check_expected(_check_numeric(arr, where), shape, dtype, where)
 
 
@@ -241,12 +206,12 @@ def _read_raw(path: Path, shape, dtype, where: str) -> np.ndarray:
     if side is not None:
         shape, dtype = side["shape"], side["dtype"]
         where_side = f"sidecar {side['file']}"
-        dtype = _as_dtype(dtype, where_side)
+        dtype = as_dtype(dtype, where_side)
     if dtype is None:
         raise InputError(f"{where}: raw file needs a dtype (sidecar {path.name}.json, the model, or --dtype)")
     if shape is None:
         raise InputError(f"{where}: raw file needs a shape (sidecar {path.name}.json, the model, or --shape)")
-    dtype = _as_dtype(dtype, where)
+    dtype = as_dtype(dtype, where)
     nbytes = _check_tensor_file(path, where).st_size
     shape = resolve_shape(shape, nbytes, dtype, where)
     if dtype.byteorder == ">":
@@ -275,19 +240,19 @@ def resolve_shape(shape: Shape, nbytes: int, dtype: np.dtype, where: str) -> tup
     unknown = [i for i, d in enumerate(shape) if is_dynamic(d)]
     known = math.prod(int(d) for d in shape if not is_dynamic(d))  # exact: an int64 product could wrap around
     if known > INT64_MAX:
-        raise InputError(f"{where}: shape {_fmt_shape(shape)} has more elements than an int64 can count")
+        raise InputError(f"{where}: shape {fmt_shape(shape)} has more elements than an int64 can count")
     if not unknown:
         if known != elems:
             raise InputError(
-                f"{where}: file has {nbytes} bytes = {elems} {dtype_s} elements, but shape {_fmt_shape(shape)} "
+                f"{where}: file has {nbytes} bytes = {elems} {dtype_s} elements, but shape {fmt_shape(shape)} "
                 f"needs {known} elements = {known * itemsize} bytes")
         return tuple(int(d) for d in shape)
     if len(unknown) > 1:
-        raise InputError(f"{where}: shape {_fmt_shape(shape)} has {len(unknown)} dynamic dims, the file size "
+        raise InputError(f"{where}: shape {fmt_shape(shape)} has {len(unknown)} dynamic dims, the file size "
                          f"({nbytes} bytes) fixes only one; give --shape NAME:AxBxC")
     if known == 0 or elems % known:
         raise InputError(f"{where}: file has {nbytes} bytes = {elems} {dtype_s} elements, not a multiple of the "
-                         f"{known} elements that shape {_fmt_shape(shape)} fixes; give --shape NAME:AxBxC")
+                         f"{known} elements that shape {fmt_shape(shape)} fixes; give --shape NAME:AxBxC")
     out = [int(d) if not is_dynamic(d) else elems // known for d in shape]
     return tuple(out)
 
@@ -303,7 +268,7 @@ def _read_npy(path: Path, where: str) -> np.ndarray:
             need, have = declared_nbytes(shape, dtype, where), os.fstat(f.fileno()).st_size - f.tell()
         if need > have:
             raise InputError(f"{where}: header declares {dtype_name(dtype) if dtype.kind != 'V' else dtype}"
-                             f"{_fmt_shape(shape)} = {need} bytes, the file holds {have} bytes of data")
+                             f"{fmt_shape(shape)} = {need} bytes, the file holds {have} bytes of data")
         if need == 0:
             return np.zeros(shape, dtype)
         try:
@@ -348,14 +313,14 @@ def _load_npy_bytes(data: bytes, where: str) -> np.ndarray:
     shape, dtype, _ = npy_header(f, where)
     need, have = declared_nbytes(shape, dtype, where), len(data) - f.tell()
     if need > have:
-        raise InputError(f"{where}: array header declares {_fmt_shape(shape)} {dtype} = {need} bytes, the data "
+        raise InputError(f"{where}: array header declares {fmt_shape(shape)} {dtype} = {need} bytes, the data "
                          f"holds {have} bytes")
     f.seek(0)
     try:
         arr = np.load(f, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise InputError(f"{where}: unreadable array data ({_first_line(exc)})") from None
-    return _check_numeric(_reinterpret_bf16(arr, None), where)
+    return _check_numeric(reinterpret_bf16(arr, None), where)
 
 
 def _read_npz_from(source, where: str) -> dict[str, np.ndarray]:
@@ -377,7 +342,7 @@ def _read_npz_from(source, where: str) -> dict[str, np.ndarray]:
                 header_len = f.tell()
             need = declared_nbytes(shape, dtype, member)
             if need > info.file_size - header_len:
-                raise InputError(f"{member}: header declares {_fmt_shape(shape)} {dtype} = {need} bytes, the member "
+                raise InputError(f"{member}: header declares {fmt_shape(shape)} {dtype} = {need} bytes, the member "
                                  f"holds {max(info.file_size - header_len, 0)} bytes")
             total += need
             check_allocation(total, where)
@@ -389,11 +354,11 @@ def _read_npz_from(source, where: str) -> dict[str, np.ndarray]:
                     arr = np.lib.format.read_array(f, allow_pickle=False)
                 except (ValueError, OSError, EOFError) as exc:
                     raise InputError(f"{member}: unreadable array ({_first_line(exc)})") from None
-            out[name] = _check_numeric(_reinterpret_bf16(arr, None), member)
+            out[name] = _check_numeric(reinterpret_bf16(arr, None), member)
     return out
 
 
-def _read_npz(path: Path, where: str) -> dict[str, np.ndarray]:
+def read_npz(path: Path, where: str) -> dict[str, np.ndarray]:
     _check_tensor_file(path, where)
     try:
         return _read_npz_from(path, where)
@@ -411,7 +376,7 @@ def _pick_one(arrays: dict[str, np.ndarray], name: str | None, where: str) -> np
                      f"name one or pass it as a set of tensors")
 
 
-def _read_pb(path: Path, where: str) -> tuple[str, np.ndarray]:
+def read_pb(path: Path, where: str) -> tuple[str, np.ndarray]:
     import onnx
     from onnx import numpy_helper
 
@@ -525,125 +490,7 @@ def write_tensor(path, array) -> None:
                           json.dumps({"shape": list(arr.shape), "dtype": dtype_name(arr.dtype)}) + "\n")
 
 
-# --------------------------------------------------------------------------------------------- sets of tensors
-def split_spec(spec: str | Sequence[str]) -> list[str]:
-    """A comma list in msame order (an existing path that contains a comma is kept whole)."""
-    if isinstance(spec, (list, tuple)):
-        items = [str(s) for s in spec]
-    elif os.path.exists(spec):
-        items = [spec]
-    else:
-        items = [s for s in (p.strip() for p in str(spec).split(",")) if s]
-    if not items:
-        raise InputError(f"empty tensor list {spec!r}")
-    return items
-
-
-def read_tensors(spec: str | Sequence[str], metas: "Sequence[TensorMeta] | None" = None, *,
-                 role: str = "input") -> dict[str, np.ndarray]:
-    """Read a set of tensors and key them by the names in `metas` (model inputs, or outputs for role="golden").
-
-    Named sources (directory, multi-array .npz, Polygraphy JSON, TensorProto names) match by name; a comma list of
-    unnamed files, or positional names (arr_0, input_0.pb), match by position. Every meta must be found (missing
-    one is an InputError naming it). For role="input" a name that is not a model input and a count mismatch are
-    errors too; goldens may hold extra tensors. Without metas the source's own names are returned.
-    """
-    items = split_spec(spec)
-    kind = "model input" if role == "input" else "model output"
-    metas = list(metas) if metas is not None else None
-    if len(items) == 1 and Path(items[0]).is_dir():
-        named, positional = _read_directory(Path(items[0]), metas)
-        source = items[0]
-    elif len(items) == 1 and Path(items[0]).suffix.lower() in (".npz", ".json") and Path(items[0]).is_file():
-        p = Path(items[0])
-        named = _read_npz(p, str(p)) if p.suffix.lower() == ".npz" else read_polygraphy_json(p)
-        positional = all(_POSITIONAL_NAME.match(k) for k in named)
-        source = items[0]
-    else:
-        return _read_list(items, metas, role, kind)
-    if metas is None:
-        return named
-    meta_names = [m.name for m in metas]
-    if positional and not all(n in named for n in meta_names):  # tensors really named input_0... match by name
-        ordered = [named[k] for k in sorted(named, key=lambda k: int(_POSITIONAL_NAME.match(k).group(1)))]
-        return _match_positional(ordered, metas, role, kind, source)
-    if role == "input":
-        unknown = [k for k in named if k not in meta_names]
-        if unknown:
-            raise InputError(f"{source}: {unknown[0]!r} is not a {kind} (model inputs: {', '.join(meta_names)})")
-    out = {}
-    for m in metas:
-        if m.name not in named:
-            raise InputError(f"{source}: has no tensor for {kind} {m.name!r} (has: {', '.join(named) or 'none'})")
-        where = f"{source} (tensor {m.name!r})"
-        arr = _reinterpret_bf16(named[m.name], m.dtype)
-        out[m.name] = check_expected(arr, m.shape, m.dtype if role == "input" else None, where)
-    return out
-
-
-def _read_list(items: list[str], metas, role: str, kind: str) -> dict[str, np.ndarray]:
-    if metas is None:
-        return {Path(p).stem: read_tensor(p) for p in items}
-    if role == "input" and len(items) != len(metas):
-        raise InputError(f"{len(items)} input file(s) given ({', '.join(items)}) but the model has {len(metas)} "
-                         f"input(s): {', '.join(m.name for m in metas)}")
-    if len(items) < len(metas):
-        missing = metas[len(items)]
-        raise InputError(f"golden list {', '.join(items)} has {len(items)} file(s): no tensor for {kind} "
-                         f"{missing.name!r} (position {len(items) + 1})")
-    out = {}
-    for path, m in zip(items, metas):
-        dtype = m.dtype if (role == "input" or Path(path).suffix.lower() not in _SELF_DESCRIBING) else None
-        out[m.name] = read_tensor(path, shape=m.shape, dtype=dtype, name=m.name)
-    return out
-
-
-def _match_positional(arrays, metas, role, kind, source) -> dict[str, np.ndarray]:
-    if role == "input" and len(arrays) != len(metas):
-        raise InputError(f"{source}: holds {len(arrays)} tensor(s) but the model has {len(metas)} input(s): "
-                         f"{', '.join(m.name for m in metas)}")
-    if len(arrays) < len(metas):
-        raise InputError(f"{source}: holds {len(arrays)} tensor(s): no tensor for {kind} {metas[len(arrays)].name!r}")
-    out = {}
-    for arr, m in zip(arrays, metas):
-        where = f"{source} (tensor {m.name!r})"
-        out[m.name] = check_expected(_reinterpret_bf16(arr, m.dtype), m.shape, m.dtype if role == "input" else None, where)
-    return out
-
-
 def safe_filename(name: str) -> str:
     """A tensor name as a file stem: characters outside [A-Za-z0-9._-] become '_' (ONNX names hold '/' and ':');
     no separators, no leading dot, no `..` (mschecker.fsio.safe_component)."""
     return fsio.safe_component(name)
-
-
-_TENSOR_SUFFIXES = (".npy", ".pb", ".bin", ".npz")
-
-
-def _read_directory(directory: Path, metas) -> tuple[dict[str, np.ndarray], bool]:
-    """A directory of tensors: (name -> array, positional?)."""
-    if os.path.lexists(directory / "manifest.json"):  # a FIFO or directory named so is refused by the reader
-        from . import golden
-
-        return golden.load(directory, verify=True), False
-    if metas is not None:
-        found = {}
-        for m in metas:
-            path = next((c for c in (directory / (safe_filename(m.name) + s) for s in _TENSOR_SUFFIXES) if c.is_file()), None)
-            if path is not None:
-                raw = path.suffix.lower() not in _SELF_DESCRIBING
-                found[m.name] = read_tensor(path, shape=m.shape, dtype=m.dtype if raw else None, name=m.name)
-        if found:
-            return found, False
-    pbs = sorted(directory.glob("*.pb"))
-    if pbs:
-        named = dict(_read_pb(p, str(p)) for p in pbs)
-        if all(named) and metas is not None and any(n in named for n in (m.name for m in metas)):
-            return named, False
-        numbered = sorted(((int(_POSITIONAL_NAME.match(p.stem).group(1)), p) for p in pbs if _POSITIONAL_NAME.match(p.stem)))
-        if numbered:
-            return {f"arr_{i}": _read_pb(p, str(p))[1] for i, p in numbered}, True
-        return named, False
-    wanted = ", ".join(safe_filename(m.name) + ".npy/.bin/.pb" for m in metas) if metas else "tensor files"
-    raise InputError(f"{directory}: directory has no manifest.json and no {wanted}")
-

@@ -273,7 +273,7 @@ def assert_matches_golden(name: str, actual, *, rule: ToleranceRule | None = Non
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not mschecker's internals
     from . import golden
-    from .runners import file_sha256
+    from .fsio import file_sha256
 
     state = _session()
     default_dir = state.ini_golden_dir if state is not None else None

@@ -13,11 +13,12 @@ import pytest
 from onnx import TensorProto, helper
 
 from mschecker import golden
-from mschecker.commands._args import apply_overrides, parse_dtypes, parse_shapes
+from mschecker.commands._args import parse_dtypes, parse_shapes
 from mschecker.commands.check import golden_tolerance_hint, run_check
 from mschecker.compare import ToleranceRule
 from mschecker.errors import InputError, UsageError
-from mschecker.runners import OrtRunner, TensorMeta, make_runner
+from mschecker.runners import OrtRunner, make_runner
+from mschecker.tensormeta import TensorMeta, apply_overrides
 from mschecker.tensorio import write_tensor
 
 ROOT = Path(__file__).resolve().parents[1]

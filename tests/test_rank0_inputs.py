@@ -16,7 +16,8 @@ from onnx import TensorProto, helper
 from mschecker.cli import main as cli_main
 from mschecker.graph.loader import from_proto, load_model
 from mschecker.runners import make_runner
-from mschecker.tensorio import read_tensor, read_tensors, write_tensor
+from mschecker.tensorio import read_tensor, write_tensor
+from mschecker.tensorsets import read_tensors
 
 DEVICES = [("ort", None), ("reference", None), ("npu", "ascend910b")]
 

@@ -140,7 +140,7 @@ def test_writes_are_atomic_and_fail_cleanly(tmp_path, monkeypatch):
     def disk_full(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("mschecker.tensorio.os.fsync", disk_full)
+    monkeypatch.setattr("mschecker.fsio.os.fsync", disk_full)
     with pytest.raises(InputError, match="No space left"):
         write_json(make_report(), path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"] and path.read_text() == "old"

@@ -80,7 +80,8 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     from mschecker.commands.demo import GOLDEN, INPUTS, MODEL
     from mschecker.commands.golden import record_from_model
-    from mschecker.tensorio import atomic_write_bytes, write_tensor
+    from mschecker.fsio import atomic_write_bytes
+    from mschecker.tensorio import write_tensor
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "golden" / "default"))

@@ -275,7 +275,7 @@ def worst_cells_plot(comparison: Comparison, n: int = WORST_CELLS) -> tuple[str,
 
 
 def write_html(comparison: Comparison, store: Store, path, *, last: int = HISTORY_RUNS) -> None:
-    from ..tensorio import atomic_write_text
+    from ..fsio import atomic_write_text
 
     counts = comparison.counts()
     rows = []

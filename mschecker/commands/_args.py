@@ -17,7 +17,7 @@ import numpy as np
 
 from ..dtypes import resolve_dtype
 from ..errors import EXIT_CODES_HELP, UsageError
-from ..runners import DEVICES, TensorMeta
+from ..runners import DEVICES
 
 
 class Parser(argparse.ArgumentParser):
@@ -151,25 +151,6 @@ def parse_dtypes(values: list[str]) -> dict[str | None, np.dtype]:
             out[name] = resolve_dtype(spec)
         except ValueError as exc:
             raise UsageError(f"--dtype {entry!r}: {exc}") from None
-    return out
-
-
-def apply_overrides(metas: list[TensorMeta], shapes: dict, dtypes: dict, *, others: list[str] = ()) -> list[TensorMeta]:
-    """Model metadata with --shape/--dtype applied. A nameless override needs exactly one tensor; a name must be
-    one of `metas` or `others` (e.g. output names, whose overrides describe raw golden files)."""
-    names = [m.name for m in metas]
-    for flag, table in (("--shape", shapes), ("--dtype", dtypes)):
-        for key in table:
-            if key is None and len(metas) != 1:
-                raise UsageError(f"{flag} without NAME: needs a model with exactly one input (inputs: {', '.join(names)})")
-            if key is not None and key not in names and key not in others:
-                raise UsageError(f"{flag} names {key!r}, which is not a model tensor (known: {', '.join(names + list(others))})")
-    out = []
-    for m in metas:
-        shape = shapes.get(m.name, shapes.get(None) if len(metas) == 1 else None)
-        dtype = dtypes.get(m.name, dtypes.get(None) if len(metas) == 1 else None)
-        out.append(TensorMeta(m.name, tuple(shape) if shape is not None else m.shape,
-                              dtype if dtype is not None else m.dtype))
     return out
 
 

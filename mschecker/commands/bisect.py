@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 
 from ..graph.loader import load_model
-from ..graph.runner import _meta
-from ._args import Parser, _float, _int, add_override_args, apply_overrides, parse_dtypes, parse_shapes
+from ..tensormeta import apply_overrides, tensor_meta
+from ._args import Parser, _float, _int, add_override_args, parse_dtypes, parse_shapes
 
 
 def build_parser(prog: str = "mschecker bisect") -> Parser:
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     tolerance_rule(args.tolerance)  # a bad tolerance is reported before anything is loaded
     model = load_model(args.model)
-    metas = apply_overrides([_meta(i) for i in model.graph.input if i.name not in model.initializers],
+    metas = apply_overrides([tensor_meta(i) for i in model.graph.input if i.name not in model.initializers],
                             parse_shapes(args.shape), parse_dtypes(args.dtype))
     samples = read_samples(args.input, metas)
     budget = Budget(args.budget_evals, args.budget_seconds)
@@ -73,8 +73,10 @@ class _progress:
             return None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+        from ..console import make_console
+
         self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), transient=True)
+                            TimeElapsedColumn(), transient=True, console=make_console(stderr=True))
         self.bar.__enter__()
         return self.update
 

@@ -70,7 +70,7 @@ def run_main(argv: list[str]) -> int:
     from ..campaign.runner import run_campaign
     from ..campaign.spec import load_campaign
     from ..campaign.store import Store
-    from ..tensorio import atomic_write_text
+    from ..fsio import atomic_write_text
 
     spec = load_campaign(args.file)
     config = EngineConfig(scheduler=args.scheduler, workers=args.workers, connect_timeout_s=args.connect_timeout)
@@ -138,7 +138,7 @@ def compare_main(argv: list[str]) -> int:
     from ..campaign.compare import compare_runs
     from ..campaign.report import render_comparison, to_json, write_html
     from ..campaign.store import Store
-    from ..tensorio import atomic_write_text
+    from ..fsio import atomic_write_text
 
     with Store.open(args.store) as store:
         comparison = compare_runs(store, args.baseline, args.run)

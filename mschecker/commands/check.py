@@ -12,10 +12,12 @@ import time
 from .. import golden as golden_store
 from ..errors import InputError
 from ..modelcheck import check_runner_entries
-from ..runners import TensorMeta, file_sha256, make_runner
-from ..tensorio import read_tensors, split_spec
+from ..fsio import file_sha256
+from ..runners import make_runner
+from ..tensormeta import TensorMeta, apply_overrides
+from ..tensorsets import read_tensors, split_spec
 from ._args import (ELEMENTWISE_FLAGS, Parser, _int, add_device_args, add_override_args, add_tolerance_args,
-                    apply_overrides, check_writable, parse_dtypes, parse_shapes, tolerance_given, tolerance_rule)
+                    check_writable, parse_dtypes, parse_shapes, tolerance_given, tolerance_rule)
 
 
 def golden_tolerance_hint(golden_spec) -> dict | None:

@@ -11,11 +11,13 @@ from pathlib import Path
 from .. import golden as golden_store
 from ..errors import InputError
 from ..modelcheck import check_runner_entries
-from ..runners import file_sha256, make_runner
+from ..fsio import file_sha256
+from ..runners import make_runner
 from ..untrusted import plain
-from ..tensorio import read_tensors, split_spec
-from ._args import (Parser, add_device_args, add_override_args, add_tolerance_args, apply_overrides,
-                    parse_dtypes, parse_shapes, tolerance_given, tolerance_rule)
+from ..tensormeta import apply_overrides
+from ..tensorsets import read_tensors, split_spec
+from ._args import (Parser, add_device_args, add_override_args, add_tolerance_args, parse_dtypes, parse_shapes,
+                    tolerance_given, tolerance_rule)
 
 
 def build_parser() -> Parser:

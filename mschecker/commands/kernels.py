@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ..errors import InputError
 from ..kernel_suite import VERDICT_CAUGHT, VERDICT_PASS, SuiteReport, resolve_kernels, run_suite
-from ..tensorio import atomic_write_text
+from ..fsio import atomic_write_text
 from ..console import make_console
 from ..untrusted import markup
 from ._args import Parser, _int, check_writable

@@ -17,8 +17,9 @@ from .. import golden as golden_store
 from ..errors import InputError, UsageError
 from ..modelcheck import check_runner_entries
 from ..runners import make_runner
-from ..tensorio import read_tensors
-from ._args import Parser, add_device_args, add_override_args, apply_overrides, parse_dtypes, parse_shapes
+from ..tensorsets import read_tensors
+from ..tensormeta import apply_overrides
+from ._args import Parser, add_device_args, add_override_args, parse_dtypes, parse_shapes
 
 
 def build_parser(prog: str = "mschecker run") -> Parser:

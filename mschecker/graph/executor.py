@@ -24,6 +24,7 @@ import onnx
 from ..errors import ExecutionError, InputError
 from .capture import CaptureFilter, CaptureFn
 from ..fsio import release_file_pages
+from ..tensormeta import check_feeds, tensor_meta
 from .loader import LoadedModel, from_proto, load_model
 from .ops import OpSpec, attribute_values, lookup
 from ..optimized_kernels.halfcast import to_f32
@@ -334,37 +335,19 @@ class Executor:
 
     # ------------------------------------------------------------------ running
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        known = {i.name: i for i in self.input_infos}
-        extra = sorted(set(feeds) - set(known))
-        if extra:
-            raise InputError(f"{self.where}: input(s) {', '.join(map(repr, extra))} are not graph inputs "
-                             f"(graph inputs: {', '.join(known) or 'none'})")
-        missing = [n for n in known if n not in feeds]
-        if missing:
-            raise InputError(f"{self.where}: missing value for graph input(s) {', '.join(map(repr, missing))}")
+        """The feeds checked against the graph's declarations (tensormeta.check_feeds: the runners' one check;
+        any width of the declared family, since the run converts), then in the dtypes the run computes in."""
+        metas = [tensor_meta(i, unknown_rank=None, unknown_dtype=None) for i in self.input_infos]
+        check_feeds(feeds, metas, self.where, any_width=True)
         env = {}
-        for name, info in known.items():
-            x = np.asarray(feeds[name])
-            tt = info.type.tensor_type
-            declared = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type) if tt.elem_type else None
-            if declared is not None and is_float_dtype(declared) != is_float_dtype(x.dtype):
-                raise InputError(f"{self.where}: input {name!r} has dtype {x.dtype}, the graph declares "
-                                 f"{np.dtype(declared)}")
-            if tt.HasField("shape"):
-                dims = tt.shape.dim
-                if len(dims) != x.ndim:
-                    raise InputError(f"{self.where}: input {name!r} has shape {x.shape}, the graph declares rank "
-                                     f"{len(dims)}")
-                for axis, d in enumerate(dims):
-                    if d.HasField("dim_value") and d.dim_value != x.shape[axis]:
-                        raise InputError(f"{self.where}: input {name!r} has shape {x.shape}, the graph declares "
-                                         f"{d.dim_value} at axis {axis}")
+        for m in metas:
+            x = np.asarray(feeds[m.name])
             if is_float_dtype(x.dtype):
                 with np.errstate(over="ignore"):
                     x = x.astype(self.policy.input_dtype(x.dtype), copy=False)
-            elif declared is not None and x.dtype != declared:
-                x = x.astype(declared)
-            env[name] = x
+            elif m.dtype is not None and x.dtype != m.dtype:
+                x = x.astype(m.dtype)
+            env[m.name] = x
         return env
 
     def _execute(self, step: Step, args: list, reuse: bool = True) -> dict[str, np.ndarray]:

@@ -9,23 +9,11 @@ import numpy as np
 import onnx
 
 from ..errors import InputError
+from ..tensormeta import tensor_meta
 from .capture import CaptureFilter, CaptureFn
 from .executor import Executor
 from .loader import from_proto, load_model
 from .policy import KernelUnavailable, Policy, ReferencePolicy
-
-
-def tensor_meta(info: onnx.ValueInfoProto):
-    """A graph input/output declaration as a mschecker.runners.TensorMeta (dims: int, or str/None if dynamic)."""
-    from ..runners import TensorMeta
-
-    tt = info.type.tensor_type
-    dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
-    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else np.dtype(np.float32)
-    return TensorMeta(info.name, dims, dtype)
-
-
-_meta = tensor_meta  # the older private name (mschecker.commands.bisect imports it)
 
 
 class GraphRunner:

@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 
 from ..errors import InputError
-from ..runners import TensorMeta
+from ..tensormeta import TensorMeta, tensor_meta
 
 STAGES = ("text_encoder", "unet", "vae_decoder")
 MODEL_FILES = {s: f"{s}/model.onnx" for s in STAGES}
@@ -303,8 +303,6 @@ def _remove_tree(path: Path | None) -> None:
 
 # ---------------------------------------------------------------------------------------------- graph roles
 def _stage_spec(files: PipelineFiles, stage: str) -> StageSpec:
-    from ..graph.runner import tensor_meta
-
     name = MODEL_FILES[stage]
     where = files.where(name)
     graph = files.graph_header(name)
@@ -411,8 +409,6 @@ def _latent_shape(files: PipelineFiles, stages: dict[str, StageSpec], configs: d
 def _check_widths(files: PipelineFiles, stages: dict[str, StageSpec], configs: dict) -> int | None:
     """UNet cross-attention width == text encoder hidden size (static dims, else config.json); returns the
     text length when the text encoder declares it."""
-    from ..graph.runner import tensor_meta
-
     te_graph = files.graph_header(MODEL_FILES["text_encoder"])
     out_meta = next(tensor_meta(o) for o in te_graph.output if o.name == stages["text_encoder"].output)
     hidden = _static(out_meta.shape[2]) or configs["text_encoder"].get("hidden_size")

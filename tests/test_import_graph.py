@@ -1,0 +1,100 @@
+"""The import graph of mschecker is a DAG: no module imports (at top level, inside a function, or for type
+checking only) a module that imports it back, directly or through others. A cycle hides an order dependency
+that breaks on the first refactoring; this test names the cycle and the import lines that close it."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: installed package name -> source folder (pyproject.toml's package-dir)
+PACKAGES = {"mschecker": ROOT / "mschecker", "mschecker.reference": ROOT / "reference",
+            "mschecker.optimized_kernels": ROOT / "optimized_kernels"}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for pkg, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            mods[".".join([pkg, *parts])] = path
+    return mods
+
+
+def _targets(module: str, is_package: bool, node) -> list[str]:
+    """Module names an import statement may bind (`from x import y` may import the submodule x.y)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = module if is_package else module.rpartition(".")[0]
+    for _ in range(max(0, node.level - 1)):
+        base = base.rpartition(".")[0]
+    target = (f"{base}.{node.module}" if node.module else base) if node.level else node.module
+    return [target] + [f"{target}.{a.name}" for a in node.names]
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """module -> {imported mschecker module: line of the first such import}."""
+    mods = _modules()
+    graph: dict[str, dict[str, int]] = {m: {} for m in mods}
+    for module, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for target in _targets(module, path.name == "__init__.py", node):
+                while target and target not in mods:  # `from pkg.mod import name`: the module is pkg.mod
+                    target = target.rpartition(".")[0]
+                if target and target != module:
+                    graph[module].setdefault(target, node.lineno)
+    return graph
+
+
+def find_cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
+    """One cycle as [m0, m1, ..., m0], or None (iterative DFS with colours)."""
+    colour = dict.fromkeys(graph, 0)  # 0 new, 1 on the stack, 2 done
+    for start in sorted(graph):
+        if colour[start]:
+            continue
+        stack = [(start, iter(sorted(graph[start])))]
+        path = [start]
+        colour[start] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                colour[node] = 2
+                stack.pop()
+                path.pop()
+            elif colour.get(child) == 1:
+                return path[path.index(child):] + [child]
+            elif colour.get(child) == 0:
+                colour[child] = 1
+                stack.append((child, iter(sorted(graph[child]))))
+                path.append(child)
+    return None
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = import_graph()
+    cycle = find_cycle(graph)
+    if cycle:
+        mods = _modules()
+        steps = [f"{a} ({mods[a].relative_to(ROOT)}:{graph[a][b]}) imports {b}" for a, b in zip(cycle, cycle[1:])]
+        raise AssertionError("import cycle:\n  " + "\n  ".join(steps))
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}}
+    cycle = find_cycle(graph)
+    assert cycle is not None and cycle[0] == cycle[-1] and set(cycle) == {"a", "b", "c"}
+    assert find_cycle({"a": {"b": 1}, "b": {}, "c": {"a": 1, "b": 2}}) is None
+
+
+def test_function_local_and_relative_imports_are_edges():
+    """The cycles this test exists for were hidden in function-local imports and `from . import x`."""
+    tree = ast.parse("def f():\n    from . import golden\n    from ..graph.runner import make_graph_runner\n")
+    found = [t for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+             for t in _targets("mschecker.sd.check", False, node)]
+    assert "mschecker.sd.golden" in found and "mschecker.graph.runner" in found
