@@ -457,7 +457,8 @@ def test_mschecker_kernels_imports_user_modules(tmp_path):
     from pathlib import Path
 
     src = Path(__file__).resolve().parents[1] / "examples" / "fused_kernel_project" / "src"
-    env = {k: v for k, v in __import__("os").environ.items() if k != "FUSEDKERN_BUG"}
+    # COLUMNS dropped: pytest-xdist sets it to 80, which the CLI honours and which would cut the table's names
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("FUSEDKERN_BUG", "COLUMNS")}
     env.update(PYTHONPATH=str(src), NO_COLOR="1")
     ok = subprocess.run([sys.executable, "-m", "mschecker.cli", "kernels", "--module", "fusedkern.checks",
                          "--kernel", "fused_rmsnorm", "--examples", "3"], capture_output=True, text=True, env=env)

@@ -56,16 +56,19 @@ def time_cap(seconds: int = CASE_SECONDS):
 def run(*argv, seconds: int = CASE_SECONDS) -> Result:
     """mschecker.cli.main in this process with stdout/stderr captured (not a terminal: the CI-log case)."""
     out, err = io.StringIO(), io.StringIO()
-    env_before = os.environ.get("NO_COLOR")
+    # NO_COLOR set and COLUMNS unset (pytest-xdist sets COLUMNS=80, which the CLI honours): a plain CI log
+    saved = {k: os.environ.get(k) for k in ("NO_COLOR", "COLUMNS")}
     os.environ["NO_COLOR"] = "1"
+    os.environ.pop("COLUMNS", None)
     try:
         with time_cap(seconds), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = cli.main([str(a) for a in argv])
     finally:
-        if env_before is None:
-            os.environ.pop("NO_COLOR", None)
-        else:
-            os.environ["NO_COLOR"] = env_before
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return Result(code, out.getvalue(), err.getvalue())
 
 
