@@ -253,3 +253,31 @@ def test_executor_conversion_rounds_to_nearest_even(src, dst):
     g64, w64 = got.astype(np.float64), want.astype(np.float64)
     same = ((g64 == w64) & (np.signbit(g64) == np.signbit(w64))) | (np.isnan(g64) & np.isnan(w64))
     assert same.all(), list(zip(x[~same][:5], g64[~same][:5], w64[~same][:5]))
+
+
+def test_int8_weight_only_gemm_keeps_alpha_beta_and_trans_b():
+    """Linear layers exported as Gemm (transB=1, bias as C) under the int8 weight-only profile: the quantized
+    kernel's result keeps alpha, beta*C and the transposed weight; error within alpha * (s/2) sum|x| (the
+    round-to-nearest codes, s = max|w_n|/127), C's fp16 storage and the fp16 output rounding, as
+    test_npu_policy's MatMul case derives it."""
+    from mschecker.dtypes import unit_roundoff
+    from mschecker.npu import load_profile
+
+    rng = np.random.default_rng(31)
+    w = rng.standard_normal((16, 256)).astype(np.float32)  # (N, K): transB=1
+    c = rng.standard_normal(16).astype(np.float32)
+    alpha, beta = 0.5, 2.0
+    g = h.make_graph([h.make_node("Gemm", ["x", "w", "c"], ["y"], alpha=alpha, beta=beta, transB=1, name="fc")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [4, 256])], [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    x = rng.standard_normal((4, 256)).astype(np.float16).astype(np.float32)
+    ref = Executor(m, ReferencePolicy()).run({"x": x})["y"]
+    prof = load_profile("ascend910b").replace(int8_weight_only=True, implmode="high_precision")
+    ex = Executor(m, NpuPolicy(prof))
+    assert "int8_weight_gemm" in ex.steps[0].ctx.description
+    q = ex.run({"x": x})["y"].astype(np.float64)
+    s = np.abs(w.astype(np.float16).astype(np.float64)).max(axis=1) / 127
+    u = unit_roundoff("float16")  # C is stored in fp16 (beta u |C|), the output rounded once (x2 as above)
+    bound = alpha * (s / 2) * np.abs(x).sum(axis=1, keepdims=True) + beta * u * np.abs(c) + 2 * u * np.abs(ref)
+    assert np.all(np.abs(q - ref) <= bound)
