@@ -1,5 +1,5 @@
 """The check, golden and demo commands end to end (a few subprocesses of the real CLI), and the library paths
-behind them (run_check, argument helpers, runners) called directly where a subprocess would add nothing."""
+behind them (check_model, argument helpers, runners) called directly where a subprocess would add nothing."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 from mschecker import golden
 from mschecker.commands._args import parse_dtypes, parse_shapes
-from mschecker.commands.check import golden_tolerance_hint, run_check
+from mschecker.check import check_model, golden_tolerance_hint
 from mschecker.compare import ToleranceRule
 from mschecker.errors import InputError, UsageError
 from mschecker.runners import OrtRunner, make_runner
@@ -107,11 +107,11 @@ def test_golden_record_update_and_verify(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- library
-def test_rule_boundary_through_run_check(tmp_path):
+def test_rule_boundary_through_check_model(tmp_path):
     """Half the bound passes, twice the bound fails: the check applies the manifest's rule, not a looser one."""
     for factor, passed in ((0.5, True), (2.0, False)):
         golden.record(tmp_path / str(factor), _perturbed("logits", factor), producer="t", tolerance=HINT)
-        report = run_check(MODEL, INPUTS, str(tmp_path / str(factor)), HINT_RULE)
+        report = check_model(MODEL, INPUTS, str(tmp_path / str(factor)), HINT_RULE)
         assert report.passed is passed, factor
         assert [t.passed for t in report.tensors] == [passed, True]
 
@@ -132,20 +132,20 @@ def test_planted_fp16_rounding_is_caught_and_bounded():
     the fp32 hint must reject it, a rule of rtol = u_fp16 (plus the subnormal floor 2^-25 as atol, half the
     spacing of fp16 subnormals) must accept it."""
     runner = _Fp16OutputRunner(make_runner(MODEL))
-    assert not run_check(MODEL, INPUTS, str(EXPECTED), HINT_RULE, runner=runner).passed
+    assert not check_model(MODEL, INPUTS, str(EXPECTED), HINT_RULE, runner=runner).passed
     fp16_rule = ToleranceRule.from_args(rtol=2 ** -11, atol=2 ** -25)
-    assert run_check(MODEL, INPUTS, str(EXPECTED), fp16_rule, runner=runner).passed
+    assert check_model(MODEL, INPUTS, str(EXPECTED), fp16_rule, runner=runner).passed
 
 
 def test_goldens_match_by_name_not_file_order(tmp_path):
     g = _goldens()
     np.savez(tmp_path / "g.npz", probs=g["probs"], extra=np.zeros(3), logits=g["logits"])
-    report = run_check(MODEL, INPUTS, str(tmp_path / "g.npz"), HINT_RULE)
+    report = check_model(MODEL, INPUTS, str(tmp_path / "g.npz"), HINT_RULE)
     assert report.passed and [t.name for t in report.tensors] == ["logits", "probs"]
     # A swapped comma list is positional, so the same files in the wrong order fail.
     np.save(tmp_path / "a.npy", g["probs"])
     np.save(tmp_path / "b.npy", g["logits"])
-    assert not run_check(MODEL, INPUTS, f"{tmp_path / 'a.npy'},{tmp_path / 'b.npy'}", HINT_RULE).passed
+    assert not check_model(MODEL, INPUTS, f"{tmp_path / 'a.npy'},{tmp_path / 'b.npy'}", HINT_RULE).passed
 
 
 def test_manifest_tolerance_hint_is_found():
@@ -167,11 +167,11 @@ def test_dynamic_dims_from_file_size_or_shape_override(tmp_path):
     x.tofile(tmp_path / "x.bin")
     np.maximum(x, 0).tofile(tmp_path / "y.bin")
     one = _dynamic_model(tmp_path / "one.onnx", ["N", 4])
-    assert run_check(one, str(tmp_path / "x.bin"), str(tmp_path / "y.bin"), ToleranceRule.from_args(atol=0)).passed
+    assert check_model(one, str(tmp_path / "x.bin"), str(tmp_path / "y.bin"), ToleranceRule.from_args(atol=0)).passed
     two = _dynamic_model(tmp_path / "two.onnx", ["N", "C"])
     with pytest.raises(InputError, match="2 dynamic dims.*--shape"):
-        run_check(two, str(tmp_path / "x.bin"), str(tmp_path / "y.bin"), HINT_RULE)
-    report = run_check(two, str(tmp_path / "x.bin"), str(tmp_path / "y.bin"), ToleranceRule.from_args(atol=0),
+        check_model(two, str(tmp_path / "x.bin"), str(tmp_path / "y.bin"), HINT_RULE)
+    report = check_model(two, str(tmp_path / "x.bin"), str(tmp_path / "y.bin"), ToleranceRule.from_args(atol=0),
                        shapes=parse_shapes(["x:3x4"]))
     assert report.passed and report.tensors[0].shape == (3, 4)
 
@@ -218,9 +218,9 @@ def test_bf16_raw_golden_via_dtype_override(tmp_path):
         (tmp_path / f"{name}.bin.json").unlink()
     spec = f"{tmp_path / 'logits.bin'},{tmp_path / 'probs.bin'}"
     bf16_rule = ToleranceRule.from_args(rtol=2 ** -8)  # one bf16 rounding: relative error <= u_bf16 = 2^-8
-    report = run_check(MODEL, INPUTS, spec, bf16_rule, dtypes=parse_dtypes(["logits:bf16", "probs:bf16"]))
+    report = check_model(MODEL, INPUTS, spec, bf16_rule, dtypes=parse_dtypes(["logits:bf16", "probs:bf16"]))
     assert report.passed and report.tensors[0].expected_dtype == "bfloat16"
-    assert not run_check(MODEL, INPUTS, spec, HINT_RULE, dtypes=parse_dtypes(["logits:bf16", "probs:bf16"])).passed
+    assert not check_model(MODEL, INPUTS, spec, HINT_RULE, dtypes=parse_dtypes(["logits:bf16", "probs:bf16"])).passed
 
 
 def test_tolerance_flags_and_manifest_hint():

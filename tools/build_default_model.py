@@ -79,7 +79,7 @@ def build_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
 def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     from mschecker.commands.demo import GOLDEN, INPUTS, MODEL
-    from mschecker.commands.golden import record_from_model
+    from mschecker.check import record_goldens
     from mschecker.fsio import atomic_write_bytes
     from mschecker.tensorio import write_tensor
 
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
         write_tensor(out / file, arr)  # raw little-endian + <file>.json sidecar, as msame users ship them
     from mschecker.commands.golden import DEFAULT_FP32_HINT
 
-    manifest, diff = record_from_model(out / MODEL, ",".join(str(out / f) for f in INPUTS), out / GOLDEN,
+    manifest, diff = record_goldens(out / MODEL, ",".join(str(out / f) for f in INPUTS), out / GOLDEN,
                                        tolerance=dict(DEFAULT_FP32_HINT), update=args.update)
     manifest_extra = manifest["extra"]
     print(f"wrote {out}: model sha256 {manifest_extra['model_sha256'][:12]}, outputs {', '.join(manifest['tensors'])}")

@@ -25,7 +25,7 @@ from ..errors import InputError
 from ..graph.executor import Executor, node_label
 from ..graph.loader import LoadedModel, load_model
 from ..graph.policy import KernelUnavailable
-from ..graph.runner import npu_profile
+from ..npu.knobs import apply_knobs
 from ..npu import NumericsProfile
 from .lockstep import Analysis, DumpFolder, NodeRecord, analyse, reference_executor
 from .policy import npu_policy
@@ -134,7 +134,7 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     if not samples:
         raise InputError("--input: no input set given")
     check_same_shapes(samples)
-    base = npu_profile(profile) if not isinstance(profile, NumericsProfile) else profile
+    base = apply_knobs(profile) if not isinstance(profile, NumericsProfile) else profile
     loaded = _load(model)
     timings: dict[str, float] = {}
     reference, npu = _plan(loaded, base)

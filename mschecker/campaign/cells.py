@@ -3,7 +3,7 @@
 Why in-process and not `mschecker ...` per cell: a subprocess per cell pays the interpreter, numpy, onnx and
 onnxruntime imports (~3 s here) again for every cell, and its result would have to be parsed back from text.
 The worker imports once and calls the same functions the commands call:
-- check:   mschecker.commands.check.run_check (the check command's library entry point) on model + inputs +
+- check:   mschecker.check.check_model (the check command's library entry point) on model + inputs +
            goldens; golden directories are verified on load (mschecker.golden.load).
 - sd:      mschecker.sd.check.run_check (the `mschecker sd` check: float64 reference vs emulated NPU).
 - kernels: mschecker.kernel_suite.run_suite for one kernel (every variant, every planted bug).
@@ -117,14 +117,14 @@ def profile_hash(profile: str | None, options: dict, stage_options: dict | None 
     preset file edited between runs shows up even when its name did not change."""
     if profile is None:
         return None
-    from ..graph.runner import npu_profile
+    from ..npu.knobs import apply_knobs
 
     if stage_options is None:
-        return _sha256_json(npu_profile(profile, **options).to_dict())
+        return _sha256_json(apply_knobs(profile, **options).to_dict())
     from ..sd.check import stage_npu_options
 
     per_stage = stage_npu_options(options, stage_options)
-    return _sha256_json({s: npu_profile(profile, **o).to_dict() for s, o in per_stage.items()})
+    return _sha256_json({s: apply_knobs(profile, **o).to_dict() for s, o in per_stage.items()})
 
 
 # --------------------------------------------------------------------------------------------------- check
@@ -132,15 +132,15 @@ def _run_check(p: dict) -> dict:
     from types import SimpleNamespace
 
     from ..commands._args import tolerance_rule
-    from ..commands.check import golden_tolerance_hint, run_check
+    from ..check import check_model, golden_tolerance_hint
     from ..runners import make_runner
 
     flags = SimpleNamespace(**{k: p["tolerance"].get(k) for k in ("tolerance", "atol", "rtol", "ulp", "cosine")})
     rule = tolerance_rule(flags, hint=golden_tolerance_hint(p["golden"]))
     options = p["npu_options"] if p["device"] == "npu" else {}
     runner = make_runner(p["model"], device=p["device"], profile=p["profile"], **options)
-    report = run_check(p["model"], p["inputs"], p["golden"], rule, device=p["device"], profile=p["profile"],
-                       runner=runner, topk=p["topk"])
+    report = check_model(p["model"], p["inputs"], p["golden"], rule, device=p["device"], profile=p["profile"],
+                         runner=runner, topk=p["topk"])
     metrics = {}
     for t in report.tensors:
         for m in CHECK_METRICS:

@@ -271,10 +271,10 @@ def _profiles(block: dict, where: str) -> list[str]:
 def _npu_options(block: dict, key: str, where: str, table=None) -> dict:
     table = block.get(key, {}) if table is None else table
     _known(table, _NPU_OPTION_KEYS, f"{where}: {key}")
-    from ..graph.runner import npu_profile
+    from ..npu.knobs import apply_knobs
 
     try:  # the options are checked by the code that will apply them, on the default preset
-        npu_profile("ascend910b", **table)
+        apply_knobs("ascend910b", **table)
     except InputError as exc:
         raise InputError(f"{where}: {key}: {exc}") from None
     except (TypeError, ValueError) as exc:

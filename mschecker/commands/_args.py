@@ -17,6 +17,7 @@ import numpy as np
 
 from ..dtypes import resolve_dtype
 from ..errors import EXIT_CODES_HELP, UsageError
+from ..npu.knobs import add_npu_arguments, knobs_from_args, npu_flags_given, options_for
 from ..runners import DEVICES
 
 
@@ -64,9 +65,22 @@ def tolerance_rule(args, hint: dict | None = None):
 
 
 def add_device_args(p: argparse.ArgumentParser) -> None:
+    """--device and the NPU knobs (mschecker.npu.knobs: the same flags as sd and bisect)."""
     p.add_argument("--device", default="ort", choices=DEVICES,
                    help="ort = onnxruntime CPU (fp32 peer), reference = float64 graph executor, npu = emulated NPU")
-    p.add_argument("--profile", default=None, help="numerics profile for --device npu/reference")
+    add_npu_arguments(p)
+
+
+def npu_knobs(args) -> tuple[str | None, dict]:
+    """(profile, options for npu.knobs.apply_knobs) from the knob flags; the knobs other than --profile apply
+    to --device npu only (a UsageError naming the flag otherwise)."""
+    options = options_for(knobs_from_args(args))
+    profile = options.pop("profile", None)
+    if args.device != "npu":
+        given = [f for f in npu_flags_given(args) if f != "--profile"]
+        if given:
+            raise UsageError(f"{given[0]} applies to --device npu only")
+    return profile, options
 
 
 def add_override_args(p: argparse.ArgumentParser) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from .. import golden_data
 from ..errors import InputError
-from ._args import Parser, _int, add_device_args, add_tolerance_args, tolerance_rule
-from .check import (add_report_args, check_report_paths, emit_report, golden_tolerance_hint, run_check,
-                    tolerance_source)
+from ..check import check_model, golden_tolerance_hint
+from ._args import Parser, _int, add_device_args, add_tolerance_args, npu_knobs, tolerance_rule
+from .check import add_report_args, check_report_paths, emit_report, tolerance_source
 
 DEFAULT_DIR = golden_data.path("default")  # the repository's golden/default, installed as package data
 MODEL, INPUTS, GOLDEN = "model.onnx", ("x.bin", "t.bin"), "expected"
@@ -35,7 +35,9 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     check_report_paths(args)
     model, inputs, golden = default_paths()
+    profile, npu_options = npu_knobs(args)
     hint = golden_tolerance_hint(str(golden))
-    report = run_check(model, inputs, str(golden), tolerance_rule(args, hint=hint), device=args.device,
-                       profile=args.profile, topk=args.topk, tolerance_from=tolerance_source(args, hint))
+    report = check_model(model, inputs, str(golden), tolerance_rule(args, hint=hint), device=args.device,
+                         profile=profile, npu_options=npu_options, topk=args.topk,
+                         tolerance_from=tolerance_source(args, hint))
     return emit_report(report, args)

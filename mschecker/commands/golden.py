@@ -9,15 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import golden as golden_store
+from ..check import record_goldens
 from ..errors import InputError
-from ..modelcheck import check_runner_entries
-from ..fsio import file_sha256
-from ..runners import make_runner
 from ..untrusted import plain
-from ..tensormeta import apply_overrides
-from ..tensorsets import read_tensors, split_spec
-from ._args import (Parser, add_device_args, add_override_args, add_tolerance_args, parse_dtypes, parse_shapes,
-                    tolerance_given, tolerance_rule)
+from ._args import (Parser, add_device_args, add_override_args, add_tolerance_args, npu_knobs, parse_dtypes,
+                    parse_shapes, tolerance_given, tolerance_rule)
 
 
 def build_parser() -> Parser:
@@ -34,24 +30,6 @@ def build_parser() -> Parser:
     ver = sub.add_parser("verify", help="check that golden files match their manifest")
     ver.add_argument("directory", help="a golden directory, or a tree of them (e.g. golden/)")
     return p
-
-
-def record_from_model(model, inputs, out, *, device="ort", profile=None, shapes=None, dtypes=None,
-                      tolerance: dict | None = None, update: bool = False) -> tuple[dict, list[str]]:
-    """Run the model and record its outputs; returns (manifest, changes against the previous manifest, preceded by
-    'repaired ...' for every file that no longer matched that manifest)."""
-    out = Path(out)
-    golden_store.refuse_existing(out, update)  # before running the model: refusing early writes nothing
-    old = golden_store.read_manifest(out) if update and golden_store.manifest_path(out).is_file() else None
-    damaged = golden_store.verify(out) if old is not None else []  # files that no longer matched their manifest
-    runner = make_runner(model, device=device, profile=profile)
-    check_runner_entries(runner, f"model {model}")
-    metas = apply_overrides(runner.inputs(), shapes or {}, dtypes or {})
-    outputs = runner.run(read_tensors(inputs, metas, role="input"))
-    extra = {"model": Path(model).name, "model_sha256": file_sha256(model), "inputs": [Path(i).name for i in split_spec(inputs)],
-             "device": device, "profile": profile}
-    manifest = golden_store.record(out, outputs, producer=runner.name, tolerance=tolerance, extra=extra, update=update)
-    return manifest, [f"repaired {p}" for p in damaged] + golden_store.changes(old, manifest)
 
 
 # Tolerance hint recorded when none is given: torch.testing.assert_close's fp32 defaults (rtol 1.3e-6, atol 1e-5;
@@ -92,9 +70,10 @@ def main(argv: list[str]) -> int:
         tolerance = tolerance_rule(args).to_dict()
     else:  # the fp32 hint fits onnxruntime's fp32 outputs only; other devices leave it to the rule's default
         tolerance = dict(DEFAULT_FP32_HINT) if args.device == "ort" else None
-    manifest, diff = record_from_model(args.model, args.input, args.out, device=args.device, profile=args.profile,
-                                       shapes=parse_shapes(args.shape), dtypes=parse_dtypes(args.dtype),
-                                       tolerance=tolerance, update=args.update)
+    profile, npu_options = npu_knobs(args)
+    manifest, diff = record_goldens(args.model, args.input, args.out, device=args.device, profile=profile,
+                                    npu_options=npu_options, shapes=parse_shapes(args.shape),
+                                    dtypes=parse_dtypes(args.dtype), tolerance=tolerance, update=args.update)
     for name, e in manifest["tensors"].items():
         print(plain(f"recorded {name}: {e['dtype']}{e['shape']} -> {Path(args.out) / e['file']} "
                     f"(sha256 {e['sha256'][:12]})"))

@@ -2,12 +2,13 @@
 
 Runs a model on one device and prints a per-output summary (shape, dtype, range, inf/NaN counts); with
 --save-outputs the outputs are recorded as a golden directory (manifest + .npy, atomic) that `mschecker check`
-can compare against. NPU knobs mirror ATC: --precision-mode, --keep-dtype FILE (one node name or
-OpType::TypeName per line), --op-precision-mode FILE.ini ([ByOpType]/[ByNodeName]), --overflow-mode.
-Exit 0 on success, 2 on bad input.
+can compare against (`--update` replaces a set saved before). The NPU knobs are mschecker.npu.knobs' (the same
+flags as the check command, sd and bisect): --profile, --precision-mode, --keep-dtype FILE|ENTRY,...,
+--op-precision FILE.ini|OpType=MODE,..., --overflow-mode, --implmode. Exit 0 on success, 2 on bad input.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -19,7 +20,7 @@ from ..modelcheck import check_runner_entries
 from ..runners import make_runner
 from ..tensorsets import read_tensors
 from ..tensormeta import apply_overrides
-from ._args import Parser, add_device_args, add_override_args, parse_dtypes, parse_shapes
+from ._args import Parser, add_device_args, add_override_args, npu_knobs, parse_dtypes, parse_shapes
 
 
 def build_parser(prog: str = "mschecker run") -> Parser:
@@ -28,40 +29,21 @@ def build_parser(prog: str = "mschecker run") -> Parser:
     p.add_argument("--input", required=True, help="input tensors (comma list, directory, .npz, Polygraphy JSON)")
     add_device_args(p)
     add_override_args(p)
-    g = p.add_argument_group("emulated NPU numerics (--device npu; on top of --profile, default ascend910b)")
-    g.add_argument("--precision-mode", choices=["force_fp16", "force_lowerprecision", "allow_fp32_to_fp16",
-                                                "allow_fp32_to_bf16", "must_keep_origin_dtype", "force_fp32"])
-    g.add_argument("--keep-dtype", metavar="FILE", help="ATC keep_dtype file: these nodes stay fp32")
-    g.add_argument("--op-precision-mode", metavar="FILE.ini", help="ATC op_precision.ini (implmode per type/node)")
-    g.add_argument("--overflow-mode", choices=["inf_nan", "saturation"])
     p.add_argument("--save-outputs", metavar="DIR", help="record the outputs as a golden directory")
-    p.add_argument("--overwrite", action="store_true", help="replace outputs already saved in --save-outputs DIR")
+    p.add_argument("--update", action="store_true", help="replace outputs already saved in --save-outputs DIR")
+    p.add_argument("--overwrite", dest="update", action="store_true", help=argparse.SUPPRESS)  # the old name
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
-def _npu_options(args) -> dict:
-    from ..fsio import check_readable
-
-    for flag, path in (("--keep-dtype", args.keep_dtype), ("--op-precision-mode", args.op_precision_mode)):
-        if path:  # refused by stat before the ATC parsers open it (a FIFO would block)
-            check_readable(path, f"{flag} file")
-    opts = {"precision_mode": args.precision_mode, "keep_dtype": args.keep_dtype,
-            "op_precision": args.op_precision_mode, "overflow_mode": args.overflow_mode}
-    given = {k: v for k, v in opts.items() if v}
-    if given and args.device != "npu":
-        raise UsageError(f"--{next(iter(given)).replace('_', '-')} applies to --device npu only")
-    return given
-
-
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    options = _npu_options(args)
+    profile, options = npu_knobs(args)
     if args.save_outputs:
-        _check_save_outputs(args.save_outputs, args.overwrite)
+        _check_save_outputs(args.save_outputs, args.update)
     t0 = time.perf_counter()
-    runner = make_runner(args.model, device=args.device, profile=args.profile, **options)
-    check_runner_entries(runner, f"model {args.model}")  # --keep-dtype / --op-precision-mode entries must match
+    runner = make_runner(args.model, device=args.device, profile=profile, **options)
+    check_runner_entries(runner, f"model {args.model}")  # --keep-dtype / --op-precision entries must match
     metas = apply_overrides(runner.inputs(), parse_shapes(args.shape), parse_dtypes(args.dtype))
     feeds = read_tensors(args.input, metas, role="input")
     t1 = time.perf_counter()
@@ -84,25 +66,25 @@ def main(argv: list[str]) -> int:
     make_console().print(table)
     print(f"load+inputs {t1 - t0:.2f} s, run {t2 - t1:.2f} s")
     if args.save_outputs:
-        golden_store.record(args.save_outputs, outputs, producer=runner.name, update=args.overwrite,
-                            extra={"model": str(args.model), "device": args.device, "profile": args.profile,
+        golden_store.record(args.save_outputs, outputs, producer=runner.name, update=args.update,
+                            extra={"model": str(args.model), "device": args.device, "profile": profile,
                                    "npu_options": {k: str(v) for k, v in options.items()}})
         print(f"outputs saved to {args.save_outputs}")
     return 0
 
 
-def _check_save_outputs(directory, overwrite: bool) -> None:
-    """Refuse before running: outputs already saved without --overwrite, or a path that is not a directory."""
+def _check_save_outputs(directory, update: bool) -> None:
+    """Refuse before running: outputs already saved without --update, or a path that is not a directory."""
     import os
 
     if os.path.lexists(directory) and not os.path.isdir(directory):
         raise UsageError(f"--save-outputs {directory}: exists and is not a directory")
-    if overwrite:
+    if update:
         return
     try:
         golden_store.refuse_existing(directory, update=False)
     except InputError as exc:
-        raise UsageError(f"--save-outputs {directory}: outputs are already saved there (use --overwrite; {exc})") \
+        raise UsageError(f"--save-outputs {directory}: outputs are already saved there (use --update; {exc})") \
             from None
 
 

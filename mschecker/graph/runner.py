@@ -48,54 +48,20 @@ class GraphRunner:
         return self.executor.run(feeds, capture=capture, capture_filter=capture_filter, progress=self.progress)
 
 
-def npu_profile(profile=None, *, precision_mode: str | None = None, keep_dtype=None, op_precision=None,
-                overflow_mode: str | None = None, implmode: str | None = None,
-                implmode_by_op_type: dict[str, str] | None = None):
-    """A profile (preset name / file, default ascend910b) with CLI-style overrides applied on top.
-
-    keep_dtype: a list of entries or an ATC keep_dtype file path (added to the profile's list);
-    op_precision: an ATC op_precision.ini path (its entries override the profile's per-type / per-node implmodes);
-    implmode_by_op_type: {op type: implmode} applied last (the [ByOpType] entries of a recommended fix).
-    """
-    from ..npu import load_profile, parse_keep_dtype, parse_op_precision_ini
-
-    prof = load_profile(profile or "ascend910b")
-    changes: dict = {}
-    if precision_mode:
-        changes["precision_mode"] = precision_mode
-        if precision_mode == "allow_fp32_to_bf16":
-            changes["storage_dtype"] = "bfloat16"
-    if overflow_mode:
-        changes["overflow_mode"] = {"inf_nan": "inf_nan", "infnan": "inf_nan", "saturation": "saturation"}.get(
-            overflow_mode.lower(), overflow_mode)
-    if implmode:
-        changes["implmode"] = implmode
-    if keep_dtype:
-        entries = parse_keep_dtype(keep_dtype) if isinstance(keep_dtype, (str, Path)) else list(keep_dtype)
-        changes["keep_dtype"] = tuple(prof.keep_dtype) + tuple(entries)
-    if op_precision:
-        by_type, by_node = parse_op_precision_ini(op_precision)
-        changes["implmode_by_op_type"] = {**prof.implmode_by_op_type, **by_type}
-        changes["implmode_by_node"] = {**prof.implmode_by_node, **by_node}
-    if implmode_by_op_type:
-        changes["implmode_by_op_type"] = {**changes.get("implmode_by_op_type", prof.implmode_by_op_type),
-                                          **implmode_by_op_type}
-    return prof.replace(**changes) if changes else prof
-
-
 def make_graph_runner(model, device: str, profile: str | None = None, *, label: str | None = None,
                       **options) -> GraphRunner:
-    """GraphRunner for device "reference" (float64) or "npu" (emulated; profile + options as npu_profile);
-    ``model`` and ``label`` as GraphRunner takes them."""
+    """GraphRunner for device "reference" (float64) or "npu" (emulated; profile + options as
+    mschecker.npu.knobs.apply_knobs); ``model`` and ``label`` as GraphRunner takes them."""
     if device == "reference":
         if profile is not None or any(v for v in options.values()):
             raise InputError("--device reference is the float64 truth: it takes no --profile or precision options")
         return GraphRunner(model, ReferencePolicy(), label=label)
     if device == "npu":
         from ..npu import NpuPolicy
+        from ..npu.knobs import apply_knobs
 
         try:
-            policy = NpuPolicy(npu_profile(profile, **options))
+            policy = NpuPolicy(apply_knobs(profile, **options))
         except KernelUnavailable as exc:
             raise InputError(f"--device npu: {exc}") from None
         return GraphRunner(model, policy, label=label)

@@ -21,9 +21,11 @@ so that a command only parses.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from ..errors import UsageError
+from ..fsio import check_readable
 from .atc import IMPLMODES, parse_keep_dtype, parse_op_precision_ini
 from .profile import OVERFLOW_MODES, PRECISION_MODES, NumericsProfile, load_profile
 
@@ -43,6 +45,7 @@ def add_npu_arguments(parser: argparse.ArgumentParser, stages: tuple[str, ...] =
                    help="nodes kept in fp32: an ATC keep_dtype file, or node names / OpType::Type inline")
     g.add_argument("--op-precision", action="append", metavar=f"{pre}FILE.ini|OpType=MODE,...",
                    help="implmode per op type/node: an ATC op_precision.ini, or OpType=high_precision inline")
+    g.add_argument("--op-precision-mode", dest="op_precision", action="append", help=argparse.SUPPRESS)  # old name
     g.add_argument("--overflow-mode", choices=OVERFLOW_MODES, help="inf_nan (IEEE) or saturation (310P style)")
     g.add_argument("--implmode", choices=IMPLMODES, help="default implmode of every op")
 
@@ -71,8 +74,17 @@ def _entries(text: str) -> list[str]:
     return [e.strip() for e in text.split(",") if e.strip()]
 
 
+def _is_file(value: str, flag: str) -> bool:
+    """Whether a knob value names a file: anything that exists at that path (a FIFO, socket or directory there is
+    an InputError by stat, before anything opens it: reading a FIFO would block)."""
+    if not os.path.lexists(value):
+        return False
+    check_readable(value, f"{flag} file")
+    return True
+
+
 def _keep_dtype(value: str, flag: str) -> list[str]:
-    if Path(value).is_file():
+    if _is_file(value, flag):
         return parse_keep_dtype(value)
     entries = _entries(value)
     for e in entries:
@@ -85,7 +97,7 @@ def _keep_dtype(value: str, flag: str) -> list[str]:
 
 def _op_precision(value: str, flag: str) -> tuple[dict[str, str], dict[str, str]]:
     """(by op type, by node) from an op_precision.ini file or inline OpType=MODE entries."""
-    if Path(value).is_file():
+    if _is_file(value, flag):
         return parse_op_precision_ini(value)
     by_type = {}
     for e in _entries(value) or [value]:

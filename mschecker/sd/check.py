@@ -328,7 +328,7 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     """Baseline run (``sides[0]``), judged run (``sides[1]``, captured), per-stage metrics, and -- when the
     judged side is the NPU and fails -- the overflow probes and the fix search. ``pipeline`` defaults to the
     bundled ``preset`` (DDIM unless ``scheduler`` says otherwise); ``scheduler`` overrides its scheduler class.
-    ``npu_options`` (mschecker.graph.runner.npu_profile keywords) apply to every stage, ``stage_options[stage]``
+    ``npu_options`` (mschecker.npu.knobs.apply_knobs keywords) apply to every stage, ``stage_options[stage]``
     on top of them to one stage (keep_dtype lists are joined; "profile" picks that stage's profile).
     ``progress(run_label, stage, step)`` is called before every stage execution."""
     if len(sides) != 2 or sides[0] == sides[1] or any(s not in SIDES for s in sides):
@@ -390,19 +390,12 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
 
 
 def stage_npu_options(npu_options: dict | None, stage_options: dict[str, dict] | None) -> dict[str, dict]:
-    """{stage: npu_profile keywords}: the common options with each stage's own on top (keep_dtype joined)."""
-    out = {}
-    for st in STAGES:
-        o = dict(npu_options or {})
-        for k, v in ((stage_options or {}).get(st) or {}).items():
-            if k == "keep_dtype":
-                o[k] = list(o.get(k) or []) + list(v)
-            elif k == "implmode_by_op_type":
-                o[k] = {**o.get(k, {}), **v}
-            else:
-                o[k] = v
-        out[st] = o
-    return out
+    """{stage: apply_knobs keywords}: the common options with each stage's own on top (npu.knobs.options_for:
+    lists joined, tables merged)."""
+    from ..npu.knobs import options_for
+
+    knobs = {None: dict(npu_options or {}), **{st: dict(o or {}) for st, o in (stage_options or {}).items()}}
+    return {st: options_for(knobs, st) for st in STAGES}
 
 
 # Vector ops whose implmode picks how they accumulate (fp16 vs fp32 statistics / sums): for these the
@@ -432,11 +425,11 @@ def suspect_stage(metrics: Metrics, jump: float = 0.1) -> str:
 
 
 def _saturates(profile, options: dict) -> bool:
-    from ..graph.runner import npu_profile
+    from ..npu.knobs import apply_knobs
 
     options = dict(options)
     profile = options.pop("profile", None) or profile
-    return npu_profile(profile, **options).overflow_mode == "saturation"
+    return apply_knobs(profile, **options).overflow_mode == "saturation"
 
 
 def probe_hidden_overflow(check: SDCheck, models: SDModels, common: dict, profile: str, options: dict[str, dict],

@@ -65,7 +65,7 @@ def ort_stage_runner(model: onnx.ModelProto | str | Path, stage_name: str) -> St
 def stage_runner_factory(device: str = "ort", profile: str | None = None, *, capture: StageCapture | None = None,
                          capture_filter=None, **options) -> StageRunnerFactory:
     """A ``make_stage_runner`` for ``device``: "ort" (onnxruntime fp32), or the graph executor's "reference"
-    (float64) / "npu" (emulated, numerics ``profile`` + ``options`` as mschecker.graph.runner.npu_profile), built
+    (float64) / "npu" (emulated, numerics ``profile`` + ``options`` as mschecker.npu.knobs.apply_knobs), built
     with mschecker.runners.make_runner from the path or the in-memory ModelProto (no temporary file; errors
     name it "bundled SD <stage> graph").
 

@@ -11,7 +11,7 @@ import onnx
 from mschecker.bisect import Budget, Sample, bisect_model
 from mschecker.bisect.report import to_dict, write_outputs
 from mschecker.graph.executor import Executor
-from mschecker.graph.runner import npu_profile
+from mschecker.npu.knobs import apply_knobs
 from mschecker.npu import NpuPolicy, load_profile, parse_keep_dtype, parse_op_precision_ini
 
 from . import models as M
@@ -184,13 +184,13 @@ def test_an_inf_inside_fails_a_configuration_whose_outputs_look_fine(tmp_path):
     assert not base.passed and "blow_up" in base.overflow_nodes
 
 
-def test_written_files_round_trip_into_the_npu_profile(tmp_path, poly_gelu):
+def test_written_files_round_trip_into_the_apply_knobs(tmp_path, poly_gelu):
     model = M.layernorm_pair()
     path = _save(tmp_path, model)
     r = bisect_model(path, _samples(model), tolerance=1e-2)
     files = write_outputs(r, tmp_path / "fix", json_report=True, html_report=True)
     proven = r.recommendation.profile(r.profile)
-    via_files = npu_profile("ascend910b", keep_dtype=files["keep_dtype"], op_precision=files["op_precision"])
+    via_files = apply_knobs("ascend910b", keep_dtype=files["keep_dtype"], op_precision=files["op_precision"])
     assert via_files.keep_dtype == proven.keep_dtype
     assert dict(via_files.implmode_by_node) == dict(proven.implmode_by_node) == {"ln_big": "high_precision"}
     assert parse_op_precision_ini(files["op_precision"]) == ({}, {"ln_big": "high_precision"})

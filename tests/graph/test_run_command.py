@@ -43,7 +43,7 @@ def test_run_saves_outputs_and_check_device_matches_them(tmp_path):
     one_line_error(cli("run", "--model", MODEL, "--input", INPUTS, "--device", "reference", "--save-outputs", out),
                    "already saved")
     assert cli("run", "--model", MODEL, "--input", INPUTS, "--device", "reference", "--save-outputs", out,
-               "--overwrite").returncode == 0
+               "--update").returncode == 0
 
 
 def test_run_with_atc_files(tmp_path):
@@ -52,7 +52,7 @@ def test_run_with_atc_files(tmp_path):
     ini = tmp_path / "op.ini"
     ini.write_text("[ByOpType]\nErf=high_precision\n")
     res = cli("run", "--model", MODEL, "--input", INPUTS, "--device", "npu", "--keep-dtype", keep,
-              "--op-precision-mode", ini, "--overflow-mode", "saturation", "--precision-mode", "force_fp16")
+              "--op-precision", ini, "--overflow-mode", "saturation", "--precision-mode", "force_fp16")
     assert res.returncode == 0, res.stderr
     assert "float32" in res.stdout  # the output comes from the kept (fp32) Softmax
 

@@ -65,6 +65,21 @@ def test_a_command_without_stages_refuses_a_prefix():
     assert _parse(["--keep-dtype", "OpType::Gelu"], stages=())[None]["keep_dtype"] == ["OpType::Gelu"]
 
 
+def test_the_old_op_precision_mode_name_still_parses(tmp_path):
+    ini = tmp_path / "p.ini"
+    ini.write_text("[ByOpType]\nGelu=high_precision\n")
+    assert _parse(["--op-precision-mode", str(ini)])[None]["implmode_by_op_type"] == {"Gelu": "high_precision"}
+
+
+def test_a_fifo_given_as_a_file_is_refused_without_opening_it(tmp_path):
+    import os
+
+    fifo = tmp_path / "keep.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="FIFO"):
+        _parse(["--keep-dtype", str(fifo)])
+
+
 def test_npu_flags_given_names_what_was_set():
     p = argparse.ArgumentParser()
     add_npu_arguments(p)

@@ -10,7 +10,7 @@ from onnx import numpy_helper
 from mschecker.dtypes import unit_roundoff
 from mschecker.errors import InputError
 from mschecker.graph import Executor, ReferencePolicy
-from mschecker.graph.runner import npu_profile
+from mschecker.npu.knobs import apply_knobs
 from mschecker.npu import NpuPolicy, load_profile, parse_keep_dtype, parse_op_precision_ini, preset_names
 
 
@@ -77,7 +77,7 @@ def _ctx(ex, name):
 def test_variant_selection_implmode_node_wins_and_keep_dtype(tmp_path):
     ini = tmp_path / "op.ini"
     ini.write_text("[ByOpType]\nSoftmax=high_precision\n[ByNodeName]\nsm2=high_performance\n")
-    ex = Executor(_graph(), NpuPolicy(npu_profile("ascend910b", op_precision=ini, keep_dtype=["scale"])))
+    ex = Executor(_graph(), NpuPolicy(apply_knobs("ascend910b", op_precision=ini, keep_dtype=["scale"])))
     assert "matmul:fp16_fp32acc" in _ctx(ex, "mm").description  # cube: fp32 accumulation whatever the implmode
     assert "softmax:fp16_fp32acc" in _ctx(ex, "sm1").description  # by type: high_precision
     assert "softmax:fp16_fp16acc" in _ctx(ex, "sm2").description  # by node name wins: high_performance

@@ -62,7 +62,7 @@ def test_internal_error_is_exit_3_one_line_and_traceback_on_request(tmp_path, mo
     def broken(*a, **k):
         raise ZeroDivisionError("planted bug")
 
-    monkeypatch.setattr(check, "run_check", broken)
+    monkeypatch.setattr(check, "check_model", broken)
     line = assert_one_line(run("--model", model, "--input", x, "--golden", x), 3, "internal error in",
                            "ZeroDivisionError: planted bug", "rerun with --traceback")
     assert "commands.check.broken" in line or "check" in line
@@ -303,8 +303,8 @@ def test_opset_newer_than_supported(tmp_path, x, device):
 @pytest.mark.parametrize("content,flag,needle", [
     ("relu_0\n", "--keep-dtype", "keep_dtype entry node 'relu_0'"),
     ("OpType::Conv\n", "--keep-dtype", "op type 'Conv' matches no node (op types in the model: Relu)"),
-    ("[ByOpType]\nSoftmax=high_precision\n", "--op-precision-mode", "[ByOpType] op type 'Softmax'"),
-    ("[ByNodeName]\nrelu1=high_precision\n", "--op-precision-mode", "node 'relu1'"),
+    ("[ByOpType]\nSoftmax=high_precision\n", "--op-precision", "[ByOpType] op type 'Softmax'"),
+    ("[ByNodeName]\nrelu1=high_precision\n", "--op-precision", "node 'relu1'"),
 ])
 def test_entries_that_match_nothing(tmp_path, x, model, content, flag, needle):
     f = tmp_path / "entries.txt"

@@ -352,7 +352,7 @@ def test_special_files_are_refused_without_hanging(tmp_path, model, case):
         args += ["--device", "npu", "--keep-dtype", fifo(tmp_path / "keep.txt")]
         needle = "FIFO"
     elif case == "fifo-op-precision":
-        args += ["--device", "npu", "--op-precision-mode", fifo(tmp_path / "op.ini")]
+        args += ["--device", "npu", "--op-precision", fifo(tmp_path / "op.ini")]
         needle = "FIFO"
     elif case == "fifo-manifest":
         (tmp_path / "g").mkdir()
