@@ -8,7 +8,7 @@
 - ``register_user_kernel(...)``: a user's kernel, reference, contract and strategies join the op registry, so
   ``check_kernel(name)`` (and the kernel suite, and ``mschecker kernels``) check it exactly like ours.
 
-A failure raises AssertionError whose message is mschecker.report.render_text of a CheckReport (verdict, metrics,
+A failure raises AssertionError whose message is mschecker.check_report.render_text of a CheckReport (verdict, metrics,
 worst elements, which rule failed), with, for contracts, a first paragraph naming the contract and where it
 broke. Inside pytest every check is also recorded for ``--mschecker-report`` (mschecker.pytest_plugin).
 """
@@ -75,7 +75,7 @@ def _session():
 
 
 def _render(report: CheckReport) -> str:
-    from .report import render_text
+    from .check_report import render_text
 
     return render_text(report)
 

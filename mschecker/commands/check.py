@@ -49,7 +49,7 @@ def emit_report(report, args) -> int:
 
     from ..console import make_console
     from ..fsio import unlink_quietly
-    from ..report import render_console, write_html, write_json
+    from ..check_report import render_console, write_html, write_json
 
     render_console(report, make_console())
     written = []

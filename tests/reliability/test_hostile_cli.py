@@ -110,7 +110,7 @@ def test_ctrl_c_during_golden_record_leaves_nothing(tmp_path, model, x, monkeypa
 
 
 def test_ctrl_c_while_writing_reports_leaves_no_report(tmp_path, model, x, monkeypatch):
-    import mschecker.report as report
+    import mschecker.check_report as report
 
     def html(*a, **k):
         raise KeyboardInterrupt

@@ -10,7 +10,7 @@ import numpy as np
 import mschecker.sd.clip as clip_module
 import mschecker.sd.layers as layers
 from mschecker.sd import build_text_encoder, build_vae_decoder, get_preset
-from mschecker.sd.activations import FP16_MAX, activation_peaks
+from mschecker.sd.activation_peaks import FP16_MAX, activation_peaks
 from mschecker.sd.scheduler import DDIMScheduler
 from tests.sd.test_graphs import CLIP_FORWARD_ATOL, causal_leak, clip_forward_error
 from tests.sd.test_layers import ATOL, group_norm_error

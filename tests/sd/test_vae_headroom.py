@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mschecker.sd import build_vae_decoder, get_preset
-from mschecker.sd.activations import FP16_MAX, activation_peaks
+from mschecker.sd.activation_peaks import FP16_MAX, activation_peaks
 
 
 def latent(preset, scale, seed=0):
