@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from . import golden as golden_store
+from . import golden_store
 from .compare import CheckReport, compare_arrays
 from .errors import InputError
 from .fsio import file_sha256

@@ -1,6 +1,6 @@
 """Kernel goldens: every registered kernel's golden cases, their inputs and float64 reference outputs, on disk.
 
-One golden directory per kernel, golden/kernels/<kernel>/, written through mschecker.golden.record (manifest with
+One golden directory per kernel, golden/kernels/<kernel>/, written through mschecker.golden_store.record (manifest with
 sha256, atomic files). Per case i:
   case{i}.in{j}              the case's inputs exactly as golden_cases() built them
   case{i}.ref{k}             the float64 reference on those inputs
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import golden, golden_data
+from . import golden_store, golden_data
 from .errors import InputError
 from .kernelcheck import CheckResult, check_outputs, run_reference, run_variant
 from .registry import Case, KernelInfo, Variant, registry
@@ -107,20 +107,20 @@ def write_kernel_goldens(root=None, kernels=None, *, update: bool = False) -> di
     if unknown:
         raise InputError(f"unknown kernel(s) {', '.join(unknown)} (known: {', '.join(sorted(reg))})")
     if not update:
-        present = [n for n in names if golden.manifest_path(root / n).is_file()]
+        present = [n for n in names if golden_store.manifest_path(root / n).is_file()]
         if present:
             raise InputError(f"{root}: goldens already exist for {', '.join(present)}; pass --update to replace them")
     out = {}
     for name in names:
         tensors, extra = golden_tensors(reg[name])
-        out[name] = golden.record(root / name, tensors, producer=PRODUCER, extra=extra, update=update)
+        out[name] = golden_store.record(root / name, tensors, producer=PRODUCER, extra=extra, update=update)
     return out
 
 
 def load_kernel_goldens(directory) -> tuple[str, list[GoldenCase]]:
     """(kernel name, cases) from a kernel golden directory, verified against its manifest."""
-    manifest = golden.read_manifest(directory)
-    arrays = golden.load(directory, verify=True)
+    manifest = golden_store.read_manifest(directory)
+    arrays = golden_store.load(directory, verify=True)
     extra = manifest.get("extra", {})
     cases = []
     for entry in extra.get("cases", []):

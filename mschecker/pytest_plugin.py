@@ -10,7 +10,7 @@ What it adds (docs/PLUGIN.md is the user's view):
   worst elements, failed rules, plain-text diff), its test node id, and every test's verdict. PATH ending in
   ``.html`` writes the HTML page and the JSON beside it (same stem, ``.json``); any other PATH gets JSON.
 - ``--mschecker-update-golden``: golden assertions record the actual tensors instead of failing; the golden
-  directories are rewritten once at the end of the session (mschecker.golden.record: atomic per file, manifest
+  directories are rewritten once at the end of the session (mschecker.golden_store.record: atomic per file, manifest
   last) and the terminal summary lists what was added or changed.
 - ``--mschecker-golden-dir DIR`` / ini ``mschecker_golden_dir`` (default ``tests/golden`` under the rootdir).
 - ``--mschecker-hypothesis-profile ci|thorough`` (or MSCHECKER_HYPOTHESIS_PROFILE): see mschecker.hypothesis_profiles.

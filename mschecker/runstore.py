@@ -110,11 +110,11 @@ class RunSession:
         """xdist worker: write queued goldens into the controller's staging directory (golden format)."""
         if not self.pending or self.staging_dir is None or self.worker_id is None:
             return
-        from . import golden
+        from . import golden_store
 
         for i, (directory, tensors) in enumerate(sorted(self.pending.items())):
             target = self.staging_dir / f"{self.worker_id}-{i}"
-            golden.record(target, tensors, producer="mschecker pytest plugin (staged)", update=True)
+            golden_store.record(target, tensors, producer="mschecker pytest plugin (staged)", update=True)
             self.staged.append([directory, str(target)])
         self.pending = {}
 
@@ -133,13 +133,13 @@ class RunSession:
             return
         import numpy as np
 
-        from . import golden
+        from . import golden_store
 
         new: dict[str, dict] = {d: dict(t) for d, t in self.pending.items()}
         conflicts: dict[str, list[str]] = {}
         for directory, staged in self.staged:
             bucket = new.setdefault(directory, {})
-            for k, v in golden.load(staged, verify=True).items():
+            for k, v in golden_store.load(staged, verify=True).items():
                 if k in bucket and not _same_array(bucket[k], v):
                     conflicts.setdefault(directory, []).append(k)
                 bucket[k] = np.array(v)
@@ -150,14 +150,14 @@ class RunSession:
                 continue
             if not tensors:
                 continue
-            old = golden.read_manifest(directory) if golden.manifest_path(directory).is_file() else None
+            old = golden_store.read_manifest(directory) if golden_store.manifest_path(directory).is_file() else None
             merged = {}
             if old is not None:
-                merged = {k: np.array(v) for k, v in golden.load(directory, verify=False).items()}
+                merged = {k: np.array(v) for k, v in golden_store.load(directory, verify=False).items()}
             merged.update(tensors)
-            manifest = golden.record(directory, merged, producer=producer, update=True,
+            manifest = golden_store.record(directory, merged, producer=producer, update=True,
                                      tolerance=(old or {}).get("tolerance"), extra=(old or {}).get("extra"))
-            self.golden_changes.extend(f"{directory}: {c}" for c in golden.changes(old, manifest))
+            self.golden_changes.extend(f"{directory}: {c}" for c in golden_store.changes(old, manifest))
             self.golden_checked[directory] = len(tensors)
         self.pending = {}
 

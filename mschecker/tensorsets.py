@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import golden
+from . import golden_store
 from .errors import InputError
 from .tensorio import (POSITIONAL_NAME, SELF_DESCRIBING, read_npz, read_pb, read_polygraphy_json, read_tensor,
                        reinterpret_bf16, safe_filename)
@@ -107,7 +107,7 @@ _TENSOR_SUFFIXES = (".npy", ".pb", ".bin", ".npz")
 def _read_directory(directory: Path, metas) -> tuple[dict[str, np.ndarray], bool]:
     """A directory of tensors: (name -> array, positional?)."""
     if os.path.lexists(directory / "manifest.json"):  # a FIFO or directory named so is refused by the reader
-        return golden.load(directory, verify=True), False
+        return golden_store.load(directory, verify=True), False
     if metas is not None:
         found = {}
         for m in metas:

@@ -272,7 +272,7 @@ def assert_matches_golden(name: str, actual, *, rule: ToleranceRule | None = Non
     written at once. A missing golden, without update, fails with the command that records it.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not mschecker's internals
-    from . import golden
+    from . import golden_store
     from .fsio import file_sha256
 
     state = _session()
@@ -283,7 +283,7 @@ def assert_matches_golden(name: str, actual, *, rule: ToleranceRule | None = Non
     nodeid = nodeid or (state.current_nodeid if state is not None else None)
     actual = np.asarray(actual)
 
-    manifest = golden.read_manifest(directory) if golden.manifest_path(directory).is_file() else None
+    manifest = golden_store.read_manifest(directory) if golden_store.manifest_path(directory).is_file() else None
     entry = (manifest or {}).get("tensors", {}).get(name)
     if update:
         if state is not None:
@@ -303,11 +303,11 @@ def assert_matches_golden(name: str, actual, *, rule: ToleranceRule | None = Non
         raise CheckFailure(None, text)
     path = directory / entry["file"]
     if not path.is_file() or file_sha256(path) != entry["sha256"]:
-        text = (f"golden {name!r}: {path} is missing or its sha256 differs from {directory / golden.MANIFEST}; "
+        text = (f"golden {name!r}: {path} is missing or its sha256 differs from {directory / golden_store.MANIFEST}; "
                 f"the golden directory is damaged (mschecker golden verify {directory})")
         _record("golden", name, None, text, passed=False, nodeid=nodeid)
         raise CheckFailure(None, text)
-    expected = golden.load(directory, verify=False)[name]
+    expected = golden_store.load(directory, verify=False)[name]
     the_rule = _golden_rule(rule, tolerance, atol, rtol, ulp, cosine, manifest)
     if actual.shape != expected.shape:
         text = (f"golden {name!r}: actual shape {actual.shape} differs from the golden's {expected.shape} "
@@ -337,16 +337,16 @@ class GoldenDir:
                                      **tolerance)
 
     def names(self) -> list[str]:
-        from . import golden
+        from . import golden_store
 
-        if not golden.manifest_path(self.path).is_file():
+        if not golden_store.manifest_path(self.path).is_file():
             return []
-        return list(golden.read_manifest(self.path)["tensors"])
+        return list(golden_store.read_manifest(self.path)["tensors"])
 
     def load(self, name: str) -> np.ndarray:
-        from . import golden
+        from . import golden_store
 
-        return golden.load(self.path, verify=False)[name]
+        return golden_store.load(self.path, verify=False)[name]
 
     def __repr__(self) -> str:
         return f"GoldenDir({str(self.path)!r}, update={self.update})"

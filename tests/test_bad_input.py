@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mschecker import golden
+from mschecker import golden_store
 
 ROOT = Path(__file__).resolve().parents[1]
 D = ROOT / "golden" / "default"
@@ -117,7 +117,7 @@ def _snapshot(directory: Path):
 
 def test_golden_record_onto_existing_goldens_needs_update(tmp_path):
     g = tmp_path / "g"
-    golden.record(g, {"logits": np.zeros((1, 10), np.float32), "probs": np.zeros((1, 10), np.float32)},
+    golden_store.record(g, {"logits": np.zeros((1, 10), np.float32), "probs": np.zeros((1, 10), np.float32)},
                   producer="test")
     before = _snapshot(g)
     assert_bad_input(cli("golden", "record", "--model", MODEL, "--input", INPUTS, "--out", g),

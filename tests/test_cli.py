@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from mschecker import golden
+from mschecker import golden_store
 from mschecker.commands._args import parse_dtypes, parse_shapes
 from mschecker.check import check_model, golden_tolerance_hint
 from mschecker.compare import ToleranceRule
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 D = ROOT / "golden" / "default"
 MODEL, EXPECTED = D / "model.onnx", D / "expected"
 INPUTS = f"{D / 'x.bin'},{D / 't.bin'}"
-HINT = golden.read_manifest(EXPECTED)["tolerance"]
+HINT = golden_store.read_manifest(EXPECTED)["tolerance"]
 HINT_RULE = ToleranceRule.from_args(atol=HINT["atol"], rtol=HINT["rtol"])
 
 
@@ -36,7 +36,7 @@ def cli(*args, cwd=None):
 
 
 def _goldens():
-    return golden.load(EXPECTED)
+    return golden_store.load(EXPECTED)
 
 
 def _perturbed(name: str, factor: float) -> dict[str, np.ndarray]:
@@ -88,9 +88,9 @@ def test_golden_record_update_and_verify(tmp_path):
     g = tmp_path / "g"
     rec = cli("golden", "record", "--model", MODEL, "--input", INPUTS, "--out", g)
     assert rec.returncode == 0, rec.stderr
-    assert golden.verify(g) == []
-    manifest = golden.read_manifest(g)
-    assert manifest["extra"]["model_sha256"] == golden.read_manifest(EXPECTED)["extra"]["model_sha256"]
+    assert golden_store.verify(g) == []
+    manifest = golden_store.read_manifest(g)
+    assert manifest["extra"]["model_sha256"] == golden_store.read_manifest(EXPECTED)["extra"]["model_sha256"]
     assert manifest["tolerance"] == HINT and "onnxruntime" in manifest["producer"]["runner"]
     # Tamper, then --update with another input: the new goldens are listed as changed, the tampering as repaired.
     np.save(g / "probs.npy", np.zeros((1, 10), np.float32))
@@ -103,14 +103,14 @@ def test_golden_record_update_and_verify(tmp_path):
     changes = upd.stdout.split("changes: ")[1]
     assert "repaired probs: probs.npy sha256" in changes
     assert "changed logits: content" in changes and "changed probs: content" in changes
-    assert golden.verify(g) == [] and golden.read_manifest(g)["tolerance"]["atol"] == 1e-4
+    assert golden_store.verify(g) == [] and golden_store.read_manifest(g)["tolerance"]["atol"] == 1e-4
 
 
 # ----------------------------------------------------------------------------------------------- library
 def test_rule_boundary_through_check_model(tmp_path):
     """Half the bound passes, twice the bound fails: the check applies the manifest's rule, not a looser one."""
     for factor, passed in ((0.5, True), (2.0, False)):
-        golden.record(tmp_path / str(factor), _perturbed("logits", factor), producer="t", tolerance=HINT)
+        golden_store.record(tmp_path / str(factor), _perturbed("logits", factor), producer="t", tolerance=HINT)
         report = check_model(MODEL, INPUTS, str(tmp_path / str(factor)), HINT_RULE)
         assert report.passed is passed, factor
         assert [t.passed for t in report.tensors] == [passed, True]

@@ -116,9 +116,9 @@ def test_run_command_feeds_rank0_inputs_end_to_end(device, model_path, tmp_path,
     rc = cli_main(["run", "--model", str(model_path), "--input", str(d), "--device", device,
                    "--save-outputs", str(out), "--no-progress"])
     assert rc == 0, capsys.readouterr()
-    from mschecker import golden
+    from mschecker import golden_store
 
-    np.testing.assert_array_equal(golden.load(out)["y"], EXPECTED)
+    np.testing.assert_array_equal(golden_store.load(out)["y"], EXPECTED)
 
 
 def test_ulp_helpers_keep_rank0():

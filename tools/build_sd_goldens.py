@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mschecker import golden
+from mschecker import golden_store
 from mschecker.errors import InputError
 from mschecker.sd.goldens import GOLDEN_DIR, compute_pinned
 
@@ -20,14 +20,14 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", type=Path, default=GOLDEN_DIR, help=f"golden directory (default {GOLDEN_DIR})")
     ap.add_argument("--update", action="store_true", help="replace existing goldens")
     args = ap.parse_args(argv)
-    if golden.manifest_path(args.dir).is_file() and not args.update:
+    if golden_store.manifest_path(args.dir).is_file() and not args.update:
         print(f"build_sd_goldens: error: {args.dir} already holds goldens (pass --update to replace them)",
               file=sys.stderr)
         return 2
     tensors, extra = compute_pinned()
     try:
         args.dir.mkdir(parents=True, exist_ok=True)
-        manifest = golden.record(args.dir, tensors, producer="mschecker.sd.goldens (reference + npu emulator)",
+        manifest = golden_store.record(args.dir, tensors, producer="mschecker.sd.goldens (reference + npu emulator)",
                                  extra=extra, update=args.update)
     except InputError as exc:
         print(f"build_sd_goldens: error: {exc}", file=sys.stderr)

@@ -4,7 +4,7 @@ Why in-process and not `mschecker ...` per cell: a subprocess per cell pays the 
 onnxruntime imports (~3 s here) again for every cell, and its result would have to be parsed back from text.
 The worker imports once and calls the same functions the commands call:
 - check:   mschecker.check.check_model (the check command's library entry point) on model + inputs +
-           goldens; golden directories are verified on load (mschecker.golden.load).
+           goldens; golden directories are verified on load (mschecker.golden_store.load).
 - sd:      mschecker.sd.check.run_check (the `mschecker sd` check: float64 reference vs emulated NPU).
 - kernels: mschecker.kernel_suite.run_suite for one kernel (every variant, every planted bug).
 

@@ -1,4 +1,4 @@
-"""`mschecker golden record|verify`: create, update and verify golden directories (mschecker.golden).
+"""`mschecker golden record|verify`: create, update and verify golden directories (mschecker.golden_store).
 
 record: runs the model and stores its outputs + manifest; refuses an existing golden set without --update, and with
 --update prints what changed. verify DIR: DIR itself or every golden directory below it; exit 0 when every file
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import golden as golden_store
+from .. import golden_store
 from ..check import record_goldens
 from ..errors import InputError
 from ..untrusted import plain

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from .. import golden as golden_store
+from .. import golden_store
 from ..errors import InputError, UsageError
 from ..modelcheck import check_runner_entries
 from ..runners import make_runner

@@ -1,6 +1,6 @@
 """Regression goldens of the bundled SD pipeline (tiny preset): what golden/sd/tiny/ holds and how it is computed.
 
-One golden directory (mschecker.golden layout: manifest + .npy, sha256-pinned) with tensors named
+One golden directory (mschecker.golden_store layout: manifest + .npy, sha256-pinned) with tensors named
 ``<group>.<name>``:
   inputs.*          token ids, initial noise, and the exact stage inputs the per-stage goldens were run on
                     (UNet step-1 feeds by input name, VAE latent) -- taken from the reference pipeline run of the

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mschecker import golden
+from mschecker import golden_store
 from mschecker.kernel_golden import (GOLDEN_ROOT, check_variant_against_golden, load_kernel_goldens,
                                      reference_mismatches, variant_bit_mismatches, write_kernel_goldens)
 from mschecker.registry import KernelInfo, Variant, get_kernel, registry
@@ -29,7 +29,7 @@ KERNEL_DIRS = [pytest.param(d, id=d.name) for d in DIRS]
 
 @pytest.mark.parametrize("directory", KERNEL_DIRS)
 def test_golden_manifest_verifies(directory):
-    assert golden.verify(directory) == []
+    assert golden_store.verify(directory) == []
 
 
 @pytest.mark.parametrize("directory", KERNEL_DIRS)
@@ -78,21 +78,21 @@ def conv_golden(tmp_path):
 def test_refuses_overwrite_without_update(conv_golden):
     from mschecker.errors import InputError
 
-    before = golden.read_manifest(conv_golden)
+    before = golden_store.read_manifest(conv_golden)
     with pytest.raises(InputError, match="--update"):
         write_kernel_goldens(conv_golden.parent, ["conv2d"])
-    assert golden.read_manifest(conv_golden) == before
+    assert golden_store.read_manifest(conv_golden) == before
     write_kernel_goldens(conv_golden.parent, ["conv2d"], update=True)
-    assert golden.verify(conv_golden) == []
+    assert golden_store.verify(conv_golden) == []
 
 
 def test_corrupted_golden_is_reported(conv_golden):
-    entry = next(iter(golden.read_manifest(conv_golden)["tensors"].values()))
+    entry = next(iter(golden_store.read_manifest(conv_golden)["tensors"].values()))
     path = conv_golden / entry["file"]
     data = bytearray(path.read_bytes())
     data[-1] ^= 1
     path.write_bytes(bytes(data))
-    assert any("sha256" in p for p in golden.verify(conv_golden))
+    assert any("sha256" in p for p in golden_store.verify(conv_golden))
 
 
 def test_reference_off_by_one_ulp_is_caught(conv_golden):

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mschecker import golden
+from mschecker import golden_store
 from mschecker.errors import InputError
 from mschecker.npu.profile import load_profile
 from mschecker.tensorio import read_polygraphy_json, read_tensor, sidecar_for
@@ -57,8 +57,8 @@ def _read_manifest(d: Path, data: bytes):
     g.mkdir(exist_ok=True)
     np.save(g / "y.npy", np.zeros(3, np.float32))
     (g / "manifest.json").write_bytes(data)
-    golden.verify(g)
-    return golden.load(g)
+    golden_store.verify(g)
+    return golden_store.load(g)
 
 
 def _read_profile(suffix: str):

@@ -1,4 +1,4 @@
-"""Golden sets are all-or-nothing: a writer SIGKILLed at ANY point of `golden.record` leaves a directory in which
+"""Golden sets are all-or-nothing: a writer SIGKILLed at ANY point of `golden_store.record` leaves a directory in which
 a reader sees the complete old set or the complete new set, never a mix; the leftovers are ignored by readers and
 cleaned by the next record; a refused re-record says how to recover.
 
@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from mschecker import golden
+from mschecker import golden_store
 
 OLD = {"a": np.arange(300, dtype=np.float32), "b": np.ones((4, 5), np.float16), "c": np.zeros(7, np.int64)}
 NEW = {"a": np.arange(300, dtype=np.float32) * 2, "b": np.ones((4, 5), np.float16), "d": np.full(3, 9.5)}
@@ -64,7 +64,7 @@ def _writer_killed_at(k: int, directory, tensors, update: bool) -> bool:
                 f.write(data[len(data) // 2:])
 
             np.save = save
-            golden.record(directory, tensors, producer="test", update=update)
+            golden_store.record(directory, tensors, producer="test", update=update)
             os._exit(0)
         except BaseException:  # noqa: BLE001
             os._exit(1)
@@ -78,14 +78,14 @@ def _writer_killed_at(k: int, directory, tensors, update: bool) -> bool:
 
 def _reader_view(directory):
     """What a reader sees: the loaded set (verified), or None when there is no golden set at all."""
-    if not os.path.lexists(golden.manifest_path(directory)):
+    if not os.path.lexists(golden_store.manifest_path(directory)):
         return None
-    return golden.load(directory, verify=True)
+    return golden_store.load(directory, verify=True)
 
 
 def test_update_killed_at_every_point_leaves_old_or_new(tmp_path):
     pristine = tmp_path / "pristine"
-    golden.record(pristine, OLD, producer="old")
+    golden_store.record(pristine, OLD, producer="old")
     outcomes, k = {"old": 0, "new": 0}, 0
     while True:
         k += 1
@@ -98,12 +98,12 @@ def test_update_killed_at_every_point_leaves_old_or_new(tmp_path):
         else:
             assert _same(seen, NEW), f"kill at point {k}: a mix of old and new: {sorted(seen)}"
             outcomes["new"] += 1
-        problems = golden.verify(g)
+        problems = golden_store.verify(g)
         assert all(p.startswith(("untracked file", "leftover temp file")) for p in problems), problems
         # the next record cleans up whatever the killed writer left
-        golden.record(g, NEW, producer="again", update=True)
-        assert golden.verify(g) == [] and _same(golden.load(g), NEW)
-        tracked = [e["file"] for e in golden.read_manifest(g)["tensors"].values()]
+        golden_store.record(g, NEW, producer="again", update=True)
+        assert golden_store.verify(g) == [] and _same(golden_store.load(g), NEW)
+        tracked = [e["file"] for e in golden_store.read_manifest(g)["tensors"].values()]
         assert sorted(os.listdir(g)) == sorted(["manifest.json", *tracked])  # no leftover of any kind
         shutil.rmtree(g)
         if not killed:
@@ -120,12 +120,12 @@ def test_first_record_killed_at_every_point_leaves_nothing_or_new_and_says_how_t
         seen = _reader_view(g)
         assert seen is None or _same(seen, NEW), f"kill at point {k}"
         if seen is None and g.is_dir() and any(n.endswith(".npy") for n in os.listdir(g)):
-            with pytest.raises(golden.InputError, match="interrupted first record.*--update"):
-                golden.record(g, NEW, producer="again")
+            with pytest.raises(golden_store.InputError, match="interrupted first record.*--update"):
+                golden_store.record(g, NEW, producer="again")
             refused += 1
         if seen is None:
-            golden.record(g, NEW, producer="again", update=True)
-            assert golden.verify(g) == []
+            golden_store.record(g, NEW, producer="again", update=True)
+            assert golden_store.verify(g) == []
         shutil.rmtree(g, ignore_errors=True)
         if not killed:
             break
@@ -134,10 +134,10 @@ def test_first_record_killed_at_every_point_leaves_nothing_or_new_and_says_how_t
 
 _SCRIPT = """
 import sys, numpy as np
-from mschecker import golden
+from mschecker import golden_store
 n = int(sys.argv[2])
 rng = np.random.default_rng(n)
-golden.record(sys.argv[1], {f"t{i}": rng.standard_normal(200_000 + i) for i in range(6)}, producer="big",
+golden_store.record(sys.argv[1], {f"t{i}": rng.standard_normal(200_000 + i) for i in range(6)}, producer="big",
               update=True)
 """
 
@@ -146,14 +146,14 @@ def test_real_writer_killed_after_random_delays(tmp_path):
     """A real process (imports, page cache, big files) killed at random moments: old or new, never a mix."""
     g = tmp_path / "g"
     subprocess.run([sys.executable, "-c", _SCRIPT, str(g), "0"], check=True, timeout=120)
-    old = {k: np.array(v) for k, v in golden.load(g).items()}
+    old = {k: np.array(v) for k, v in golden_store.load(g).items()}
     rng = np.random.default_rng(1)
     for attempt in range(1, 4):
         proc = subprocess.Popen([sys.executable, "-c", _SCRIPT, str(g), str(attempt)])
         time.sleep(float(rng.uniform(0.3, 1.2)))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
-        now = golden.load(g)
+        now = golden_store.load(g)
         if not _same(now, old):
             new = {f"t{i}": np.random.default_rng(attempt).standard_normal(200_000 + i) for i in range(6)}
             assert _same(now, new), f"attempt {attempt}: a mix"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mschecker import golden
+from mschecker import golden_store
 from mschecker.errors import ExecutionError
 
 from .support import (assert_bad_input, assert_one_line, external_model, run, run_subprocess, save_x, tiny_model)
@@ -230,7 +230,7 @@ def test_no_ansi_under_no_color_or_outside_a_tty(tmp_path, x, model):
 
 
 def test_case_insensitive_collisions_get_distinct_files(tmp_path):
-    manifest = golden.record(tmp_path / "g", {"A": np.zeros(2), "a": np.ones(2), "manifest": np.ones(1)},
+    manifest = golden_store.record(tmp_path / "g", {"A": np.zeros(2), "a": np.ones(2), "manifest": np.ones(1)},
                              producer="t")
     files = [e["file"].lower() for e in manifest["tensors"].values()]
     assert len(set(files)) == 3 and "manifest.npy" not in files

@@ -65,10 +65,10 @@ def test_sidecar(tmp_path, model, content, needle):
 # ------------------------------------------------------------------------------------------ golden manifests
 def _golden_dir(tmp_path, mutate) -> Path:
     """A valid golden set for tiny_model's output, then `mutate(manifest_dict)` (or raw bytes when it returns bytes)."""
-    from mschecker import golden
+    from mschecker import golden_store
 
     g = tmp_path / "g"
-    golden.record(g, {"y": np.maximum(np.arange(6, dtype=np.float32).reshape(2, 3) - 1, 0)}, producer="t")
+    golden_store.record(g, {"y": np.maximum(np.arange(6, dtype=np.float32).reshape(2, 3) - 1, 0)}, producer="t")
     manifest = json.loads((g / "manifest.json").read_text())
     new = mutate(manifest)
     (g / "manifest.json").write_bytes(new if isinstance(new, bytes) else json.dumps(new).encode())
@@ -377,9 +377,9 @@ def test_special_files_are_refused_without_hanging(tmp_path, model, case):
 
 
 def test_fifo_inside_golden_directory_is_a_verify_problem_not_a_hang(tmp_path):
-    from mschecker import golden
+    from mschecker import golden_store
 
-    golden.record(tmp_path / "g", {"y": np.zeros(3, np.float32)}, producer="t")
+    golden_store.record(tmp_path / "g", {"y": np.zeros(3, np.float32)}, producer="t")
     (tmp_path / "g" / "y.npy").unlink()
     fifo(tmp_path / "g" / "y.npy")
     res = run("golden", "verify", tmp_path / "g", seconds=20)

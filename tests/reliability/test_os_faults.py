@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mschecker import golden
+from mschecker import golden_store
 
 from .support import assert_bad_input, run, run_subprocess, save_x, tiny_model
 
@@ -102,7 +102,7 @@ def test_disk_full_during_golden_update_keeps_the_old_set(tmpfs, tmp_path, x):
     """--update of a golden set on a disk that fills up half-way: exit 2, the old set complete and verified."""
     g = tmpfs / "g"
     old = {"a": np.zeros(1000, np.float32), "b": np.ones(1000, np.float32)}
-    golden.record(g, old, producer="old")
+    golden_store.record(g, old, producer="old")
     before = {p.name: p.read_bytes() for p in g.iterdir()}
     m = tiny_model(tmp_path / "big.onnx", shape=(200, 200))
     xb = tmp_path / "xb.npy"
@@ -111,7 +111,7 @@ def test_disk_full_during_golden_update_keeps_the_old_set(tmpfs, tmp_path, x):
     res = run("golden", "record", "--model", m, "--input", xb, "--out", g, "--update")
     assert_bad_input(res, "No space left on device")
     assert {p.name: p.read_bytes() for p in g.iterdir()} == before
-    assert golden.verify(g) == []
+    assert golden_store.verify(g) == []
 
 
 def _as_nobody_possible() -> bool:
@@ -158,7 +158,7 @@ def test_permission_denied_on_write(world, command):
 def test_permission_denied_on_read(world, what):
     m, xi = world / "m.onnx", world / "x.npy"
     g = world / "g"
-    golden.record(g, {"y": np.zeros((2, 3), np.float32)}, producer="t")
+    golden_store.record(g, {"y": np.zeros((2, 3), np.float32)}, producer="t")
     os.chmod(g, 0o755)
     for p in g.iterdir():
         os.chmod(p, 0o644)

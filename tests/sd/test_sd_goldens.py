@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mschecker import golden
+from mschecker import golden_store
 from mschecker.sd import SDModels
 from mschecker.sd.goldens import GOLDEN_DIR, SETTINGS, compute_pinned, graph_hashes
 
@@ -43,7 +43,7 @@ def bit_differences(actual: dict, expected: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def stored():
-    return golden.load(GOLDEN_DIR)
+    return golden_store.load(GOLDEN_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +52,15 @@ def recomputed():
 
 
 def test_manifest_verifies_and_is_small():
-    assert golden.verify(GOLDEN_DIR) == []
-    manifest = golden.read_manifest(GOLDEN_DIR)
+    assert golden_store.verify(GOLDEN_DIR) == []
+    manifest = golden_store.read_manifest(GOLDEN_DIR)
     size = sum((GOLDEN_DIR / e["file"]).stat().st_size for e in manifest["tensors"].values())
     assert size < 5 * 2 ** 20
     assert manifest["extra"]["settings"] == SETTINGS
 
 
 def test_graphs_are_the_ones_the_goldens_were_built_from():
-    stored_hashes = golden.read_manifest(GOLDEN_DIR)["extra"]["graph_sha256"]
+    stored_hashes = golden_store.read_manifest(GOLDEN_DIR)["extra"]["graph_sha256"]
     current = graph_hashes(SDModels.build(SETTINGS["preset"], SETTINGS["weights_seed"]))
     assert current == stored_hashes, ("the SD graph builders changed since golden/sd/tiny was recorded: check the "
                                       "change, then python tools/build_sd_goldens.py --update")
