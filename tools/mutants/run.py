@@ -130,13 +130,14 @@ def run_mutant(patch: Path | None, timeout: int) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="", help="run the patches whose file name contains this")
+    ap.add_argument("--only", default="", help="run the patches whose file name contains this (comma-separated: any)")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--timeout", type=int, default=1200, help="seconds per step and mutant")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--skip-baseline", action="store_true", help="do not first check that the unmutated tree passes")
     args = ap.parse_args(argv)
-    patches = sorted(p for p in PATCHES.glob("*.patch") if args.only in p.name)
+    wanted = [w for w in args.only.split(",") if w] or [""]
+    patches = sorted(p for p in PATCHES.glob("*.patch") if any(w in p.name for w in wanted))
     if args.list:
         for p in patches:
             m = header(p)
