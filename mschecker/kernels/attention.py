@@ -18,8 +18,8 @@ Where 2 E_i > 20 the bound is vacuous (P may be off by e^20) and the row is only
 fp16_naive rounds the logits to fp16: rows whose logits (plus their error) reach 65520 overflow to inf and the
 softmax returns NaN while the reference is finite. With an additive mask the scores of masked-out keys (-inf in
 the mask) are computed and rounded too, and an overflowed one gives inf + (-inf) = NaN: those keys count. That
-is outside its domain: its bound is +inf on those rows (no promise); tests/kernels/test_linalg_extra.py shows the NaN as a finding and the wide_scores strategy holds
-fp32_upcast and flash to their contracts there.
+is outside its domain: its bound is +inf on those rows (no promise); tests/kernels/test_linalg_extra.py shows the
+NaN as a finding and the wide_scores strategy holds fp32_upcast and flash to their contracts there.
 
 flash_fp16_fp32acc: FlashAttention's test rule (docs/NUMERICS.md §9): max error <= 2x the max error of the naive
 implementation of the same maths on the same inputs (contracts.baseline_bound). The naive twin of flash is

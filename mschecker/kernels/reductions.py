@@ -171,7 +171,8 @@ def _variants(mean: bool) -> dict[str, Variant]:
 
 def _definitions(mean: bool) -> dict:
     """Each correct variant's definition: the summation order its name says, in its accumulator."""
-    out = {"fp32": D.reduce("pairwise", "float32", mean), "bf16_fp32acc_pairwise": D.reduce("pairwise", "float32", mean)}
+    pairwise32 = D.reduce("pairwise", "float32", mean)
+    out = {"fp32": pairwise32, "bf16_fp32acc_pairwise": pairwise32}
     for acc, prefix in (("float16", "fp16_fp16acc"), ("float32", "fp16_fp32acc")):
         for order in D.SUMS:
             out[prefix if order == "recursive" else f"{prefix}_{order}"] = D.reduce(order, acc, mean)
