@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 
 from ..compare import TensorComparison, json_safe
-from ..report import fmt_num
+from ..check_report import fmt_num
 from .check import SDCheck
 from .images import difference_image, figure_png, plot_series, side_by_side, write_atomic
 
