@@ -13,21 +13,21 @@ internal overflow"), the first node whose output holds NaN or inf, and the first
 format's largest finite value (what overflow looks like in saturation mode). For the first non-finite node it
 also reports the largest |x| among the node's inputs, which is usually the number that explains it.
 
-Saturation mode hides overflows inside kernels (NaN -> 0, inf -> max after every node): when such a run fails
-without a visible event, `probe_hidden_overflow` re-runs the suspect stage in inf_nan mode to find the node.
-A failure with no event at all (an overflow inside a kernel that leaves a finite, collapsed output) is located
-by `first_divergent_node`: the suspect stage on the NPU and on the reference from the same inputs, compared
-node by node; the first node with relative error > DIVERGENCE is the event the fix search starts from.
+Localization and the fix search are mschecker.bisect's (one engine for every model), applied to the stage that
+failed. When the captured run shows no NaN/inf/max, ``locate`` runs the bisection's lockstep pass over the
+suspect stage on the NPU run's own stage inputs (so upstream drift is not counted): the first node that
+overflows (saturation mode's clamps counted before the clamp, so an overflow it hides is found) or whose
+relative error against the reference on the same inputs exceeds DIVERGENCE is the event (``hidden_overflow``
+under saturation, ``divergence`` otherwise).
 
-The fix search (`find_fix`), when the NPU run failed and overflowed somewhere: the stage where the first overflow
-happened is re-run (the earlier stages' NPU outputs reused, because on a real NPU each stage is a separate model
-compiled with its own ATC options) with, cumulatively and cheapest first, for the op type T of the first
-overflowing node: the high_precision implementation of T (fp32 statistics / accumulation, fp16 storage: ATC
-``op_precision_mode`` [ByOpType] T=high_precision), then ``keep_dtype OpType::T`` (fp32 storage too); if the rerun
-overflows at another op type, that one is next. At most `MAX_FIX_ROUNDS` rounds, then the last resort: the whole
-stage in fp32 (precision_mode must_keep_origin_dtype, what diffusers' ``force_upcast`` does for the VAE). The fix
-is the first configuration whose run is finite and meets the PSNR threshold; it is reported with the rerun's
-metrics, so the claim "this fixes it" is always measured.
+The fix search (``find_fix``) is the bisection's group testing over the failing stage's op types, ranked by their
+nodes' own error (each node run on the reference's inputs): moves are ATC ``keep_dtype OpType::T`` and
+``op_precision_mode`` [ByOpType] ``T=high_precision`` (preferred where it passes: fp32 statistics with fp16
+storage). Each evaluation re-runs the stage and everything after it (earlier stages' NPU outputs reused: on a
+real NPU each stage is a separate model compiled with its own ATC options) and passes when the outputs are
+finite, the image meets the PSNR threshold and no tensor inside the stage overflowed. The chosen fix is the
+smallest passing configuration; every attempt is reported with its rerun's metrics, so the claim "this fixes it"
+is always measured.
 """
 from __future__ import annotations
 
@@ -37,16 +37,23 @@ from typing import Callable
 
 import numpy as np
 
+from ..bisect.lockstep import Analysis, analyse, reference_executor
+from ..bisect.policy import npu_policy
+from ..bisect.samples import Sample
+from ..bisect.search import Evaluation, Evaluator, FixConfig, high_precision_capable, members, op_type_of, \
+    rank_candidates, search
+from ..bisect.stats import Headroom, is_overflow
 from ..compare import TensorComparison, ToleranceRule, compare_arrays
 from ..dtypes import float_format
 from ..errors import InputError
+from ..graph.executor import Executor
 from ..graph.policy import is_float_dtype
 from .images import image_psnr, image_ssim
 from .bundled import bundled_pipeline
 from .folder import SDPipeline
-from .pipeline import STAGES, PipelineResult, SDModels, run_pipeline, stage_runner_factory, to_uint8_image
+from .pipeline import STAGES, PipelineResult, SDModels, run_in_batches, run_pipeline, stage_runner_factory, \
+    to_uint8_image
 
-MAX_FIX_ROUNDS = 3
 SIDES = ("reference", "npu", "ort")
 # The stage tensors are not judged element-wise: the verdict is the image rule (SDCheck.passed), and the metrics
 # compare_arrays reports (relative error, max |err|, cosine, SNR, NaN/inf counts) do not depend on the rule. The
@@ -125,25 +132,20 @@ class Tracker:
     def on_tensor(self, stage: str, node, name: str, value: np.ndarray) -> None:
         if not isinstance(value, np.ndarray) or not is_float_dtype(value.dtype) or value.size == 0:
             return
-        x = value.astype(np.float32, copy=False)  # bf16 has no numpy ufunc loops; every format fits fp32
-        finite = np.isfinite(x)
-        all_finite = bool(finite.all())
-        mag = np.abs(x) if all_finite else np.abs(np.where(finite, x, 0))
-        peak = float(mag.max())
-        self._peaks[name] = peak
+        h = Headroom.of(value)  # the bisection's headroom: peak, NaN/inf, elements at the format's max
+        self._peaks[name] = h.peak
         head = self.headroom.setdefault(stage, StageHeadroom(stage))
-        if peak > head.peak:
-            head.peak, head.node = peak, node.name
+        if h.peak > head.peak:
+            head.peak, head.node = h.peak, node.name
         fmax = float(float_format(value.dtype).max) if value.dtype != np.float64 else None
         head.dtype_max = fmax if head.dtype_max is None else head.dtype_max
-        saturated = int((mag >= fmax).sum()) if fmax is not None and value.dtype.itemsize <= 2 and peak >= fmax else 0
-        if not all_finite and (stage not in self.first_by_stage or self.first_nan is None):
-            event = self._event(stage, node, name, value, x, finite, peak, saturated)
+        if (h.nan or h.inf) and (stage not in self.first_by_stage or self.first_nan is None):
+            event = self._event(stage, node, name, value, h)
             self.first_by_stage.setdefault(stage, event)
             if event.nan and self.first_nan is None:
                 self.first_nan = event
-        if saturated and self.first_saturated is None:
-            self.first_saturated = self._event(stage, node, name, value, x, finite, peak, saturated)
+        if h.saturated and self.first_saturated is None:
+            self.first_saturated = self._event(stage, node, name, value, h)
 
     @property
     def first_nonfinite(self) -> NodeEvent | None:
@@ -155,11 +157,10 @@ class Tracker:
             return self.first_by_stage[self.first_nan.stage]
         return next(iter(self.first_by_stage.values()), None)
 
-    def _event(self, stage, node, name, value, x, finite, peak, saturated) -> NodeEvent:
+    def _event(self, stage, node, name, value, h: Headroom) -> NodeEvent:
         ins = [self._peaks[i] for i in node.input if i in self._peaks and i != name]
-        return NodeEvent(stage, self.step, node.name, node.op_type, name, str(value.dtype),
-                         nan=int(np.isnan(x).sum()), inf=int(np.isinf(x).sum()), saturated=saturated, peak=peak,
-                         input_peak=max(ins) if ins else None)
+        return NodeEvent(stage, self.step, node.name, node.op_type, name, str(value.dtype), nan=h.nan, inf=h.inf,
+                         saturated=h.saturated, peak=h.peak, input_peak=max(ins) if ins else None)
 
 
 @dataclass
@@ -195,6 +196,7 @@ class FixAttempt:
     first_nonfinite: NodeEvent | None
     passed: bool
     seconds: float
+    chosen: bool = False          # the fix search's recommendation (the smallest passing configuration)
 
     def describe(self) -> str:
         if self.precision_mode:
@@ -215,7 +217,8 @@ class FixAttempt:
 
     def to_dict(self) -> dict:
         return {"stage": self.stage, "keep_dtype": self.keep_dtype, "implmode_by_op_type": self.implmodes,
-                "precision_mode": self.precision_mode, "passed": self.passed, "seconds": self.seconds,
+                "precision_mode": self.precision_mode, "passed": self.passed, "chosen": self.chosen,
+                "seconds": self.seconds,
                 "cli_flags": self.cli_flags(), "metrics": self.metrics.to_dict() if self.metrics else None,
                 "first_nonfinite": self.first_nonfinite.to_dict() if self.first_nonfinite else None}
 
@@ -247,7 +250,8 @@ class SDCheck:
 
     @property
     def fix(self) -> FixAttempt | None:
-        return next((f for f in self.fixes if f.passed), None)
+        """The fix search's recommendation (a passing attempt)."""
+        return next((f for f in self.fixes if f.chosen), None)
 
     def failure_reasons(self) -> list[str]:
         m, out = self.metrics, []
@@ -336,7 +340,6 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     if pipeline is None:
         pipeline = bundled_pipeline(preset, weights_seed, scheduler or "ddim")
     options = stage_npu_options(npu_options, stage_options)
-    models = pipeline.models
     common = dict(prompt=prompt, pipeline=pipeline, steps=steps, scheduler=scheduler, seed=seed,
                   guidance_scale=guidance_scale, initial_latents=initial_latents)
     timings = {}
@@ -373,18 +376,20 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     if judged_side != "npu":
         return check
     event = tracker.first_nonfinite or tracker.first_saturated
-    if search_fix and not check.passed and event is None and _saturates(profile, options[suspect_stage(metrics)]):
-        t0 = time.perf_counter()
-        check.hidden_overflow = event = probe_hidden_overflow(check, models, common, profile, options, announce)
-        timings["overflow_probe"] = time.perf_counter() - t0
+    located = None
     if search_fix and not check.passed and event is None:
         t0 = time.perf_counter()
-        check.divergence = event = first_divergent_node(suspect_stage(metrics), check, models, profile, options,
-                                                        announce)
-        timings["divergence_probe"] = time.perf_counter() - t0
+        stage = suspect_stage(metrics)
+        located = locate(stage, check, profile, options)
+        if stage_profile(profile, options[stage]).overflow_mode == "saturation":
+            check.hidden_overflow = event = located.event
+        else:
+            check.divergence = event = located.event
+        timings["locate"] = time.perf_counter() - t0
     if search_fix and not check.passed and event is not None:
         t0 = time.perf_counter()
-        check.fixes = find_fix(check, event, models, common, profile, options, announce)
+        check.fixes = find_fix(check, event, common, profile, options, announce,
+                               located if located is not None and located.stage == event.stage else None)
         timings["fix_search"] = time.perf_counter() - t0
     return check
 
@@ -398,21 +403,6 @@ def stage_npu_options(npu_options: dict | None, stage_options: dict[str, dict] |
     return {st: options_for(knobs, st) for st in STAGES}
 
 
-# Vector ops whose implmode picks how they accumulate (fp16 vs fp32 statistics / sums): for these the
-# high_precision implementation is a real, cheaper fix than fp32 storage.
-ACCUMULATING_OPS = frozenset({"InstanceNormalization", "LayerNormalization", "GroupNormalization", "Softmax",
-                              "LogSoftmax", "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2"})
-
-
-def fix_candidates(op_type: str) -> list[tuple[str, str]]:
-    """What to try for an overflow first seen at a node of ``op_type``, cheapest first: for accumulating vector
-    ops the high_precision implementation (fp32 statistics, fp16 storage: ATC op_precision_mode), then
-    keep_dtype on the op type (fp32 storage too). Other ops (cube ops, elementwise, data movement) overflow in
-    what they store or read, which only fp32 storage holds."""
-    keep = [("keep_dtype", f"OpType::{op_type}")]
-    return [("implmode", op_type)] + keep if op_type in ACCUMULATING_OPS else keep
-
-
 def suspect_stage(metrics: Metrics, jump: float = 0.1) -> str:
     """The first stage whose output is non-finite or whose relative error exceeds ``jump`` (10%: an order of
     magnitude above the fp16 drift of a healthy run, 1e-3..5e-2 measured); the VAE when none does (the image
@@ -424,24 +414,13 @@ def suspect_stage(metrics: Metrics, jump: float = 0.1) -> str:
     return "vae_decoder"
 
 
-def _saturates(profile, options: dict) -> bool:
+def stage_profile(profile, stage_options: dict):
+    """The NumericsProfile a stage runs under (its own "profile" option wins over the check's)."""
     from ..npu.knobs import apply_knobs
 
-    options = dict(options)
+    options = dict(stage_options)
     profile = options.pop("profile", None) or profile
-    return apply_knobs(profile, **options).overflow_mode == "saturation"
-
-
-def probe_hidden_overflow(check: SDCheck, models: SDModels, common: dict, profile: str, options: dict[str, dict],
-                          announce) -> NodeEvent | None:
-    """Saturation mode turns inf into +-max and NaN into 0 after every node, so an overflow inside a kernel
-    (fp16 statistics: x^2 -> inf -> var inf -> NaN -> 0) leaves no trace in the captured tensors. Re-run the
-    suspect stage with the same options in inf_nan mode to see where the first inf/NaN appears."""
-    stage = suspect_stage(check.metrics)
-    probe = Tracker(announce("overflow probe"))
-    _rerun_from(stage, check.npu, models, common, profile,
-                {**options, stage: {**options[stage], "overflow_mode": "inf_nan"}}, probe)
-    return probe.first_nonfinite or probe.first_saturated
+    return apply_knobs(profile, **options)
 
 
 DIVERGENCE = 0.1  # relative error of a node output that counts as "wrong", not fp16 drift (1e-3..5e-2 here)
@@ -456,88 +435,106 @@ def stage_feeds(stage: str, result: PipelineResult, pipeline: SDPipeline) -> dic
     return pipeline.vae_feeds(result.latents[-1])
 
 
-def first_divergent_node(stage: str, check: SDCheck, models: SDModels, profile: str, options: dict[str, dict],
-                         announce) -> NodeEvent | None:
-    """A failure with no NaN/inf/max anywhere (e.g. fp16 statistics whose variance overflowed inside the kernel:
-    rstd = 0, the output collapses to beta) is located by comparison: ``stage`` runs on the NPU and on the
-    reference from the same inputs (the NPU run's own, so upstream drift is not counted), and the first node
-    whose output's relative error ||npu - ref|| / ||ref|| exceeds DIVERGENCE is returned. NPU outputs are kept
-    (in their fp16 storage) until the reference pass compares them: meant for the tiny/small presets."""
-    feeds = stage_feeds(stage, check.npu, check.pipeline)
-    kept: dict[str, tuple] = {}
+@dataclass
+class Located:
+    """The lockstep pass over one stage (mschecker.bisect) and the node it points at."""
 
-    class Keep(Tracker):
-        def on_tensor(self, st, node, name, value):
-            if isinstance(value, np.ndarray) and is_float_dtype(value.dtype):
-                kept[name] = value
-
-    per_stage_factory({st: ("npu", profile, options[st]) for st in STAGES}, Keep(announce("divergence probe")))(
-        getattr(models, stage), stage)(feeds)
-    found: list[NodeEvent] = []
-
-    def compare(st, node, name, ref):
-        if found or name not in kept or not is_float_dtype(ref.dtype):
-            return
-        stored = kept[name]
-        actual = stored.astype(np.float64)
-        ref = np.asarray(ref, np.float64)
-        norm = float(np.linalg.norm(ref))
-        if norm == 0 or not np.isfinite(actual).all():
-            return
-        err = float(np.linalg.norm(actual - ref)) / norm
-        if err > DIVERGENCE:
-            ins = [float(np.abs(kept[i].astype(np.float32)).max()) for i in node.input if i in kept and kept[i].size]
-            found.append(NodeEvent(stage, 0 if stage == "unet" else None, node.name, node.op_type, name,
-                                   str(stored.dtype), peak=float(np.abs(actual).max()),
-                                   input_peak=max(ins) if ins else None, rel_error=err))
-
-    stage_runner_factory("reference", capture=compare)(getattr(models, stage), stage)(feeds)
-    return found[0] if found else None
+    stage: str
+    analysis: Analysis
+    npu: Executor                 # the stage's NPU executor (its plan tells which moves change a node)
+    event: NodeEvent | None
 
 
-def find_fix(check: SDCheck, event: NodeEvent, models: SDModels, common: dict, profile: str,
-             options: dict[str, dict], announce) -> list[FixAttempt]:
-    """The rounds described in the module docstring, starting from the overflow ``event``; returns every
-    attempt (the last one passes when a fix was found)."""
-    stage = event.stage
-    implmodes: dict[str, str] = {}
-    keep: list[str] = []
-    tried: set = set()
-    attempts: list[FixAttempt] = []
-    for _ in range(MAX_FIX_ROUNDS + 1):
-        todo = [c for c in fix_candidates(event.op_type) if c not in tried] if event is not None else []
-        last_resort = not todo or len(attempts) == MAX_FIX_ROUNDS
-        fixed = dict(options[stage])
-        if last_resort:
-            for k in ("keep_dtype", "implmode_by_op_type"):
-                fixed.pop(k, None)
-            fixed["precision_mode"] = "must_keep_origin_dtype"
-        else:
-            kind, what = todo[0]
-            tried.add(todo[0])
-            if kind == "implmode":
-                implmodes[what] = "high_precision"
-            else:
-                keep.append(what)
-            if implmodes:
-                fixed["implmode_by_op_type"] = {**fixed.get("implmode_by_op_type", {}), **implmodes}
-            if keep:
-                fixed["keep_dtype"] = list(fixed.get("keep_dtype") or []) + keep
-        tracker = Tracker(announce(f"fix {len(attempts) + 1}"))
+def locate(stage: str, check: SDCheck, profile: str, options: dict[str, dict]) -> Located:
+    """``stage`` run in lockstep on the reference and the NPU from the NPU run's own stage inputs (a static-batch-1
+    graph's batch split into samples, as the pipeline runs it): the first node that overflows -- saturation mode's
+    clamps included -- or whose relative error exceeds DIVERGENCE."""
+    from ..tensormeta import tensor_meta
+
+    model = getattr(check.pipeline.models, stage)
+    reference = reference_executor(model)
+    npu = Executor(model, npu_policy(stage_profile(profile, options[stage])))
+    parts: list[dict] = []
+    run_in_batches(lambda f: parts.append(f) or {}, [tensor_meta(i) for i in reference.input_infos],
+                   stage_feeds(stage, check.npu, check.pipeline))
+    samples = [Sample(f"{stage} input {k}", p) for k, p in enumerate(parts)]
+    analysis = analyse(reference, npu, samples, STAGE_RULE)
+    node = analysis.first_crossing(DIVERGENCE)
+    event = None
+    if node is not None:
+        out = max(node.outputs, key=lambda o: (o.overflow, o.error.rel_l2 if o.error else 0.0))
+        h = out.headroom
+        by_tensor = {o.tensor: o for n in analysis.nodes for o in n.outputs}
+        peaks = [by_tensor[i].headroom.peak for i in node.inputs if i in by_tensor and by_tensor[i].headroom]
+        step = next(st for st in reference.steps if st.index == node.index)
+        peaks += [float(np.max(np.abs(np.asarray(p[i], np.float64)))) for p in parts for i in step.inputs
+                  if i in p and np.size(p[i]) and is_float_dtype(np.asarray(p[i]).dtype)]
+        event = NodeEvent(stage, 0 if stage == "unet" else None, node.name, node.op_type, out.tensor, h.dtype,
+                          nan=h.nan + h.hidden_nan, inf=h.inf + h.hidden_overflow - h.hidden_nan,
+                          saturated=h.saturated, peak=h.peak, input_peak=max(peaks) if peaks else None,
+                          rel_error=None if node.overflow else node.error)
+    return Located(stage, analysis, npu, event)
+
+
+class StageEvaluator(Evaluator):
+    """One fix-search evaluation: the stage re-run with a FixConfig's op-type moves on top of its options (and
+    the stages after it), judged by the check's rule (finite outputs, PSNR >= psnr_min) and by no overflow
+    inside the stage (stats.is_overflow against the lockstep pass's reference ranges)."""
+
+    def __init__(self, check: SDCheck, located: Located, common: dict, profile: str, options: dict[str, dict],
+                 announce):
+        super().__init__()
+        self.check, self.located, self.common, self.profile = check, located, common, profile
+        self.options, self.announce, self.stage = options, announce, located.stage
+
+    def run(self, config: FixConfig, purpose: str) -> Evaluation:
+        fixed = dict(self.options[self.stage])
+        keep = sorted(config.keep_dtype)
+        implmodes = {op_type_of(i) or i: "high_precision" for i in sorted(config.high_precision)}
+        if keep:
+            fixed["keep_dtype"] = list(fixed.get("keep_dtype") or []) + keep
+        if implmodes:
+            fixed["implmode_by_op_type"] = {**fixed.get("implmode_by_op_type", {}), **implmodes}
+        tracker = Tracker(self.announce(f"fix {self.count}"))
         t0 = time.perf_counter()
-        rerun = _rerun_from(stage, check.npu, models, common, profile, {**options, stage: fixed}, tracker)
-        metrics = measure(check.reference, rerun)
-        ok = not metrics.nonfinite_outputs and metrics.psnr_db >= check.psnr_min
-        attempts.append(FixAttempt(stage, [] if last_resort else list(keep),
-                                   {} if last_resort else dict(implmodes),
-                                   "must_keep_origin_dtype" if last_resort else None, metrics,
-                                   tracker.first_nonfinite, ok, time.perf_counter() - t0))
-        if ok or last_resort:
-            break
-        nxt = tracker.first_nonfinite or tracker.first_saturated
-        if nxt is not None and nxt.stage != stage:
-            break  # the fix moved the overflow to a later stage: report it, do not chase across stages
-        event = nxt or event  # finite but below the threshold: escalate on the same op type
+        rerun = _rerun_from(self.stage, self.check.npu, self.check.pipeline.models, self.common, self.profile,
+                            {**self.options, self.stage: fixed}, tracker)
+        metrics = measure(self.check.reference, rerun)
+        inside = tracker.first_by_stage.get(self.stage)
+        overflow = inside is not None and is_overflow(
+            Headroom(inside.dtype, inside.peak, 0.0, inside.nan, inside.inf, inside.saturated, 0, 0.0),
+            self.located.analysis.reference_ranges.get(inside.output))
+        psnr_ok = metrics.psnr_db >= self.check.psnr_min
+        ok = not metrics.nonfinite_outputs and psnr_ok and not overflow
+        attempt = FixAttempt(self.stage, keep, implmodes, None, metrics, inside, ok, time.perf_counter() - t0)
+        failing = list(metrics.nonfinite_outputs) + ([] if psnr_ok else ["image PSNR"])
+        score = metrics.decoded.rel_euclidean if metrics.decoded.rel_euclidean is not None else float("inf")
+        if metrics.nonfinite_outputs:
+            score = float("inf")
+        return Evaluation(purpose, config, ok, score, failing, [inside.node] if overflow else [], 0.0,
+                          detail=attempt)
+
+
+def find_fix(check: SDCheck, event: NodeEvent, common: dict, profile: str, options: dict[str, dict], announce,
+             located: Located | None = None) -> list[FixAttempt]:
+    """mschecker.bisect's search over the op types of the stage where ``event`` happened (module docstring);
+    returns every attempt, the recommendation marked ``chosen``."""
+    stage = event.stage
+    if located is None:
+        located = locate(stage, check, profile, options)
+    analysis = located.analysis
+    items = rank_candidates(analysis, "op_type")
+    base = stage_profile(profile, options[stage])
+    position = {item: min(n.index for n in analysis.nodes if n.name in set(members(item, analysis)))
+                for item in items}
+    evaluator = StageEvaluator(check, located, common, profile, options, announce)
+    given = Evaluation("profile as given (the NPU run)", FixConfig(), False, float("inf"),
+                       check.failure_reasons(), [event.node], 0.0)
+    result = search(evaluator, items, high_precision_capable(located.npu, base, items), [], position,
+                    baseline=given)
+    attempts = [ev.detail for ev in result.log if ev.detail is not None]
+    if result.recommended is not None and result.best is not None and result.best.detail is not None:
+        result.best.detail.chosen = True
     return attempts
 
 

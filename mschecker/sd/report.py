@@ -88,7 +88,8 @@ def verdict_lines(check: SDCheck) -> list[str]:
             lines.append("first NaN: " + t.first_nan.describe())
     if check.hidden_overflow:
         h = check.hidden_overflow
-        lines.append("saturation mode hid an overflow; the same stage in inf_nan mode: first NaN/inf: " + h.describe())
+        lines.append("saturation mode hid an overflow; the stage in lockstep with the reference, first node that "
+                     "overflows or leaves it: " + h.describe())
         hint = explain(h.op_type)
         if hint:
             lines.append("  why: " + hint)
