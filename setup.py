@@ -5,7 +5,7 @@ results (bit for bit where the numpy twin says so); mschecker/native.py loads th
 shares with its Python side, and makes a missing one an error under MSCHECKER_REQUIRE_NATIVE=1 (set in CI):
 - mschecker._fastcompare: the one-pass kernel of the streaming comparison (mschecker/compare.py);
 - mschecker._fastfp16: fp16 loops of the emulated NPU (sequential fp16 sums, fp16 softmax, fp16 binary ops;
-  optimized_kernels/halfcast.py, optimized_kernels/softmax.py);
+  mschecker/fastfp16.py, optimized_kernels/softmax.py);
 - mschecker._fastref: the float64 reference's exp and softmax (reference/exp64.py, reference/softmax.py).
 They are optional: when no C compiler is available their build fails quietly (optional=True) and numpy runs;
 `mschecker --version` says which are active.

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mschecker.optimized_kernels import halfcast, norms, softmax
+from mschecker import fastfp16
+from mschecker.optimized_kernels import norms, softmax
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fastfp16.json"
 ENV = "MSCHECKER_NO_FASTFP16"
@@ -44,11 +45,11 @@ def cases(rng: np.random.Generator) -> dict:
     return {
         "softmax_fp16_fp16acc (2,8,1024,1024)": lambda: softmax.softmax_fp16_fp16acc(x_sm),
         "group_norm_fp16stats (2,320,32,32) g32": lambda: norms.group_norm_fp16stats(x_gn, scale, bias, 32),
-        "fp16 mul (16,1024,1024) * scalar": lambda: halfcast.f16_binary(np.multiply, x_mul, s),
-        "fp16 add (2,320,32,32) + (1,320,1,1)": lambda: halfcast.f16_binary(np.add, x_gn, ch),
-        "fp16_running_sum 64 x 10240": lambda: halfcast.fp16_running_sum(r64, 1),
-        "fp16_running_sum 8 x 131072": lambda: halfcast.fp16_running_sum(r8, 1),
-        "fp16_running_sum 1 x 1048576": lambda: halfcast.fp16_running_sum(r1, 1),
+        "fp16 mul (16,1024,1024) * scalar": lambda: fastfp16.f16_binary(np.multiply, x_mul, s),
+        "fp16 add (2,320,32,32) + (1,320,1,1)": lambda: fastfp16.f16_binary(np.add, x_gn, ch),
+        "fp16_running_sum 64 x 10240": lambda: fastfp16.fp16_running_sum(r64, 1),
+        "fp16_running_sum 8 x 131072": lambda: fastfp16.fp16_running_sum(r8, 1),
+        "fp16_running_sum 1 x 1048576": lambda: fastfp16.fp16_running_sum(r1, 1),
     }
 
 
@@ -59,7 +60,7 @@ def timed(fn) -> tuple[float, np.ndarray]:
 
 
 def run(repeats: int) -> dict:
-    if halfcast._fastfp16 is None:
+    if fastfp16._fastfp16 is None:
         sys.exit("mschecker._fastfp16 is not built: `python setup.py build_ext --inplace` first")
     results = {}
     for name, fn in cases(np.random.default_rng(0)).items():

@@ -19,7 +19,7 @@ import numpy as np
 from mschecker.dtypes import float_format, gamma, unit_roundoff
 from mschecker.optimized_kernels import activations as A
 from mschecker.optimized_kernels import conv as direct
-from mschecker.optimized_kernels import halfcast
+from mschecker import fastfp16
 from mschecker.optimized_kernels import norms as N
 from mschecker.optimized_kernels import winograd as wg
 from mschecker.reference import activations as R
@@ -39,12 +39,12 @@ def formats() -> dict:
 
 
 def fp16_thresholds() -> dict:
-    """Where fp16 arithmetic stops being finite or stops moving (halfcast's fp16 sums, numpy's fp16 rounding)."""
+    """Where fp16 arithmetic stops being finite or stops moving (fastfp16's fp16 sums, numpy's fp16 rounding)."""
     xs = np.arange(0x4000, 0x7C00, dtype=np.uint16).view(F16)  # every fp16 from 2 up to 65504
     with np.errstate(over="ignore"):  # the overflow is what is measured
         exp_inf = xs[np.isinf(np.exp(xs.astype(np.float64)).astype(F16))][0]
         sq_inf = xs[np.isinf((xs.astype(np.float32) ** 2).astype(F16))][0]
-    ones = halfcast.fp16_running_sum(np.ones((1, 4096), F16), axis=-1)
+    ones = fastfp16.fp16_running_sum(np.ones((1, 4096), F16), axis=-1)
     return {"exp_overflows_from_x": float(exp_inf), "ln_65520": math.log(65520.0),
             "square_overflows_from_x": float(sq_inf), "sequential_sum_of_4096_ones": float(ones.ravel()[0]),
             "rms_at_which_4096_squares_overflow_an_fp16_sum": math.sqrt(65520.0 / 4096)}

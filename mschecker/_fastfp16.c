@@ -1,4 +1,4 @@
-/* Optional compiled fp16 loops of the emulated NPU (optimized_kernels/halfcast.py, optimized_kernels/softmax.py).
+/* Optional compiled fp16 loops of the emulated NPU (mschecker/fastfp16.py, optimized_kernels/softmax.py).
  *
  * Each function computes exactly the bits of a numpy definition that stays in the package as the fallback:
  * - running_sum: np.add.accumulate(x, dtype=float16)[-1] along a row (fp32 add, rounded to fp16 after every add);
@@ -12,7 +12,7 @@
  * fp16 <-> fp32 conversions are portable bit manipulations plus IEEE float32 operations in the default rounding
  * mode (M. Maratyszcza's FP16 library formulation): round to nearest even, subnormals kept, overflow to +-inf;
  * checked over every fp16 value and every fp32 rounding boundary by tests/kernels/test_fastfp16.py. The per-step
- * rounding of the sums is halfcast.round_f16's x + C - C (C = 1.5 * 2^(e + 13), e = x's binade clamped to
+ * rounding of the sums is fastfp16.round_f16's x + C - C (C = 1.5 * 2^(e + 13), e = x's binade clamped to
  * [-14, 15]). Built with -ffp-contract=off and without -ffast-math (setup.py): every float operation rounds as
  * numpy's does. The GIL is released in every loop. Plain C99 + the CPython API + the buffer protocol.
  */
@@ -90,7 +90,7 @@ static inline uint16_t f2h(float f) {
 #define F16_MAX_BITS 0x477FE000u /* 65504.0f */
 #define F32_INF_BITS 0x7F800000u
 
-/* float32 x rounded to the nearest fp16 value, kept in float32 (halfcast.round_f16, element by element): x + C - C,
+/* float32 x rounded to the nearest fp16 value, kept in float32 (fastfp16.round_f16, element by element): x + C - C,
  * the sign of x restored (a negative value rounding to zero is -0), beyond 65504 +-inf, NaN stays NaN. */
 static inline float rnd16(float x) {
     const uint32_t u = f2u(x);
@@ -483,7 +483,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "mschecker._fastfp16",
-    "Optional compiled fp16 loops of the emulated NPU (see optimized_kernels/halfcast.py).", -1, methods,
+    "Optional compiled fp16 loops of the emulated NPU (see mschecker/fastfp16.py).", -1, methods,
 };
 
 /* The interleaving widths, for the tests that probe their boundaries (tests/kernels/test_fastfp16.py). */

@@ -40,7 +40,7 @@ FAST_PATHS = {
     p.name: p for p in (
         FastPath("_fastcompare", "MSCHECKER_NO_FASTCOMPARE", ("mschecker.compare",),
                  "one-pass kernel of the streaming comparison"),
-        FastPath("_fastfp16", "MSCHECKER_NO_FASTFP16", ("mschecker.optimized_kernels.halfcast",),
+        FastPath("_fastfp16", "MSCHECKER_NO_FASTFP16", ("mschecker.fastfp16",),
                  "fp16 loops of the emulated NPU (running sums, fp16 softmax, binary ops)"),
         FastPath("_fastref", "MSCHECKER_NO_FASTREF",
                  ("mschecker.reference.exp64", "mschecker.reference.softmax"),

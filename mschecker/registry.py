@@ -1,6 +1,6 @@
 """The op registry: per kernel, its float64 reference, its optimized variants and their error contracts.
 
-Reads like PyTorch's OpInfo: one declarative `KernelInfo` per kernel (see mschecker/kernels/*.py). Adding a
+Reads like PyTorch's OpInfo: one declarative `KernelInfo` per kernel (see mschecker/kernel_entries/*.py). Adding a
 kernel is one entry plus its two implementations (reference/ and optimized_kernels/). The kernel suite, the
 `mschecker kernels` command, the golden store and the graph executor all read this one table.
 
@@ -83,7 +83,7 @@ class Variant:
     # that operand to fp32 exactly and reads nothing else from its dtype, so both forms give the same bits
     # (tests/graph/test_weight_staging.py checks every variant that sets it).
     staged_f32_operands: tuple[int, ...] = ()
-    # Two-sided emulation check (mschecker/kernels/definitions.py): an independently written definition of the
+    # Two-sided emulation check (mschecker/kernel_entries/definitions.py): an independently written definition of the
     # documented algorithm (accumulation order, rounding points) the variant must match bit for bit; None where
     # the variant has none yet (tests/kernels/test_emulation.py lists those).
     definition: KernelFn | None = None
@@ -184,11 +184,11 @@ def _load_builtin() -> None:
     if _LOADED:
         return
     _LOADED = True
-    from . import kernels
+    from . import kernel_entries
 
-    for mod in pkgutil.iter_modules(kernels.__path__):
+    for mod in pkgutil.iter_modules(kernel_entries.__path__):
         if not mod.name.startswith("_"):
-            importlib.import_module(f"{kernels.__name__}.{mod.name}")
+            importlib.import_module(f"{kernel_entries.__name__}.{mod.name}")
 
 
 def registry() -> dict[str, KernelInfo]:

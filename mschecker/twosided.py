@@ -1,7 +1,7 @@
 """Two-sided emulation checks: a contract bounds a variant's error from above only, so a variant that skips a
 rounding it must perform ("too accurate") passes it. These checks hold every run of a variant to its declared
 storage format and, where the variant (or its correct twin, for a planted bug) has a definition
-(mschecker/kernels/definitions.py), to bit-equality with that definition on the same rounded inputs.
+(mschecker/kernel_entries/definitions.py), to bit-equality with that definition on the same rounded inputs.
 kernelcheck.check_case applies them to every case it checks, so `mschecker kernels` and the tests do too.
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .halfcast import lut_unary
+from ..fastfp16 import lut_unary
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
@@ -281,7 +281,7 @@ def bug_tanh_exp_form_fp16(x):
 
 # ------------------------------------------------------------------------------------ fp16 table lookup
 # Every kernel above is elementwise and deterministic, so on float16 input it is answered from a table of its
-# values on all 65,536 fp16 bit patterns (halfcast.lut_unary: the same bits, ~20x faster than re-evaluating the
+# values on all 65,536 fp16 bit patterns (fastfp16.lut_unary: the same bits, ~20x faster than re-evaluating the
 # formula in numpy's float16 arithmetic). The planted bugs stay plain functions.
 for _name in ("gelu_accurate", "gelu_tanh_accurate", "sigmoid_accurate", "silu_accurate", "exp_accurate",
               "erf_accurate", "tanh_accurate", "gelu_tanh_form", "gelu_quick", "gelu_poly", "exp_fast_fp16",

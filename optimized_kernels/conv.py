@@ -7,7 +7,7 @@
 - conv2d_bug_fp16acc (planted bug): the same GEMM but every partial sum rounded to fp16 (a sequential fp16
   accumulator over the K = C_in/group*kH*kW terms), sold as fp32 accumulation.
 
-Copies: the input is upcast to fp32 once (exact; fast for fp16, halfcast.py); each image's patch matrix is
+Copies: the input is upcast to fp32 once (exact; fast for fp16, fastfp16.py); each image's patch matrix is
 written by reference/conv.py's fill_patches into one reused fp32 buffer (padding never materialized), the GEMM
 writes into the output buffer, the bias is added in place, then one rounding to the storage format. A 1x1,
 stride-1, unpadded conv needs no patch matrix: the image itself is the GEMM operand.
@@ -34,7 +34,7 @@ from numpy.lib.stride_tricks import as_strided, sliding_window_view
 from ..dtypes import bfloat16
 from ..reference.conv import (PATCH_CHUNK_BYTES, check_conv_args, conv_output_size, fill_patches, is_pointwise,
                               workspace)
-from .halfcast import as_f32, to_f16
+from ..fastfp16 import as_f32, to_f16
 
 
 def _geometry(x, w, strides, pads, dilations, group):

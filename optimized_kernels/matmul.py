@@ -25,7 +25,7 @@ import numpy as np
 
 from ..dtypes import bfloat16
 from ..reference.linalg import gemm_operands
-from .halfcast import ORT_MIN_ELEMS, as_f32, to_f16, to_f32
+from ..fastfp16 import ORT_MIN_ELEMS, as_f32, to_f16, to_f32
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -49,7 +49,7 @@ def _acc_fp32(a: np.ndarray, b: np.ndarray, storage=None) -> np.ndarray:
     storage values (Variant.staged_f32_operands): as_f32 takes such an operand as it is (the values and layout
     to_f32 gives its storage form, so the same sgemm and bits) and upcasts the others exactly like to_f32."""
     if storage is None:
-        return np.matmul(to_f32(a), to_f32(b))  # to_f32: astype(float32), fast for fp16 (halfcast.py)
+        return np.matmul(to_f32(a), to_f32(b))  # to_f32: astype(float32), fast for fp16 (fastfp16.py)
     return np.matmul(as_f32(a, storage), as_f32(b, storage))
 
 
@@ -104,7 +104,7 @@ def matmul_fp32(a, b):
 
 def _round(x, storage):
     if storage == F16:
-        return to_f16(x)  # x.astype(float16), bit for bit, fast (halfcast.py)
+        return to_f16(x)  # x.astype(float16), bit for bit, fast (fastfp16.py)
     with np.errstate(over="ignore"):  # IEEE overflow to inf is the emulated behaviour, not an error here
         return x.astype(storage)
 
@@ -112,8 +112,8 @@ def _round(x, storage):
 def _upcast_is_c_order(x: np.ndarray, storage=None) -> bool:
     """Whether the upcast _acc_fp32 makes of the whole operand (to_f32, or as_f32 for a `storage` operand) is
     C-contiguous: x already is (astype keeps the layout), or x is fp16 (or staged fp32 holding fp16 values,
-    `storage` fp16) and large enough for halfcast's onnxruntime route, which casts a C-order copy.
-    Pinned by tests/kernels/test_matmul_fastpath.py (a halfcast change that broke it would fail there)."""
+    `storage` fp16) and large enough for fastfp16's onnxruntime route, which casts a C-order copy.
+    Pinned by tests/kernels/test_matmul_fastpath.py (a fastfp16 change that broke it would fail there)."""
     storage = x.dtype if storage is None else np.dtype(storage)
     return x.flags.c_contiguous or (storage == F16 and x.size >= ORT_MIN_ELEMS)
 

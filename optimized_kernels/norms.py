@@ -14,19 +14,19 @@ from typing import Callable
 
 import numpy as np
 
-from .halfcast import f16_binary, fp16_running_sum
+from ..fastfp16 import f16_binary, fp16_running_sum
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 
 
 def _recursive_sum(rows: np.ndarray, acc: np.dtype) -> np.ndarray:
     if acc == F16 and rows.dtype == F16:
-        return fp16_running_sum(rows, axis=1)  # the same sequential fp16 sum, compiled or vectorized (halfcast.py)
+        return fp16_running_sum(rows, axis=1)  # the same sequential fp16 sum, compiled or vectorized (fastfp16.py)
     return np.add.accumulate(rows, axis=1, dtype=acc)[:, -1:]
 
 
 def _arith(ufunc, a: np.ndarray, b: np.ndarray, acc: np.dtype) -> np.ndarray:
-    """ufunc(a, b).astype(acc); fp16 operands go through halfcast.f16_binary (numpy's float16 bits, faster)."""
+    """ufunc(a, b).astype(acc); fp16 operands go through fastfp16.f16_binary (numpy's float16 bits, faster)."""
     if acc == F16 and a.dtype == F16 and b.dtype == F16 and max(a.size, b.size) >= 4096:
         return f16_binary(ufunc, a, b)
     return ufunc(a, b).astype(acc)

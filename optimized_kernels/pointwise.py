@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .activations import _accurate, _limits
-from .halfcast import lut_unary
+from ..fastfp16 import lut_unary
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
@@ -225,7 +225,7 @@ def bug_prelu_max_form(x, slope):
 
 
 # ------------------------------------------------------------------------------------ fp16 table lookup
-# The attribute-free kernels answer fp16 inputs from a table of all 65,536 values (halfcast.lut_unary: the same
+# The attribute-free kernels answer fp16 inputs from a table of all 65,536 values (fastfp16.lut_unary: the same
 # bits); with attributes passed, lut_unary calls the kernel itself.
 for _name in ("softplus_accurate", "mish_accurate", "hard_swish_accurate", "softsign_accurate"):
     globals()[_name] = lut_unary(globals()[_name])

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from .halfcast import fp16_running_sum
+from ..fastfp16 import fp16_running_sum
 
 BLOCK = 128
 
@@ -47,7 +47,7 @@ def _recursive(rows: np.ndarray, acc: np.dtype) -> np.ndarray:
     if rows.shape[1] == 0:
         return np.zeros(rows.shape[0], acc)
     if acc == np.float16 and rows.dtype == np.float16:
-        return fp16_running_sum(rows, axis=1, keepdims=False)  # the same bits, compiled or vectorized (halfcast.py)
+        return fp16_running_sum(rows, axis=1, keepdims=False)  # the same bits, compiled or vectorized (fastfp16.py)
     return np.add.accumulate(rows.astype(acc), axis=1, dtype=acc)[:, -1]
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..dtypes import bfloat16
 
-from .halfcast import fast_fp16, fp16_running_sum, running_sum_f32, to_f16, to_f32
+from ..fastfp16 import fast_fp16, fp16_running_sum, running_sum_f32, to_f16, to_f32
 
 
 def _shifted_softmax(x: np.ndarray, axis: int, compute: np.dtype, out: np.dtype) -> np.ndarray:
@@ -62,9 +62,9 @@ def softmax_bf16_fp32acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def softmax_fp16_fp16acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """fp16 storage and arithmetic: fp16 x - max, fp16 exp, sequential fp16 sum, fp16 divide. Same bits as
-    softmax_fp16_fp16acc_numpy, computed with the fast fp16 primitives of halfcast.py (2-10x faster): the exp is
+    softmax_fp16_fp16acc_numpy, computed with the fast fp16 primitives of fastfp16.py (2-10x faster): the exp is
     a table lookup of numpy's fp16 exp (held as float32, read once in the layout of the sum and once in place),
-    the sum is halfcast.running_sum_f32, and the divide is the float32 quotient rounded once (numpy's fp16
+    the sum is fastfp16.running_sum_f32, and the divide is the float32 quotient rounded once (numpy's fp16
     divide). Where mschecker._fastfp16 is built, one compiled pass per block of 32 rows does all of it (~5x
     faster, same bits; _softmax_fp16acc_c)."""
     x = np.asarray(x)

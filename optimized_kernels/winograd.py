@@ -11,7 +11,7 @@ tiles comes from (Barabasz et al., ACM TOMS 46(4), 2020). Only 3x3 kernels, stri
 any groups); anything else raises ValueError.
 
 `winograd_conv2d(..., matrices=...)` accepts other matrices so a planted bug (a wrong transform entry) and the
-componentwise error bound (the same algorithm on |B|, |G|, |A| in float64, mschecker/kernels/conv.py) reuse it.
+componentwise error bound (the same algorithm on |B|, |G|, |A| in float64, mschecker/kernel_entries/conv.py) reuse it.
 """
 from __future__ import annotations
 

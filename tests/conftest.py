@@ -5,6 +5,8 @@ with one OpenBLAS thread and its Haswell (AVX2) kernels. OpenBLAS picks its summ
 by CPU kernel (measured: forcing the Sandybridge kernels breaks 4 bit-exact golden tests), so the suite pins both
 before numpy loads, on x86-64 CPUs with AVX2; explicit user settings win.
 
+COLUMNS is unset (pytest-xdist sets it to 80 in its workers).
+
 Hypothesis profiles come from mschecker.hypothesis_profiles: `ci` (derandomized, default here) and `thorough`.
 Choose with MSCHECKER_HYPOTHESIS_PROFILE=thorough or `pytest --mschecker-hypothesis-profile=thorough`.
 """
@@ -28,6 +30,9 @@ def _pin_blas() -> None:
 
 
 _pin_blas()
+# pytest-xdist sets COLUMNS=80 in its workers; the CLI honours COLUMNS outside a terminal, so the CLI tests (which
+# read names in tables) would see them cut under -n but not without it. The suite runs as a CI log would: unset.
+os.environ.pop("COLUMNS", None)
 
 from mschecker.hypothesis_profiles import load_profile  # noqa: E402  (after the BLAS pin: it may import numpy)
 

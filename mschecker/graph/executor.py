@@ -27,7 +27,7 @@ from ..fsio import release_file_pages
 from ..tensormeta import check_feeds, tensor_meta
 from .loader import LoadedModel, from_proto, load_model
 from .ops import OpSpec, attribute_values, lookup
-from ..optimized_kernels.halfcast import to_f32
+from ..fastfp16 import to_f32
 from .policy import KernelUnavailable, NodeContext, Policy, convert_float, is_float_dtype
 
 
@@ -309,9 +309,9 @@ class Executor:
 
     #: Constant operands of kernels that upcast them to fp32 anyway (NodeContext.staged_f32, from the variants'
     #: staged_f32_operands: the fp32-accumulating cube kernels) are staged once, at plan time, as float32 arrays
-    #: holding the node dtype's values, what the kernel's own upcast (halfcast.to_f32) makes of the rounded
+    #: holding the node dtype's values, what the kernel's own upcast (fastfp16.to_f32) makes of the rounded
     #: constant: the SD 1.5 UNet's 859 M weights were upcast again on every run (~1 s per step). The kernels take
-    #: them without a copy (halfcast.as_f32). Memory: 4 bytes per parameter instead of the fp16 copy's 2 (the fp16
+    #: them without a copy (fastfp16.as_f32). Memory: 4 bytes per parameter instead of the fp16 copy's 2 (the fp16
     #: copy is not kept unless another node reads it). False stages nothing (every constant rounded as above).
     STAGE_F32: bool = True
 

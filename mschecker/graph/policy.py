@@ -14,13 +14,13 @@ import numpy as np
 import onnx
 
 from ..dtypes import bfloat16, float_format
-from ..optimized_kernels.halfcast import to_f16, to_f32
+from ..fastfp16 import to_f16, to_f32
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 
 
 def convert_float(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """x.astype(dtype), bit for bit; fp32 <-> fp16 through the fast conversions of optimized_kernels.halfcast."""
+    """x.astype(dtype), bit for bit; fp32 <-> fp16 through the fast conversions of fastfp16."""
     if dtype == _F16 and x.dtype == _F32:
         return to_f16(x)
     if dtype == _F32 and x.dtype == _F16:

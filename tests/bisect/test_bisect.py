@@ -184,7 +184,7 @@ def test_an_inf_inside_fails_a_configuration_whose_outputs_look_fine(tmp_path):
     assert not base.passed and "blow_up" in base.overflow_nodes
 
 
-def test_written_files_round_trip_into_the_apply_knobs(tmp_path, poly_gelu):
+def test_written_files_round_trip_into_a_profile(tmp_path, poly_gelu):
     model = M.layernorm_pair()
     path = _save(tmp_path, model)
     r = bisect_model(path, _samples(model), tolerance=1e-2)

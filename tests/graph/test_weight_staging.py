@@ -11,7 +11,7 @@ bf16, fp32 and a Winograd + int8 weight-only profile (whose Winograd and int8 no
 under ascend910b (every profile behind `slow`), and a graph of Conv / MatMul / Gemm (transposed weight, bias C)
 with special-valued weights (+-0, fp16 subnormals and underflow, 65504 and overflow, +-inf, NaN). Kernel level:
 every variant that sets the flag gives the same bits from staged operands on its registry's generic strategy and
-on layouts that take halfcast's two upcast routes. Planted bugs caught: staging without the rounding to the node
+on layouts that take fastfp16's two upcast routes. Planted bugs caught: staging without the rounding to the node
 dtype, and the flag on a variant that computes in its operand's dtype.
 """
 import dataclasses
@@ -29,8 +29,8 @@ from mschecker.graph import Executor
 from mschecker.graph import executor as executor_module
 from mschecker.npu import NpuPolicy
 from mschecker.npu.profile import load_profile
-from mschecker.optimized_kernels import halfcast
-from mschecker.optimized_kernels.halfcast import as_f32, to_f32
+from mschecker import fastfp16
+from mschecker.fastfp16 import as_f32, to_f32
 from mschecker.registry import Variant, get_kernel
 
 from .node_outputs import differing as _differing
@@ -246,7 +246,7 @@ def test_flagged_variants_give_the_same_bits_from_staged_operands(kernel, varian
 
 @pytest.mark.parametrize("storage", ["float16", "bfloat16"])
 def test_flagged_variants_on_both_upcast_routes_and_special_values(storage):
-    """Operands past and below halfcast.ORT_MIN_ELEMS, C-contiguous and transposed (as_f32 must hand BLAS the
+    """Operands past and below fastfp16.ORT_MIN_ELEMS, C-contiguous and transposed (as_f32 must hand BLAS the
     layout to_f32 would), with special values."""
     dt = resolve_dtype(storage)
     rng = np.random.default_rng(2)
@@ -283,7 +283,7 @@ def test_as_f32_shares_what_it_can_and_to_f32_still_copies():
     assert to_f32(small.T.astype(np.float16)).flags.f_contiguous
     h16 = x.astype(np.float16)
     assert as_f32(h16, np.float16).tobytes() == h16.astype(np.float32).tobytes()
-    assert halfcast.ORT_MIN_ELEMS <= x.size
+    assert fastfp16.ORT_MIN_ELEMS <= x.size
 
 
 def test_planted_as_f32_that_ignores_the_upcast_layout_is_caught(monkeypatch):

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from mschecker.dtypes import resolve_dtype
 from mschecker.kernel_suite import draw_cases
 from mschecker.kernelcheck import check_case, run_variant
-from mschecker.kernels.conv import conv_cases
+from mschecker.kernel_entries.conv import conv_cases
 from mschecker.registry import Case, get_kernel, registry
 from mschecker.twosided import definition_mismatches, emulation_problems, storage_violations
 

@@ -1,6 +1,6 @@
 """Unary fp16 kernels checked on all 65,536 fp16 bit patterns, and the constants their contracts rest on.
 
-- Every fp16 activation variant listed in mschecker.kernels.activations.EXHAUSTIVE: inf/NaN handled like the
+- Every fp16 activation variant listed in mschecker.kernel_entries.activations.EXHAUSTIVE: inf/NaN handled like the
   reference, every finite input within its ULP budget of the correctly rounded reference or within its absolute
   floor, and the registry contract met on the whole grid.
 - Every fp16 planted bug of these kernels breaks its contract somewhere on the grid.
@@ -14,7 +14,7 @@ import pytest
 
 from mschecker.dtypes import round_to, ulp_distance, unit_roundoff
 from mschecker.kernelcheck import check_case
-from mschecker.kernels import activations as K
+from mschecker.kernel_entries import activations as K
 from mschecker.optimized_kernels import activations as A
 from mschecker.reference import activations as R
 from mschecker.registry import Case, get_kernel

@@ -1,7 +1,7 @@
 """The compiled fp16 loops (mschecker/_fastfp16.c) give the bits of the numpy definitions they replace.
 
 Coverage: the module's own fp16 <-> fp32 conversions over every fp16 value and over the float32 samples of
-test_halfcast (every 509th pattern plus every rounding boundary: each midpoint between adjacent fp16 values and its
+test_fastfp16_casts (every 509th pattern plus every rounding boundary: each midpoint between adjacent fp16 values and its
 two float32 neighbours, the overflow threshold, subnormals; the slow test walks all 2^32 patterns); the sequential
 fp16 sum against np.add.accumulate(dtype=float16) for row counts and lengths around the lane (32) and tile (64)
 widths, in row-major, column-major and strided layouts, with +-0, subnormal sums, overflow to +-inf, inf - inf and
@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from mschecker.optimized_kernels import halfcast as H
+from mschecker import fastfp16 as H
 from mschecker.optimized_kernels import softmax as S
 
-from .test_halfcast import ALL_F16, f32_samples, same_bits, same_or_both_nan  # noqa: F401 (fixture)
+from .test_fastfp16_casts import ALL_F16, f32_samples, same_bits, same_or_both_nan  # noqa: F401 (fixture)
 
 C = pytest.importorskip("mschecker._fastfp16", reason="the optional C extension is not built (no compiler)")
 F16, F32 = np.float16, np.float32
@@ -115,7 +115,7 @@ def test_c_running_sum_widths(rows, n):
        kind=st.sampled_from(["signed", "positive", "overflowing", "tiny", "zeros", "specials"]),
        seed=st.integers(0, 2 ** 31))
 def test_fp16_running_sum_any_axis_and_layout(rows, n, axis, kind, seed):
-    """halfcast.fp16_running_sum over each axis of a 3-d array: reduced axis last (row-major), first (column-major)
+    """fastfp16.fp16_running_sum over each axis of a 3-d array: reduced axis last (row-major), first (column-major)
     or in the middle (a copy), and a non-contiguous view."""
     rng = np.random.default_rng(seed)
     shape = [2, 3, 5]

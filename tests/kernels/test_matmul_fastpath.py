@@ -73,8 +73,8 @@ def test_other_layouts_bits_equal_whole_batch(storage):
 
 
 def test_whole_batch_upcast_layout_assumption():
-    """_upcast_is_c_order's premise: halfcast.to_f32 of a large non-contiguous fp16 array is C-contiguous (the
-    chunked path cuts C-order chunks to match it). If halfcast changes that, this fails before any bits do."""
+    """_upcast_is_c_order's premise: fastfp16.to_f32 of a large non-contiguous fp16 array is C-contiguous (the
+    chunked path cuts C-order chunks to match it). If fastfp16 changes that, this fails before any bits do."""
     x = np.ones((2, 64, 40), np.float16).swapaxes(-1, -2)
     assert x.size >= mm.ORT_MIN_ELEMS and not x.flags.c_contiguous
     assert mm.to_f32(x).flags.c_contiguous
@@ -110,7 +110,7 @@ def test_bit_check_catches_planted_summation_order_change():
 @pytest.mark.parametrize("transposed", ["none", "a", "b", "both"])
 @pytest.mark.parametrize("shapes", [((1, 2, 256, 40), (1, 2, 40, 256)), ((1, 2, 256, 256), (1, 2, 256, 40))])
 def test_chunked_matmul_bits_on_attention_sized_operands(shapes, transposed, chunk_bytes, monkeypatch):
-    """Attention-like operands past halfcast's ORT_MIN_ELEMS (the chunks take the onnxruntime cast route), as
+    """Attention-like operands past fastfp16's ORT_MIN_ELEMS (the chunks take the onnxruntime cast route), as
     the SD graph has them: q and k^T are transposed views, the softmax output is contiguous."""
     monkeypatch.setattr(mm, "CHUNK_BYTES", chunk_bytes)
     rng = np.random.default_rng(4)

@@ -15,7 +15,7 @@ import pytest
 
 from mschecker.dtypes import gamma, round_to, unit_roundoff
 from mschecker.kernelcheck import check_case
-from mschecker.kernels.reductions import summation_gamma
+from mschecker.kernel_entries.reductions import summation_gamma
 from mschecker.optimized_kernels import norms as N
 from mschecker.registry import Case, get_kernel
 

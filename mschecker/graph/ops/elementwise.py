@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from .table import register
-from ...optimized_kernels.halfcast import f16_binary
+from ...fastfp16 import f16_binary
 from ..policy import is_float_dtype
 
 
 _F16 = np.dtype(np.float16)
-#: fp16 + - * / through halfcast.f16_binary (float32 op, one fast rounding: numpy's own float16 result) from this
+#: fp16 + - * / through fastfp16.f16_binary (float32 op, one fast rounding: numpy's own float16 result) from this
 #: many elements on; below it numpy's own fp16 ufunc is faster than f16_binary's fixed cost (both: the same bits)
 _F16_BINARY_MIN = 4096
 

@@ -1,5 +1,5 @@
 """ONNX's float-computing pointwise ops (Elu, Selu, Celu, Softplus, Mish, HardSigmoid, HardSwish, Softsign, PRelu)
-and ReduceProd, through registry kernels (mschecker/kernels/pointwise.py, products.py), so that the policy decides
+and ReduceProd, through registry kernels (mschecker/kernel_entries/pointwise.py, products.py), so that the policy decides
 their numerics: the float64 reference, or the NPU profile's variant in the node's dtype and implmode, held to a
 contract like every other kernel.
 

@@ -1,4 +1,4 @@
-"""The fast fp16 primitives (optimized_kernels/halfcast.py) give numpy's own float16 bits, and the kernels that use
+"""The fast fp16 primitives (mschecker/fastfp16.py) give numpy's own float16 bits, and the kernels that use
 them give the bits of their plain-numpy definitions, on both routes (compiled loops and numpy-only).
 
 Coverage: every fp16 bit pattern; float32 patterns sampled every 509th of the 2^32 (8.4M values, every exponent
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mschecker.optimized_kernels import halfcast as H
+from mschecker import fastfp16 as H
 from mschecker.optimized_kernels import softmax as S
 
 F16, F32 = np.float16, np.float32

@@ -188,7 +188,7 @@ def _gemm_golden():
 def _variants(fns: dict, contract, bug_fn, bug_kind, staged: tuple[int, ...]):
     """The five variants plus the planted bug, shared by matmul and gemm. `staged`: the operands (every float one:
     A, B and Gemm's C) the fp32-accumulating fp16/bf16 variants take staged in fp32 (Variant.staged_f32_operands):
-    they upcast A and B to fp32 exactly (halfcast.as_f32) and C with astype, and read nothing else from their dtype.
+    they upcast A and B to fp32 exactly (fastfp16.as_f32) and C with astype, and read nothing else from their dtype.
     Not the fp16-accumulating, K-blocked or planted-bug variants: their arithmetic was not audited for it."""
     return {
         "fp32": Variant("fp32", fns["fp32"], "float32", contract, accumulate="float32",
@@ -219,7 +219,7 @@ _STRATEGY_KINDS = ("generic", "long_positive", "cancellation", "near_overflow")
 
 
 def _definitions(gemm: bool) -> dict:
-    """Each variant's accumulation (mschecker/kernels/definitions.py) and the epilogue its kernel documents."""
+    """Each variant's accumulation (mschecker/kernel_entries/definitions.py) and the epilogue its kernel documents."""
     wrap = D.gemm if gemm else D.matmul
     return {"fp32": wrap(D.cube_fp32, "float32"), "fp16_fp32acc": wrap(D.cube_fp32, "float16"),
             "bf16_fp32acc": wrap(D.cube_fp32, D.BF16), "fp16_fp16acc": wrap(D.sequential_fp16, "float16"),

@@ -35,7 +35,7 @@ def _contract(mode: str) -> Contract:
                 + 8 * unit_roundoff("float32") * m_el + subnormal_floor(variant))
 
     return Contract(bound, f"4-bit block quantization ({mode}): s_b/2 + u16(|x| + s_b/2) + 8 u32 max|x_b| per "
-                    "element (round to nearest code; derivation in mschecker/kernels/bitpack.py)")
+                    "element (round to nearest code; derivation in mschecker/kernel_entries/bitpack.py)")
 
 
 @st.composite

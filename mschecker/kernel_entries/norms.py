@@ -115,7 +115,7 @@ def group_norm_contract(stats: str) -> Contract:
     return Contract(bound, _WHY[stats])
 
 
-_COMMON = ("; propagated through r = 1/sqrt(var+eps) and y = s(x-mu)r + b (see mschecker/kernels/norms.py); "
+_COMMON = ("; propagated through r = 1/sqrt(var+eps) and y = s(x-mu)r + b (see mschecker/kernel_entries/norms.py); "
            "inf where the statistics' sums may overflow")
 _WHY = {
     "twopass": "two-pass variance error gamma_{n+4}(var + dmu^2) + dmu^2 ~ n u (Chan, Golub & LeVeque 1983), "
@@ -209,7 +209,7 @@ def _variants(make, contract_for, prefix: str) -> dict[str, Variant]:
 
 
 def _definitions(make) -> dict:
-    """The statistics algorithm and format each variant's name says (mschecker/kernels/definitions.py)."""
+    """The statistics algorithm and format each variant's name says (mschecker/kernel_entries/definitions.py)."""
     f32, f16 = np.float32, np.float16
     return {"fp16_fp32stats_twopass": make(D.stats_two_pass, f32), "fp16_fp32stats_welford": make(D.stats_welford, f32),
             "fp16_fp16stats": make(D.stats_one_pass, f16), "fp32_twopass": make(D.stats_two_pass, f32),

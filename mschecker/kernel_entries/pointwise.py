@@ -1,7 +1,7 @@
 """Registry entries: elu, selu, celu, softplus, mish, hard_sigmoid, hard_swish, softsign, prelu (ONNX's
 float-computing pointwise ops, formerly run by onnx.reference in the node's dtype, or not at all).
 
-The contracts follow mschecker/kernels/activations.py: bound = compute term + u_storage |y| + subnormal floor,
+The contracts follow mschecker/kernel_entries/activations.py: bound = compute term + u_storage |y| + subnormal floor,
 the compute term derived per kernel below from the fp32 formula the variants evaluate (u = u_acc = 2^-24; libm's
 expm1f / expf / log1pf held to activations.LIBM_F32_ULPS = 4 ULPs, i.e. 8u relative; attributes are rounded to
 fp32 by the kernel, which costs u per attribute when the caller's value is not an fp32 number and nothing for

@@ -96,7 +96,7 @@ def _winograd_contract(matrices: wg.WinogradMatrices, transform: str) -> Contrac
         return (rounds + channels) * w_abs + output_rounding(y, variant) + subnormal_floor(variant)
 
     return Contract(bound, f"componentwise Winograd bound (Barabasz et al. 2020 style, derived in "
-                    f"mschecker/kernels/conv.py): (gamma_{4 * matrices.alpha + 8}(u_{transform}) + "
+                    f"mschecker/kernel_entries/conv.py): (gamma_{4 * matrices.alpha + 8}(u_{transform}) + "
                     "gamma_{C/g+1}(u_fp32)) W_abs + u_fp16|y|")
 
 
@@ -187,7 +187,7 @@ register_kernel(D.attach(KernelInfo(
     reference_bits_bound=CONV_REFERENCE_BITS,
     variants={
         # x, w and b may come staged in fp32 (Variant.staged_f32_operands): x and w are upcast exactly by
-        # halfcast.as_f32, b by astype, and nothing else reads their dtype
+        # fastfp16.as_f32, b by astype, and nothing else reads their dtype
         "fp16_fp32acc": Variant("fp16_fp32acc", direct.conv2d_fp16_fp32acc, "float16", CONV_CONTRACT,
                                 doc="im2col + GEMM, fp32 accumulation (cube unit)", staged_f32_operands=(0, 1, 2)),
         "bf16_fp32acc": Variant("bf16_fp32acc", direct.conv2d_bf16_fp32acc, "bfloat16", CONV_CONTRACT,

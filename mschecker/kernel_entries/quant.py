@@ -50,7 +50,7 @@ def _contract(calibration: str) -> Contract:
 
     return Contract(bound, f"int8 weight-only ({calibration}): (1+u16)|x|@D + gamma_K(u32)|x|@(|w|+D) + u16|y|, "
                     "D = max(s/2, |w|-127s) + u16(|w|+E) + 2u32|w| (docs/NUMERICS.md §2.4; derivation in "
-                    "mschecker/kernels/quant.py)")
+                    "mschecker/kernel_entries/quant.py)")
 
 
 @st.composite

@@ -9,7 +9,7 @@ most of its time there. Every helper here computes exactly the same bits by anot
   round to nearest even, subnormals kept, overflow to inf, under 1 ns per element), small ones through numpy
   (a session call costs ~20 us). NaN payloads are the one place the two may differ (F16C quiets a signalling NaN,
   numpy truncates the payload), so NaN positions are re-converted by numpy. Exhaustive equality with
-  `ndarray.astype` is tested in tests/kernels/test_halfcast.py.
+  `ndarray.astype` is tested in tests/kernels/test_fastfp16_casts.py.
 - `round_f16(x)`: a float32 array rounded to the nearest float16 value while staying float32 (x + C - C with
   C = 1.5 * 2^(e + 13), e = the binade of x clamped to the fp16 range [-14, 15]: the float32 ulp of C is the
   fp16 ulp of x, and C's significand is even, so float32's ties-to-even is fp16's), then +-inf beyond 65504.
@@ -36,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import native
+from . import native
 
 #: Optional compiled loops (mschecker/_fastfp16.c, loaded by mschecker/native.py); without them numpy computes the
 #: same bits.
