@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from ..graph.loader import load_model
+from ..npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
 from ..tensormeta import apply_overrides, tensor_meta
 from ._args import Parser, _float, _int, add_override_args, parse_dtypes, parse_shapes
 
@@ -22,7 +23,6 @@ def build_parser(prog: str = "mschecker bisect") -> Parser:
     p.add_argument("--input", required=True, action="append",
                    help="one input set (comma list, directory, .npz, Polygraphy JSON); repeat for several sets, "
                         "or a folder whose subfolders are input sets")
-    p.add_argument("--profile", default="ascend910b", help="numerics profile: preset name or .toml/.json file")
     p.add_argument("--tolerance", required=True, help="atol = rtol for every output (a positive number)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the fix files, plot and reports")
     p.add_argument("--json", action="store_true", help="write the JSON report (schema: docs/BISECT.md)")
@@ -38,6 +38,7 @@ def build_parser(prog: str = "mschecker bisect") -> Parser:
     p.add_argument("--no-onnx-check", action="store_true", help="do not build and check the patched ONNX model")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_override_args(p)
+    add_npu_arguments(p)  # the deployment as configured today: --profile, --keep-dtype, --op-precision, ...
     return p
 
 
@@ -47,6 +48,8 @@ def main(argv: list[str]) -> int:
 
     args = build_parser().parse_args(argv)
     tolerance_rule(args.tolerance)  # a bad tolerance is reported before anything is loaded
+    options = options_for(knobs_from_args(args))
+    profile = apply_knobs(options.pop("profile", None), **options)
     model = load_model(args.model)
     metas = apply_overrides([tensor_meta(i) for i in model.graph.input if i.name not in model.initializers],
                             parse_shapes(args.shape), parse_dtypes(args.dtype))
@@ -54,7 +57,7 @@ def main(argv: list[str]) -> int:
     budget = Budget(args.budget_evals, args.budget_seconds)
     show = not args.no_progress and sys.stderr.isatty()
     with _progress(show) as progress:
-        result = bisect_model(model, samples, profile=args.profile, tolerance=args.tolerance, budget=budget,
+        result = bisect_model(model, samples, profile=profile, tolerance=args.tolerance, budget=budget,
                               npu_dump=args.npu_dump, check_onnx=not args.no_onnx_check,
                               granularity=args.granularity.replace("-", "_"), progress=progress)
     files = write_outputs(result, args.out, json_report=args.json, html_report=args.html)
