@@ -22,6 +22,7 @@ calibrated to these latents (see vae.py) so that its fp16 headroom is realistic 
 """
 from __future__ import annotations
 
+import gc
 import resource
 import time
 from dataclasses import dataclass, field
@@ -119,6 +120,9 @@ class _StageMeter:
         self.costs, self.stage = costs, stage
 
     def __enter__(self):
+        # the previous stage's runner is unreferenced; should anything hold it in a reference cycle, collect it
+        # now so that its weights (the sd15 UNet: GBs) are not counted into this stage's peak
+        gc.collect()
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
