@@ -114,7 +114,9 @@ class StageCost:
 class _StageMeter:
     """Times a stage and measures the process's peak RSS while it runs: Linux resets the high-water mark
     (VmHWM) when 5 is written to /proc/self/clear_refs, so each stage's peak is its own, not the run's so far.
-    Where that is unavailable the peak is ru_maxrss (the process's peak up to the stage's end)."""
+    Where that is unavailable the peak is ru_maxrss (the process's peak up to the stage's end). The reset also
+    clears the kernel's running maximum behind ru_maxrss (and /usr/bin/time's %M): the run's peak is the largest
+    stage peak."""
 
     def __init__(self, costs: dict[str, StageCost], stage: str):
         self.costs, self.stage = costs, stage
