@@ -18,6 +18,7 @@ import importlib
 import os
 import sys
 
+from .blas import pin_one_thread
 from .errors import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, ExecutionError,
                      InputError)
 
@@ -31,6 +32,8 @@ SUBCOMMANDS = {
     "campaign": "mschecker.commands.campaign",
     "bisect": "mschecker.commands.bisect",
 }
+#: subcommands that run with one BLAS thread unless the user says otherwise (mschecker/blas.py: the SD graphs)
+ONE_BLAS_THREAD = ("sd",)
 
 TRACEBACK_FLAG = "--traceback"
 
@@ -89,6 +92,8 @@ def _dispatch(argv: list[str]) -> int:
                          f"see mschecker --help)")
     else:
         name, rest = "check", argv
+    if name in ONE_BLAS_THREAD:
+        pin_one_thread()  # before the subcommand imports numpy (mschecker/blas.py says why)
     try:
         module = importlib.import_module(SUBCOMMANDS[name])
     except ModuleNotFoundError as exc:

@@ -26,24 +26,14 @@ fp32-statistics fix: small 38.8 dB (SSIM 0.998), tiny 42.0 dB; the black NaN ima
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
 
-# One BLAS thread unless the user says otherwise. The SD graphs' matmuls are small (at most 512 x 320 x 320 on
-# `small`), where OpenBLAS's thread hand-off costs more than it gains, and on a busy 2-core machine its
-# spinning threads make it far worse: measured here, a (2, 4, 256, 8) @ (2, 4, 8, 256) float64 matmul takes
-# 238 ms wall with the default threads and 2.6 ms with one; the whole default `mschecker sd` 110 s -> 30 s at
-# load ~4. It only takes effect if numpy is not loaded yet (true for the `mschecker` entry point; the env var
-# is read when OpenBLAS starts). Set OPENBLAS_NUM_THREADS yourself to override.
-if "numpy" not in sys.modules:
-    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(_var, "1")
-
 from ..errors import InputError, UsageError
+from ..npu.knobs import DEFAULT_PROFILE, add_npu_arguments, knobs_from_args
 from ..sd.folder import STAGES
-from ..sd.scheduler import SCHEDULERS
 from ..sd.presets import PRESETS
+from ..sd.scheduler import SCHEDULERS
 from ._args import Parser
 
 DEFAULT_PROMPT = "a photo of an astronaut riding a horse on the moon"
@@ -68,20 +58,8 @@ def build_parser() -> Parser:
                    help="override the scheduler class (default: the folder's scheduler_config.json; ddim bundled)")
     p.add_argument("--seed", type=_positive_int("--seed", minimum=0), default=0, help="initial-noise seed")
     p.add_argument("--guidance-scale", type=_finite_float("--guidance-scale"), default=7.5)
-    p.add_argument("--profile", action="append", metavar="[STAGE:]PROFILE",
-                   help="numerics profile: preset name or .toml/.json file (default ascend910b; repeatable per stage)")
     p.add_argument("--psnr-min", type=_finite_float("--psnr-min"), default=30.0, help="image PSNR threshold in dB (default 30)")
-    g = p.add_argument_group("NPU options (ATC style; ENTRY may start with STAGE: to apply to one stage only, "
-                             f"STAGE one of {', '.join(STAGES)})")
-    g.add_argument("--keep-dtype", metavar="[STAGE:]ENTRY,...",
-                   help="nodes (name or OpType::Type) that compute in fp32, e.g. vae_decoder:OpType::InstanceNormalization")
-    g.add_argument("--op-precision", metavar="[STAGE:]OpType=MODE,...",
-                   help="implmode per op type (ATC op_precision_mode), e.g. vae_decoder:InstanceNormalization="
-                        "high_precision")
-    g.add_argument("--precision-mode", action="append", metavar="[STAGE:]MODE",
-                   help="ATC precision mode (repeatable per stage)")
-    g.add_argument("--overflow-mode", choices=["inf_nan", "saturation"])
-    g.add_argument("--implmode", choices=["high_precision", "high_performance"])
+    add_npu_arguments(p, STAGES)
     p.add_argument("--no-fix", action="store_true", help="do not search for a fix when the run overflows")
     p.add_argument("--out", default="sd_out", help="folder for the PNGs and arrays (default ./sd_out)")
     p.add_argument("--json", metavar="PATH", help="write the full result as JSON")
@@ -112,56 +90,6 @@ def _finite_float(flag: str):
     return parse
 
 
-def _split_stage(entry: str, flag: str) -> tuple[str | None, str]:
-    head, sep, rest = entry.partition(":")
-    if sep and not rest.startswith(":") and head in STAGES:
-        if not rest:
-            raise UsageError(f"{flag} {entry!r}: nothing after the stage name")
-        return head, rest
-    if sep and not rest.startswith(":") and head not in STAGES and head != "OpType":
-        raise UsageError(f"{flag} {entry!r}: {head!r} is not a stage ({', '.join(STAGES)})")
-    return None, entry
-
-
-def npu_options(args) -> tuple[dict, dict[str, dict]]:
-    """(options for every stage, {stage: options}) from the flags."""
-    common: dict = {}
-    per_stage: dict[str, dict] = {}
-    for entry in [e.strip() for e in (args.keep_dtype or "").split(",") if e.strip()]:
-        stage, value = _split_stage(entry, "--keep-dtype")
-        target = per_stage.setdefault(stage, {}) if stage else common
-        target.setdefault("keep_dtype", []).append(value)
-    for entry in [e.strip() for e in (args.op_precision or "").split(",") if e.strip()]:
-        stage, value = _split_stage(entry, "--op-precision")
-        op, eq, mode = value.partition("=")
-        if not eq or not op or mode not in ("high_precision", "high_performance"):
-            raise UsageError(f"--op-precision {entry!r}: expected [STAGE:]OpType=high_precision|high_performance")
-        target = per_stage.setdefault(stage, {}) if stage else common
-        target.setdefault("implmode_by_op_type", {})[op] = mode
-    for entry in args.precision_mode or []:
-        stage, value = _split_stage(entry, "--precision-mode")
-        from ..npu.profile import PRECISION_MODES
-
-        if value not in PRECISION_MODES:
-            raise UsageError(f"--precision-mode {entry!r}: {value!r} is not one of {', '.join(PRECISION_MODES)}")
-        (per_stage.setdefault(stage, {}) if stage else common)["precision_mode"] = value
-    for entry in args.profile or []:
-        stage, value = _split_stage(entry, "--profile")
-        if stage:
-            per_stage.setdefault(stage, {})["profile"] = value
-    if args.overflow_mode:
-        common["overflow_mode"] = args.overflow_mode
-    if args.implmode:
-        common["implmode"] = args.implmode
-    return common, per_stage
-
-
-def global_profile(args) -> str:
-    """The --profile without a stage prefix (the last one), default ascend910b."""
-    plain = [e for e in args.profile or [] if _split_stage(e, "--profile")[0] is None]
-    return plain[-1] if plain else "ascend910b"
-
-
 def parse_sides(text: str) -> tuple[str, str]:
     from ..sd.check import SIDES
 
@@ -188,8 +116,10 @@ def main(argv: list[str]) -> int:
     if args.tokenizer:
         raise UsageError("--tokenizer goes with --save-pipeline (a pipeline folder brings its own tokenizer/)")
     sides = parse_sides(args.sides)
-    common, per_stage = npu_options(args)
-    profile = global_profile(args)
+    knobs = knobs_from_args(args, STAGES)
+    common = dict(knobs.pop(None))
+    profile = common.pop("profile", DEFAULT_PROFILE)
+    per_stage = knobs  # {stage: its own options}, a stage's "profile" among them
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a folder")
@@ -210,13 +140,11 @@ def main(argv: list[str]) -> int:
         from ..tensorio import read_tensor
 
         latents = pipeline.check_latents(read_tensor(args.latents), f"--latents {args.latents}")
-    from rich.console import Console
-
+    from ..console import make_console
     from ..sd.check import run_check
     from ..sd.report import render_console, write_json, write_outputs
 
-    # a log (not a terminal) gets 120 columns rather than Rich's 80, so the per-step table is not truncated
-    console = Console() if sys.stdout.isatty() else Console(width=120)
+    console = make_console()  # a log (not a terminal) is not cut at 80 columns
     with _progress(args.steps) as progress:
         check = run_check(prompt=args.prompt, pipeline=pipeline, steps=args.steps, scheduler=args.scheduler,
                           seed=args.seed, guidance_scale=args.guidance_scale, sides=sides, profile=profile,

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import golden_data
+from ..blas import ONE_THREAD_ENV
 from .check import STAGES, per_stage_factory, stage_feeds
 from .bundled import bundled_pipeline
 from .folder import SDPipeline
@@ -98,15 +99,12 @@ def compute() -> tuple[dict[str, np.ndarray], dict]:
     return tensors, extra
 
 
-PINNED_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
 def compute_pinned() -> tuple[dict[str, np.ndarray], dict]:
     """compute() in a fresh interpreter with one BLAS thread (the env var is only read when BLAS starts, so a
     process that already loaded numpy cannot change it); what the builder records and the tests recompute."""
     with tempfile.TemporaryDirectory(prefix="mschecker-sd-goldens-") as tmp:
         r = subprocess.run([sys.executable, "-m", "mschecker.sd.goldens", tmp], capture_output=True, text=True,
-                           env={**os.environ, **PINNED_ENV})
+                           env={**os.environ, **ONE_THREAD_ENV})
         if r.returncode != 0:
             raise RuntimeError(f"computing the SD goldens failed:\n{r.stderr[-2000:]}")
         with np.load(Path(tmp) / "tensors.npz", allow_pickle=False) as z:
