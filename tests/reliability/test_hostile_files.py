@@ -12,15 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .support import (assert_bad_input, fifo, npy_bytes, npy_with_header, onnx_tensor_bytes, run, save_x, tiny_model,
+from .support import (assert_bad_input, fifo, npy_bytes, npy_with_header, onnx_tensor_bytes, run, save_x,
                       unix_socket)
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3).tobytes()
-
-
-@pytest.fixture
-def model(tmp_path):
-    return tiny_model(tmp_path / "m.onnx")
 
 
 def _raw_with_sidecar(tmp_path, sidecar: bytes) -> Path:

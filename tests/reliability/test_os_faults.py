@@ -58,16 +58,6 @@ def _remount_ro(mnt: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True, capture_output=True)
 
 
-@pytest.fixture
-def model(tmp_path):
-    return tiny_model(tmp_path / "m.onnx")
-
-
-@pytest.fixture
-def x(tmp_path):
-    return save_x(tmp_path / "x.npy")
-
-
 def _write_commands(model, x, target: Path) -> dict[str, list]:
     """Every write path of the commands, aimed at `target` (a directory on the faulty file system)."""
     return {
