@@ -20,14 +20,14 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..compare import ToleranceRule
+from ..compare import ToleranceRule, json_float
 from ..errors import InputError
 from ..graph.executor import Executor
 from ..graph.policy import ReferencePolicy, is_float_dtype
 from ..tensorio import read_tensor, safe_filename
 from .policy import RecordingNpuPolicy
 from .samples import Sample
-from .stats import LOW_HEADROOM, ErrorStats, Headroom, ReferenceRange, _num, is_overflow
+from .stats import LOW_HEADROOM, ErrorStats, Headroom, ReferenceRange, is_overflow
 
 Progress = Callable[[str, int, int | None], None]  # (what, done, total)
 
@@ -100,7 +100,7 @@ class NodeRecord:
 
     def to_dict(self) -> dict:
         return {"index": self.index, "name": self.name, "op_type": self.op_type, "npu": self.npu,
-                "folded": self.folded, "inherited_rel_l2": _num(self.inherited),
+                "folded": self.folded, "inherited_rel_l2": json_float(self.inherited),
                 "outputs": [o.to_dict() for o in self.outputs]}
 
 

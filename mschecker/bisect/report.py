@@ -15,7 +15,7 @@ from ..fsio import atomic_write_bytes, atomic_write_text, make_directory
 from .engine import BisectResult
 from .islands import islands
 from .search import members
-from .stats import _num
+from ..compare import json_float
 from .writers import FILES, write_fix
 
 SCHEMA_VERSION = 1
@@ -45,9 +45,9 @@ def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
     culprits = []
     for rank, n in enumerate(result.ranking[:max(TOP, len(result.culprits))], 1):
         att = attribution.get(n.name)
-        culprits.append({"rank": rank, "name": n.name, "op_type": n.op_type, "own_rel_l2": _num(n.own_error),
-                         "inherited_rel_l2": _num(n.inherited), "rel_l2": _num(n.error), "overflow": n.overflow, "in_fix": n in result.culprits,
-                         "output_rel_l2_without_its_move": _num(att.without_rel_l2) if att else None,
+        culprits.append({"rank": rank, "name": n.name, "op_type": n.op_type, "own_rel_l2": json_float(n.own_error),
+                         "inherited_rel_l2": json_float(n.inherited), "rel_l2": json_float(n.error), "overflow": n.overflow, "in_fix": n in result.culprits,
+                         "output_rel_l2_without_its_move": json_float(att.without_rel_l2) if att else None,
                          "fix_passes_without_it": att.passes_without if att else None})
     doc = {
         "schema_version": SCHEMA_VERSION, "tool": "mschecker bisect", "verdict": result.verdict,
@@ -56,7 +56,7 @@ def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
         "tolerance": result.rule.to_dict(), "samples": [x.label for x in result.samples],
         "outputs": {name: st.to_dict() for name, st in a.outputs.items()},
         "first_crossing": ({"name": first.name, "op_type": first.op_type, "index": first.index,
-                            "overflow": first.overflow, "rel_l2": _num(first.error)} if first else None),
+                            "overflow": first.overflow, "rel_l2": json_float(first.error)} if first else None),
         "first_low_headroom": _headroom_entry(a.first_low_headroom()),
         "culprits": culprits,
         "nodes": [n.to_dict() for n in a.nodes],
@@ -74,7 +74,7 @@ def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
             t = s.rule_of_thumb
             doc["rule_of_thumb"] = {"rule": "fp32 after every 5 fp16 layers", "layers": len(s.layers),
                                     "changes": t.config.changes, "passed": t.passed,
-                                    "worst_rel_l2": _num(t.worst_rel_l2), "overflow_nodes": t.overflow_nodes[:20]}
+                                    "worst_rel_l2": json_float(t.worst_rel_l2), "overflow_nodes": t.overflow_nodes[:20]}
         if s.best is not None and result.verdict == "FAIL":
             doc["closest"] = s.best.to_dict()
     if result.recommendation is not None and result.proof is not None:
@@ -91,7 +91,7 @@ def _headroom_entry(node) -> dict | None:
         return None
     peak = max(node.outputs, key=lambda o: o.headroom.fraction_of_max if o.headroom else -1)
     return {"name": node.name, "op_type": node.op_type, "index": node.index, "tensor": peak.tensor,
-            "fraction_of_max": _num(peak.headroom.fraction_of_max), "peak": _num(peak.headroom.peak),
+            "fraction_of_max": json_float(peak.headroom.fraction_of_max), "peak": json_float(peak.headroom.peak),
             "overflow": node.overflow}
 
 

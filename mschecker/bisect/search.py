@@ -121,9 +121,9 @@ class Evaluation:
     detail: object = None    # what a specialised evaluator measured besides (the SD check: its stage metrics)
 
     def to_dict(self) -> dict:
-        from .stats import _num
+        from ..compare import json_float
         return {"purpose": self.purpose, "changes": self.config.changes, "config": self.config.to_dict(),
-                "passed": self.passed, "worst_rel_l2": _num(self.worst_rel_l2),
+                "passed": self.passed, "worst_rel_l2": json_float(self.worst_rel_l2),
                 "failing_outputs": self.failing_outputs, "overflow_nodes": self.overflow_nodes[:20],
                 "seconds": round(self.seconds, 4)}
 

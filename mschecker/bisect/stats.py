@@ -18,16 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compare import ToleranceRule, compare_arrays
+from ..compare import ToleranceRule, compare_arrays, json_float
 from ..dtypes import dtype_name, float_format
-
-
-def _num(v):
-    """A float for JSON: None stays None, inf/NaN become strings (strict JSON has no inf)."""
-    if v is None:
-        return None
-    v = float(v)
-    return v if math.isfinite(v) else ("inf" if v > 0 else "-inf" if v < 0 else "nan")
 
 
 BRIEF_CHUNK = 1 << 20  # elements per chunk of ErrorStats.brief (8 MB of float64 per scratch array)
@@ -103,9 +95,9 @@ class ErrorStats:
                           lo(self.ratio_5e3, other.ratio_5e3), self.passed and other.passed)
 
     def to_dict(self) -> dict:
-        return {"rel_l2": _num(self.rel_l2), "max_abs": _num(self.max_abs), "max_rel": _num(self.max_rel),
-                "cosine": _num(self.cosine), "ulp_p99": self.ulp_p99, "ratio_1e3": _num(self.ratio_1e3),
-                "ratio_5e3": _num(self.ratio_5e3), "passed": self.passed}
+        return {"rel_l2": json_float(self.rel_l2), "max_abs": json_float(self.max_abs), "max_rel": json_float(self.max_rel),
+                "cosine": json_float(self.cosine), "ulp_p99": self.ulp_p99, "ratio_1e3": json_float(self.ratio_1e3),
+                "ratio_5e3": json_float(self.ratio_5e3), "passed": self.passed}
 
 
 @dataclass
@@ -162,10 +154,10 @@ class Headroom:
                         max(self.hidden_nan, other.hidden_nan))
 
     def to_dict(self) -> dict:
-        return {"dtype": self.dtype, "peak": _num(self.peak), "fraction_of_max": _num(self.fraction_of_max),
+        return {"dtype": self.dtype, "peak": json_float(self.peak), "fraction_of_max": json_float(self.fraction_of_max),
                 "nan": self.nan, "inf": self.inf, "saturated": self.saturated,
                 "hidden_overflow": self.hidden_overflow, "hidden_nan": self.hidden_nan,
-                "below_normal_share": _num(self.below_normal_share)}
+                "below_normal_share": json_float(self.below_normal_share)}
 
 
 @dataclass

@@ -29,13 +29,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from ..compare import ToleranceRule
+from ..compare import ToleranceRule, json_float
 from ..fsio import atomic_write_bytes, atomic_write_text, make_directory
 from ..npu import NumericsProfile
 from .lockstep import Analysis
 from .samples import Sample
 from .search import FixConfig, op_type_of
-from .stats import ErrorStats, _num
+from .stats import ErrorStats
 
 FILES = {"keep_dtype": "keep_dtype.cfg", "op_precision": "op_precision.ini", "profile": "profile.json",
          "atc_flags": "atc_flags.txt", "onnx": "model_fp16_fixed.onnx"}
@@ -329,7 +329,7 @@ class OnnxCheck:
     attempts: int = 1                                    # conversions + onnxruntime runs spent
 
     def to_dict(self) -> dict:
-        return {"ran": self.ran, "passed": self.passed, "worst_rel_l2": _num(self.worst_rel_l2),
+        return {"ran": self.ran, "passed": self.passed, "worst_rel_l2": json_float(self.worst_rel_l2),
                 "failing_outputs": self.failing_outputs, "error": self.error, "extra_fp32": self.extra_fp32,
                 "attempts": self.attempts}
 
