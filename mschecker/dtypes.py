@@ -98,8 +98,22 @@ def float_format(dtype) -> FloatFormat:
     return FORMATS[name]
 
 
+_IS_FLOAT: dict = {}  # dtype-like -> bool: the executor asks for every node input and output
+
+
 def is_float(dtype) -> bool:
-    return dtype_name(dtype) in FORMATS
+    """True for the floating formats of FORMATS (fp16, bf16, fp32, fp64; ml_dtypes' bf16 has numpy kind 'V').
+    Cached: the graph executor asks for every node input and output."""
+    try:
+        return _IS_FLOAT[dtype]
+    except (KeyError, TypeError):  # TypeError: an unhashable dtype-like, answered without the cache
+        pass
+    answer = dtype_name(dtype) in FORMATS
+    try:
+        _IS_FLOAT[dtype] = answer
+    except TypeError:
+        pass
+    return answer
 
 
 def unit_roundoff(dtype) -> float:

@@ -23,7 +23,8 @@ import numpy as np
 from ..compare import ToleranceRule, json_float
 from ..errors import InputError
 from ..graph.executor import Executor
-from ..graph.policy import ReferencePolicy, is_float_dtype
+from ..dtypes import is_float
+from ..graph.policy import ReferencePolicy
 from ..tensorio import read_tensor, safe_filename
 from .policy import RecordingNpuPolicy
 from .samples import Sample
@@ -198,7 +199,7 @@ class DumpFolder:
 
 def _float_outputs(produced: dict) -> Iterator[tuple[str, np.ndarray]]:
     for name, v in produced.items():
-        if isinstance(v, np.ndarray) and is_float_dtype(v.dtype) and v.size:
+        if isinstance(v, np.ndarray) and is_float(v.dtype) and v.size:
             yield name, v
 
 
@@ -241,7 +242,7 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
             else:
                 hidden = (0, 0)
                 nout = {name: dump.load(name, np.shape(v)) for name, v in rout.items()
-                        if isinstance(v, np.ndarray) and is_float_dtype(v.dtype)}
+                        if isinstance(v, np.ndarray) and is_float(v.dtype)}
                 own_out = _reference_on_dumps(reference, k, rstep, rargs, dump) if own_error else None
             for name, ref in _float_outputs(rout):
                 rng = ranges.setdefault(name, ReferenceRange())
@@ -251,7 +252,7 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
                 if rec is None:
                     rec = by_tensor[name] = OutputRecord(name, tuple(ref.shape), reference=rng)
                     record.outputs.append(rec)
-                if actual is None or not is_float_dtype(actual.dtype):
+                if actual is None or not is_float(actual.dtype):
                     continue
                 where = f"{record.label} output {name!r}"
                 err = ErrorStats.of(actual, ref, rule, where)
@@ -271,7 +272,7 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
             for name in graph_outputs.intersection(rout):
                 kept[name] = rout[name]
                 actual = nout.get(name)
-                if not is_float_dtype(np.asarray(rout[name]).dtype) and actual is not None:
+                if not is_float(np.asarray(rout[name]).dtype) and actual is not None:
                     # an integer / bool graph output (labels, indices): judged exactly like the float ones
                     err = ErrorStats.of(np.asarray(actual), np.asarray(rout[name]), rule, f"output {name!r}")
                     sample_out[name] = err
@@ -295,7 +296,7 @@ def _reference_on_dumps(reference: Executor, k: int, step, rargs, dump: DumpFold
     for n, a in zip(step.inputs, rargs):
         if not n or n in reference.initializers:
             continue
-        d = dump.load(n, np.shape(a), produced=False) if isinstance(a, np.ndarray) and is_float_dtype(a.dtype) else None
+        d = dump.load(n, np.shape(a), produced=False) if isinstance(a, np.ndarray) and is_float(a.dtype) else None
         any_dumped |= d is not None
         inputs[n] = d if d is not None else a
     if not any_dumped:

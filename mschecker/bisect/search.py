@@ -41,7 +41,7 @@ import numpy as np
 
 from ..compare import ToleranceRule
 from ..graph.executor import Executor
-from ..graph.policy import is_float_dtype
+from ..dtypes import is_float
 from ..npu import NumericsProfile
 from .lockstep import Analysis
 from .policy import RecordingNpuPolicy, npu_policy
@@ -191,7 +191,7 @@ class ModelEvaluator(Evaluator):
         overflow: dict[str, None] = {}
 
         def watch(node, name, value):
-            if isinstance(value, np.ndarray) and is_float_dtype(value.dtype) and value.size:
+            if isinstance(value, np.ndarray) and is_float(value.dtype) and value.size:
                 if not np.isfinite(value).all() and is_overflow(Headroom.of(value), ranges.get(name)):
                     overflow[node.name] = None
         per_sample, failing, worst = [], {}, 0.0

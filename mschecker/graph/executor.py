@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import onnx
 
+from ..dtypes import is_float
 from ..errors import ExecutionError, InputError
 from .capture import CaptureFilter, CaptureFn
 from ..fsio import release_file_pages
@@ -28,7 +29,7 @@ from ..tensormeta import check_feeds, tensor_meta
 from .loader import LoadedModel, from_proto, load_model
 from .ops import OpSpec, attribute_values, lookup
 from ..fastfp16 import to_f32
-from .policy import KernelUnavailable, NodeContext, Policy, convert_float, is_float_dtype
+from .policy import KernelUnavailable, NodeContext, Policy, convert_float
 
 
 def node_label(node: onnx.NodeProto, index: int) -> str:
@@ -296,7 +297,7 @@ class Executor:
         or None when the run must read it as is (not an initializer, not float, already `dtype`, or large)."""
         x = self.initializers.get(name)
         limit = self.ROUND_ONCE_MAX_ELEMENTS
-        if x is None or x.dtype == dtype or not is_float_dtype(x.dtype) or (limit is not None and x.size > limit):
+        if x is None or x.dtype == dtype or not is_float(x.dtype) or (limit is not None and x.size > limit):
             return None
         key = (name, np.dtype(dtype))
         if key not in self.rounded_constants:
@@ -321,7 +322,7 @@ class Executor:
         staging off, or larger than ROUND_ONCE_MAX_ELEMENTS)."""
         x = self.initializers.get(name)
         limit = self.ROUND_ONCE_MAX_ELEMENTS
-        if not self.STAGE_F32 or x is None or not is_float_dtype(x.dtype) or (limit is not None and x.size > limit):
+        if not self.STAGE_F32 or x is None or not is_float(x.dtype) or (limit is not None and x.size > limit):
             return None
         key = (name, np.dtype(dtype), _F32)
         if key not in self.rounded_constants:
@@ -342,7 +343,7 @@ class Executor:
         env = {}
         for m in metas:
             x = np.asarray(feeds[m.name])
-            if is_float_dtype(x.dtype):
+            if is_float(x.dtype):
                 with np.errstate(over="ignore"):
                     x = x.astype(self.policy.input_dtype(x.dtype), copy=False)
             elif m.dtype is not None and x.dtype != m.dtype:
@@ -362,7 +363,7 @@ class Executor:
         for k in step.convert:
             x = args[k]
             dt = x.dtype
-            if dt is not dtype and dt != dtype and is_float_dtype(dt):
+            if dt is not dtype and dt != dtype and is_float(dt):
                 args[k] = convert_float(x, dtype)
         out = None
         if reuse:
@@ -398,7 +399,7 @@ class Executor:
                 value = finish(value)
             elif round_to is not None:
                 dt = value.dtype
-                if dt is not round_to and dt != round_to and is_float_dtype(dt):
+                if dt is not round_to and dt != round_to and is_float(dt):
                     value = convert_float(value, round_to)
             out[name] = value
         return out
@@ -427,7 +428,7 @@ class Executor:
                 args.append(self.rounded_constants[st.reads[k]] if k in st.staged else self.initializers[n])
             else:
                 x = np.asarray(inputs[n])
-                if k in st.staged and is_float_dtype(x.dtype) and x.dtype != st.ctx.dtype:
+                if k in st.staged and is_float(x.dtype) and x.dtype != st.ctx.dtype:
                     with np.errstate(all="ignore"):
                         x = convert_float(x, st.ctx.dtype)  # the kernel takes the unstaged form too
                 args.append(x)

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from ..dtypes import bfloat16, float_format
+from ..dtypes import float_format, is_float
 from ..fastfp16 import to_f16, to_f32
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -27,23 +27,6 @@ def convert_float(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return to_f32(x)
     with np.errstate(over="ignore", invalid="ignore"):
         return x.astype(dtype)
-
-
-_IS_FLOAT: dict = {}  # dtype-like -> bool: the executor asks for every node input and output
-
-
-def is_float_dtype(dtype) -> bool:
-    """True for IEEE floats and bf16 (ml_dtypes' bf16 has numpy kind 'V')."""
-    try:
-        return _IS_FLOAT[dtype]
-    except (KeyError, TypeError):  # TypeError: an unhashable dtype-like, answered without the cache
-        pass
-    answer = np.dtype(dtype).kind == "f" or np.dtype(dtype) == bfloat16
-    try:
-        _IS_FLOAT[dtype] = answer
-    except TypeError:
-        pass
-    return answer
 
 
 class KernelUnavailable(Exception):
@@ -79,7 +62,7 @@ class NodeContext:
                                     "that was not bound at plan time") from None
 
     def cast_target(self, target: np.dtype) -> np.dtype:
-        if is_float_dtype(target) and self.cast_float is not None:
+        if is_float(target) and self.cast_float is not None:
             return self.cast_float(np.dtype(target))
         return np.dtype(target)
 
@@ -112,7 +95,7 @@ class Policy:
 
     def finish(self, ctx: NodeContext, value: np.ndarray, keep_dtype: bool = False) -> np.ndarray:
         """Round a float output to the node's dtype (unless the op fixed its own, e.g. Cast), then saturate."""
-        if not isinstance(value, np.ndarray) or not is_float_dtype(value.dtype):
+        if not isinstance(value, np.ndarray) or not is_float(value.dtype):
             return value
         if not keep_dtype and value.dtype != ctx.dtype:
             value = convert_float(value, ctx.dtype)
@@ -157,7 +140,7 @@ class ReferencePolicy(Policy):
         self._get_kernel = get_kernel
 
     def input_dtype(self, dtype: np.dtype) -> np.dtype:
-        return np.dtype(np.float64) if is_float_dtype(dtype) else np.dtype(dtype)
+        return np.dtype(np.float64) if is_float(dtype) else np.dtype(dtype)
 
     def bind(self, node, opset, kernel_names, cube, *, foldable=False, operand_kernel=None) -> NodeContext:
         kernels = {}

@@ -47,7 +47,7 @@ from ..compare import TensorComparison, ToleranceRule, compare_arrays
 from ..dtypes import float_format
 from ..errors import InputError
 from ..graph.executor import Executor
-from ..graph.policy import is_float_dtype
+from ..dtypes import is_float
 from .images import image_psnr, image_ssim
 from .bundled import bundled_pipeline
 from .folder import SDPipeline
@@ -130,7 +130,7 @@ class Tracker:
             self.progress(stage, self.step)
 
     def on_tensor(self, stage: str, node, name: str, value: np.ndarray) -> None:
-        if not isinstance(value, np.ndarray) or not is_float_dtype(value.dtype) or value.size == 0:
+        if not isinstance(value, np.ndarray) or not is_float(value.dtype) or value.size == 0:
             return
         h = Headroom.of(value)  # the bisection's headroom: peak, NaN/inf, elements at the format's max
         self._peaks[name] = h.peak
@@ -468,7 +468,7 @@ def locate(stage: str, check: SDCheck, profile: str, options: dict[str, dict]) -
         peaks = [by_tensor[i].headroom.peak for i in node.inputs if i in by_tensor and by_tensor[i].headroom]
         step = next(st for st in reference.steps if st.index == node.index)
         peaks += [float(np.max(np.abs(np.asarray(p[i], np.float64)))) for p in parts for i in step.inputs
-                  if i in p and np.size(p[i]) and is_float_dtype(np.asarray(p[i]).dtype)]
+                  if i in p and np.size(p[i]) and is_float(np.asarray(p[i]).dtype)]
         event = NodeEvent(stage, 0 if stage == "unet" else None, node.name, node.op_type, out.tensor, h.dtype,
                           nan=h.nan + h.hidden_nan, inf=h.inf + h.hidden_overflow - h.hidden_nan,
                           saturated=h.saturated, peak=h.peak, input_peak=max(peaks) if peaks else None,

@@ -11,7 +11,7 @@ import numpy as np
 
 from .table import register
 from ...fastfp16 import f16_binary
-from ..policy import is_float_dtype
+from ...dtypes import is_float
 
 
 _F16 = np.dtype(np.float16)
@@ -38,7 +38,7 @@ def _binary(ufunc):
 
 def _arithmetic(ufunc):
     def fn(ctx, attrs, a, b, out=None):
-        if not is_float_dtype(a.dtype):
+        if not is_float(a.dtype):
             return ufunc(a, b)
         return _float_arithmetic(ufunc, a, b, out)
     return fn
@@ -54,7 +54,7 @@ for _name, _uf in {"Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_eq
 
 @register("Div", reuses_input=True)
 def div(ctx, attrs, a, b, out=None):
-    if is_float_dtype(a.dtype):
+    if is_float(a.dtype):
         return _float_arithmetic(np.divide, a, b, out)
     # ONNX integer division truncates toward zero (C semantics), numpy's // floors.
     q = np.floor_divide(a, b)
@@ -64,8 +64,8 @@ def div(ctx, attrs, a, b, out=None):
 
 @register("Pow")
 def pow_(ctx, attrs, a, b):
-    if is_float_dtype(a.dtype):
-        return np.power(a, b.astype(a.dtype) if is_float_dtype(b.dtype) else b).astype(a.dtype)
+    if is_float(a.dtype):
+        return np.power(a, b.astype(a.dtype) if is_float(b.dtype) else b).astype(a.dtype)
     # integer base: ONNX's output type is the base's type
     return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...reference import pointwise as defaults
-from ..policy import is_float_dtype
+from ...dtypes import is_float
 from .compute import reduce_axes
 from .table import register
 
@@ -53,7 +53,7 @@ def _broadcastable_slope(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
 @register("PRelu", kernels=("prelu",))
 def prelu(ctx, attrs, x, slope):
     slope = _broadcastable_slope(x, slope)
-    if not is_float_dtype(x.dtype):
+    if not is_float(x.dtype):
         return np.where(x < 0, x * slope, x).astype(x.dtype)
     return ctx.kernel("prelu")(x, slope)
 
@@ -73,7 +73,7 @@ def reduce_prod(ctx, attrs, x, axes=None):
     elif axes is not None:
         axes = [int(a) for a in np.asarray(axes).reshape(-1)]
     keepdims, noop = bool(attrs.get("keepdims", 1)), bool(attrs.get("noop_with_empty_axes", 0))
-    if is_float_dtype(x.dtype):
+    if is_float(x.dtype):
         return reduce_axes(ctx, "reduce_prod", x, axes, keepdims, noop)
     if not axes:
         if noop:
