@@ -50,7 +50,7 @@ from ..graph.executor import Executor
 from ..dtypes import is_float
 from .images import image_psnr, image_ssim
 from .bundled import bundled_pipeline
-from .folder import SDPipeline
+from .folder import MODEL_FILES, SDPipeline
 from .pipeline import STAGES, PipelineResult, SDModels, run_in_batches, run_pipeline, stage_runner_factory, \
     to_uint8_image
 
@@ -339,6 +339,8 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
         raise InputError(f"--sides {','.join(sides)}: give two different sides among {', '.join(SIDES)}")
     if pipeline is None:
         pipeline = bundled_pipeline(preset, weights_seed, scheduler or "ddim")
+    if "npu" in sides:
+        check_stage_entries(pipeline, npu_options, stage_options)
     options = stage_npu_options(npu_options, stage_options)
     common = dict(prompt=prompt, pipeline=pipeline, steps=steps, scheduler=scheduler, seed=seed,
                   guidance_scale=guidance_scale, initial_latents=initial_latents)
@@ -392,6 +394,35 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
                                located if located is not None and located.stage == event.stage else None)
         timings["fix_search"] = time.perf_counter() - t0
     return check
+
+
+def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_options: dict[str, dict] | None) -> None:
+    """Every keep_dtype / op_precision entry the user gave names something, before minutes of work: one with a
+    STAGE: prefix in that stage's graph, one without in at least one stage's graph (it applies to all three, and
+    each matches only its own). InputError naming the entry and what exists otherwise."""
+    from ..modelcheck import unmatched_entries
+    from ..npu.profile import NumericsProfile
+
+    def entries(opts):
+        return NumericsProfile(name="entries", keep_dtype=tuple((opts or {}).get("keep_dtype", ())),
+                               implmode_by_op_type=dict((opts or {}).get("implmode_by_op_type", {})),
+                               implmode_by_node=dict((opts or {}).get("implmode_by_node", {})))
+
+    graphs = {st: pipeline.files.graph_header(MODEL_FILES[st]) for st in STAGES}
+    for st, opts in (stage_options or {}).items():
+        problems = unmatched_entries(entries(opts), graphs[st])
+        if problems:
+            raise InputError(f"{st} stage: {problems[0]}")
+    common = npu_options or {}
+    singles = ([({"keep_dtype": [e]}, f"keep_dtype entry {e!r}") for e in common.get("keep_dtype", ())]
+               + [({"implmode_by_op_type": {t: m}}, f"op_precision op type {t!r}")
+                  for t, m in common.get("implmode_by_op_type", {}).items()]
+               + [({"implmode_by_node": {n: m}}, f"op_precision node {n!r}")
+                  for n, m in common.get("implmode_by_node", {}).items()])
+    for opts, what in singles:
+        if all(unmatched_entries(entries(opts), g) for g in graphs.values()):
+            raise InputError(f"{what} matches nothing in any stage ({', '.join(STAGES)}); give it a STAGE: "
+                             "prefix to aim it at one")
 
 
 def stage_npu_options(npu_options: dict | None, stage_options: dict[str, dict] | None) -> dict[str, dict]:

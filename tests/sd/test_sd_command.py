@@ -194,6 +194,12 @@ def test_the_suggested_fix_passes_and_the_threshold_is_honoured(default_run, tmp
     (["--profile", "unet:nope.toml"], "does not exist"),
     (["--pipeline", "/nonexistent/sd"], "not a folder"),
     (["--latents", "/nonexistent/l.npy"], "l.npy"),
+    # entries that match nothing: a STAGE: one in its stage, one without a prefix in every stage
+    (["--preset", "tiny", "--keep-dtype", "text_encoder:OpType::InstanceNormalization"],
+     "text_encoder stage: keep_dtype entry op type 'InstanceNormalization' matches no node"),
+    (["--preset", "tiny", "--op-precision", "vae_decoder:Gelu=high_precision"],
+     "vae_decoder stage: op_precision [ByOpType] op type 'Gelu' matches no node"),
+    (["--preset", "tiny", "--keep-dtype", "OpType::Nope"], "keep_dtype entry 'OpType::Nope' matches nothing in any stage"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path, capsys):
     out, js = tmp_path / "out", tmp_path / "r.json"
@@ -201,6 +207,18 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert not out.exists() and not js.exists()
+
+
+def test_an_entry_without_stage_needs_to_match_in_one_stage_only():
+    """InstanceNormalization exists in the VAE alone: without a prefix it applies to every stage and is accepted."""
+    from mschecker.sd.bundled import bundled_pipeline
+    from mschecker.sd.check import check_stage_entries
+
+    pipe = bundled_pipeline("tiny")
+    check_stage_entries(pipe, {"implmode_by_op_type": {"InstanceNormalization": "high_precision"},
+                               "keep_dtype": ["OpType::Softmax"]}, {})
+    with pytest.raises(InputError, match="op_precision node 'nope' matches nothing in any stage"):
+        check_stage_entries(pipe, {"implmode_by_node": {"nope": "high_precision"}}, {})
 
 
 # ------------------------------------------------------------------------------------------------ capture hook
