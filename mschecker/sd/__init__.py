@@ -6,14 +6,14 @@ preset: 123M / 860M / 49.5M parameters) or a narrower copy of it (``tiny`` for t
 """
 from .clip import build_text_encoder
 from .folder import SDPipeline
-from .modelfile import generate_models, load_model, save_model
+from .modelfile import generate_models, save_model
 from .pipeline import PipelineResult, SDModels, ort_stage_runner, run_pipeline, stage_runner_factory
 from .presets import PRESETS, SDPreset, get_preset
 from .unet import build_unet
 from .vae import build_vae_decoder
 
 __all__ = [
-    "build_text_encoder", "build_unet", "build_vae_decoder", "generate_models", "load_model", "save_model",
+    "build_text_encoder", "build_unet", "build_vae_decoder", "generate_models", "save_model",
     "PipelineResult", "SDModels", "ort_stage_runner", "run_pipeline", "stage_runner_factory", "PRESETS",
     "SDPreset", "get_preset", "SDPipeline",
 ]

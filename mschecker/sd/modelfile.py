@@ -12,7 +12,6 @@ from pathlib import Path
 import onnx
 from onnx import numpy_helper
 
-from ..errors import InputError
 from .clip import build_text_encoder
 from .presets import SDPreset, get_preset
 from .unet import build_unet
@@ -73,17 +72,6 @@ def fits_protobuf(model: onnx.ModelProto) -> bool:
     """Whether the model (weights inline) stays under protobuf's 2 GB message limit, with 64 MB to spare."""
     total = sum(len(t.raw_data) for t in model.graph.initializer)
     return total < 2**31 - 2**26
-
-
-def load_model(path: str | Path) -> onnx.ModelProto:
-    """Load a graph (and its external data, resolved next to it); InputError if missing or unreadable."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: SD graph file not found")
-    try:
-        return onnx.load(str(path), load_external_data=True)
-    except Exception as exc:  # onnx raises DecodeError, ValueError, OSError depending on the damage
-        raise InputError(f"{path}: cannot load ONNX graph ({type(exc).__name__}: {exc})") from None
 
 
 def generate_models(preset: str | SDPreset, directory: str | Path, seed: int = 0) -> dict[str, Path]:
