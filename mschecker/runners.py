@@ -138,7 +138,7 @@ class OrtRunner:
         except InputError:
             raise
         except Exception as exc:  # InvalidProtobuf, Fail, NotImplemented...: the model is the problem
-            raise InputError(f"{where}: onnxruntime cannot load it ({_first_line(exc)})") from None
+            raise InputError(f"{where}: onnxruntime cannot load it ({ort_message(exc)})") from None
         self._inputs = [TensorMeta(a.name, tuple(a.shape), _ort_dtype(a.type, f"{where} input {a.name!r}"))
                         for a in self._session.get_inputs()]
         self._outputs = [TensorMeta(a.name, tuple(a.shape), _ort_dtype(a.type, f"{where} output {a.name!r}"))
@@ -158,7 +158,7 @@ class OrtRunner:
         try:
             values = self._session.run(names, contiguous)
         except Exception as exc:  # shapes the model cannot take (e.g. a Reshape that does not fit the input)
-            raise InputError(f"{self.label}: onnxruntime failed on these inputs ({_first_line(exc)})") from None
+            raise InputError(f"{self.label}: onnxruntime failed on these inputs ({ort_message(exc)})") from None
         return dict(zip(names, values))
 
 
@@ -205,7 +205,7 @@ def _ort_source(model, opts) -> tuple[object, list]:
     return stripped.SerializeToString(), values
 
 
-def _first_line(exc: BaseException) -> str:
+def ort_message(exc: BaseException) -> str:
     """onnxruntime's message, shortened to the useful part on one line: its "[ONNXRuntimeError] : 2 :
     INVALID_ARGUMENT :" prefix, C++ source locations and function signatures and its "Please fix ..." advice
     dropped, the remaining lines joined (the detail often sits on the second line)."""

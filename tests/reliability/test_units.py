@@ -9,7 +9,7 @@ import pytest
 
 from mschecker import fsio, schema
 from mschecker.errors import InputError
-from mschecker.runners import _first_line
+from mschecker.runners import ort_message
 from mschecker.tensorio import declared_nbytes
 from mschecker.untrusted import markup, plain
 
@@ -48,11 +48,11 @@ def test_onnxruntime_message_shortened_to_the_useful_part():
            "Helper::ReshapeHelper(const onnxruntime::TensorShape&, onnxruntime::TensorShapeVector&, bool) input_shape"
            "_size == requested_shape_size was false. The input tensor cannot be reshaped to the requested shape. Input "
            "shape:{2,3}, requested shape:{5}\n")
-    short = _first_line(RuntimeError(raw))
+    short = ort_message(RuntimeError(raw))
     assert short.startswith("Non-zero status code returned while running Reshape node. Name:'r'")
     assert "Input shape:{2,3}, requested shape:{5}" in short  # the detail at the end survives
     assert "onnxruntime_src" not in short and "TensorShapeVector" not in short and "[ONNXRuntimeError]" not in short
-    two_lines = _first_line(RuntimeError("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for "
+    two_lines = ort_message(RuntimeError("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for "
                                          "input: x\n index: 2 Got: 8 Expected: 16\n Please fix either the inputs/outputs "
                                          "or the model."))
     assert two_lines == "Got invalid dimensions for input: x; index: 2 Got: 8 Expected: 16"
