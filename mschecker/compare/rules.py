@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import dtype_name, float_format, resolve_dtype
+from ..dtypes import dtype_name, float_format, resolve_dtype, round_to
 from ..errors import InputError
 from .results import BoundStats
 
@@ -42,8 +42,8 @@ class ChunkView:
         self.ad, self.e64, self.ulp, self.start, self.sel = ad, e64, ulp, start, sel
         self.scratch, self.max_abs = scratch, max_abs
 
-    def flat(self, n: int) -> np.ndarray | slice:
-        """Flat positions of the chunk's pairs in a tensor of n elements: a slice, or an index array."""
+    def flat(self) -> np.ndarray | slice:
+        """Flat positions of the chunk's pairs in the tensor: a slice, or an index array."""
         if self.sel is None:
             return slice(self.start, self.start + self.ad.size)
         return self.start + self.sel
@@ -202,6 +202,7 @@ class ToleranceRule:
 class _BoundState:
     """Running results of a BoundRule over one comparison (merged across the engine's workers)."""
 
+    flat_bound: np.ndarray  # the bound in the tensor's flat C order (one element: the same bound everywhere)
     worst_ratio: float = 0.0
     worst_flat: int | None = None
     bound_at_worst: float = 0.0
@@ -238,8 +239,6 @@ class BoundRule(ToleranceRule):
     @staticmethod
     def expected_of(reference: np.ndarray, dtype) -> np.ndarray:
         """The expected tensor of a contract check: the float64 reference, with its storage-format overflows."""
-        from ..dtypes import round_to
-
         ref = np.asarray(reference, dtype=np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
             stored = round_to(ref, dtype).astype(np.float64)
@@ -254,9 +253,7 @@ class BoundRule(ToleranceRule):
     def begin(self, shape):
         if self.bound is None:  # a BoundRule without a bound only describes a report's rule (CheckReport.rule)
             raise ValueError("a BoundRule needs its bound array to compare")
-        state = _BoundState()
-        state.flat_bound = self._bound_flat(tuple(shape))
-        return state
+        return _BoundState(self._bound_flat(tuple(shape)))
 
     def _bounds(self, state, flat) -> np.ndarray:
         b = state.flat_bound
@@ -276,7 +273,7 @@ class BoundRule(ToleranceRule):
             state.worst_ratio, state.worst_flat, state.bound_at_worst = r, pos, float(bounds[j])
 
     def count_finite_mismatches(self, state, chunk: ChunkView) -> int:
-        flat = chunk.flat(0)
+        flat = chunk.flat()
         b = self._bounds(state, flat)
         ad = chunk.ad
         with np.errstate(divide="ignore", invalid="ignore"):
