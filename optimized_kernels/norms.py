@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..fastfp16 import f16_binary, fp16_running_sum
+from ..fastfp16 import f16_arith, fp16_running_sum
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 
@@ -26,9 +26,9 @@ def _recursive_sum(rows: np.ndarray, acc: np.dtype) -> np.ndarray:
 
 
 def _arith(ufunc, a: np.ndarray, b: np.ndarray, acc: np.dtype) -> np.ndarray:
-    """ufunc(a, b).astype(acc); fp16 operands go through fastfp16.f16_binary (numpy's float16 bits, faster)."""
-    if acc == F16 and a.dtype == F16 and b.dtype == F16 and max(a.size, b.size) >= 4096:
-        return f16_binary(ufunc, a, b)
+    """ufunc(a, b).astype(acc); fp16 operands go through fastfp16.f16_arith (numpy's float16 bits, faster)."""
+    if acc == F16 and a.dtype == F16 and b.dtype == F16:
+        return f16_arith(ufunc, a, b)
     return ufunc(a, b).astype(acc)
 
 

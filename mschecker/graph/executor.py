@@ -64,6 +64,10 @@ class Step:
     # input positions an op with reuses_input may write its result into when, at run time, the value is private
     # (see _reusable): the tensor dies at this node and is no initializer, graph input or graph output
     donate: tuple[int, ...] = ()
+    # a node whose inputs are all constants (a Constant node, shape arithmetic on initializers, a transposed
+    # weight), evaluated once at plan time under the same policy: its outputs by name (read-only), which a run
+    # hands on instead of computing them again (Executor.fold)
+    folded: dict[str, np.ndarray] | None = None
 
 
 def topological_order(graph: onnx.GraphProto, available: set[str], where: str) -> list[int]:
@@ -189,6 +193,9 @@ class Executor:
         # float initializers already rounded to the dtype of the nodes that read them, (name, dtype) -> array, and
         # those staged in fp32 for the kernels that take them so, (name, dtype, float32) -> array (_staged_constant)
         self.rounded_constants: dict[tuple, np.ndarray] = {}
+        # initializers and the outputs of the nodes folded at plan time (Step.folded): the values every run reads
+        # the same, so that rounding them to a node's dtype is done once too
+        self.constants: dict[str, np.ndarray] = dict(self.initializers)
         self.steps = self._plan()
 
     # ------------------------------------------------------------------ planning
@@ -225,7 +232,10 @@ class Executor:
             except KernelUnavailable as exc:
                 problems.append(f"node {label!r} ({node.op_type}): {exc}")
                 continue
-            steps.append(self._planned_step(pos, node, label, spec, attrs, ctx))
+            step = self._planned_step(pos, node, label, spec, attrs, ctx)
+            if not unsupported and not problems and all(n in self.constants for n in node.input if n):
+                self._fold(step)
+            steps.append(step)
         if unsupported or problems:
             parts = [f"{op} (nodes {', '.join(_clip(names))})" for op, names in sorted(unsupported.items())]
             msg = f"{self.where}: cannot run under the {self.policy.name} policy: "
@@ -253,9 +263,37 @@ class Executor:
             if step.spec.reuses_input:
                 dying = set(step.frees)
                 step.donate = tuple(k for k, n in enumerate(step.inputs)
-                                    if n in dying and n not in self.initializers and n not in graph_inputs
+                                    if n in dying and n not in self.constants and n not in graph_inputs
                                     and step.inputs.count(n) == 1)
         return steps
+
+    #: Constant folding: a node whose inputs are all constants is evaluated once at plan time, as a deployment
+    #: compiler folds it, when its outputs hold at most this many bytes (they live as long as the executor).
+    #: TorchScript exports carry hundreds of Constant nodes (209 in a small SD UNet) whose float values every
+    #: consumer rounded to its dtype on every run. None: no limit; 0: fold nothing.
+    FOLD_MAX_BYTES: int | None = 16 << 20
+
+    def _fold(self, step: Step) -> None:
+        """Evaluate a constant node now, under the same policy and from the same (rounded / staged) constants a
+        run reads, so its values are the run's bits; its outputs join self.constants. A node that fails is left to
+        the run, which reports the failure as it always did."""
+        limit = self.FOLD_MAX_BYTES
+        if limit == 0:
+            return
+        plan_env = {**self.constants, **self.rounded_constants, "": None}
+        try:
+            with np.errstate(all="ignore"):
+                produced = self._execute(step, [plan_env[key] for key in step.reads], reuse=False)
+        except Exception:  # noqa: BLE001 - the run reports it, with the node, as it would without folding
+            return
+        if limit is not None and sum(np.asarray(v).nbytes for v in produced.values()) > limit:
+            return
+        for name, value in produced.items():
+            value = np.asarray(value).view()  # a view: an op may hand back its input (Identity), the model's array
+            value.flags.writeable = False  # shared by every run: an op writing into it fails loudly
+            produced[name] = value
+        step.folded = produced
+        self.constants.update(produced)
 
     def _planned_step(self, pos: int, node: onnx.NodeProto, label: str, spec: OpSpec, attrs: dict[str, Any],
                       ctx: NodeContext) -> Step:
@@ -294,8 +332,8 @@ class Executor:
 
     def _rounded_constant(self, name: str, dtype: np.dtype) -> tuple[str, np.dtype] | None:
         """The key of initializer `name` rounded to float `dtype` in rounded_constants (computed on first use),
-        or None when the run must read it as is (not an initializer, not float, already `dtype`, or large)."""
-        x = self.initializers.get(name)
+        or None when the run must read it as is (not a constant, not float, already `dtype`, or large)."""
+        x = self.constants.get(name)
         limit = self.ROUND_ONCE_MAX_ELEMENTS
         if x is None or x.dtype == dtype or not is_float(x.dtype) or (limit is not None and x.size > limit):
             return None
@@ -320,7 +358,7 @@ class Executor:
         """The key of initializer `name` rounded to float `dtype` then upcast exactly to float32 in
         rounded_constants (computed on first use), or None when it is not staged (not an initializer, not float,
         staging off, or larger than ROUND_ONCE_MAX_ELEMENTS)."""
-        x = self.initializers.get(name)
+        x = self.constants.get(name)
         limit = self.ROUND_ONCE_MAX_ELEMENTS
         if not self.STAGE_F32 or x is None or not is_float(x.dtype) or (limit is not None and x.size > limit):
             return None
@@ -414,10 +452,10 @@ class Executor:
         raise KeyError(f"no node {node!r} in {self.where}")
 
     def run_node(self, node: int | str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run one node alone under this policy on given input tensors (by input name; initializers default to
+        """Run one node alone under this policy on given input tensors (by input name; constants default to
         the model's). Separates a node's own error from inherited error: feed it the reference run's inputs."""
         st = self.step(node)
-        missing = [n for n in st.inputs if n and n not in inputs and n not in self.initializers]
+        missing = [n for n in st.inputs if n and n not in inputs and n not in self.constants]
         if missing:
             raise InputError(f"{self.where}: node {st.label!r} needs input(s) {missing}")
         args = []
@@ -425,7 +463,7 @@ class Executor:
             if not n:
                 args.append(None)
             elif n not in inputs:  # the model's constant: as run() reads it where it is staged
-                args.append(self.rounded_constants[st.reads[k]] if k in st.staged else self.initializers[n])
+                args.append(self.rounded_constants[st.reads[k]] if k in st.staged else self.constants[n])
             else:
                 x = np.asarray(inputs[n])
                 if k in st.staged and is_float(x.dtype) and x.dtype != st.ctx.dtype:
@@ -453,7 +491,10 @@ class Executor:
             for s, step in enumerate(self.steps):
                 # With a capture hook, no in-place reuse: the hook may keep a tensor in a way the reference
                 # count cannot tell from the run's own holders (a weak reference, a buffer export, a C extension).
-                produced = execute(step, [env[key] for key in step.reads], capture is None)
+                if step.folded is not None:
+                    produced = dict(step.folded)
+                else:
+                    produced = execute(step, [env[key] for key in step.reads], capture is None)
                 env.update(produced)
                 if capture is not None and lo <= s <= hi:
                     _hand_over(capture, rx, step.node, produced)
@@ -481,8 +522,11 @@ class Executor:
         env[""] = None
         for step in self.steps:
             args = [env[key] for key in step.reads]
-            with np.errstate(all="ignore"):  # per node: an errstate held across a yield would leak to the caller
-                produced = self._execute(step, list(args), reuse=False)
+            if step.folded is not None:
+                produced = dict(step.folded)
+            else:
+                with np.errstate(all="ignore"):  # per node: an errstate held across a yield would leak to the caller
+                    produced = self._execute(step, list(args), reuse=False)
             env.update(produced)
             yield step, args, produced
             del args, produced

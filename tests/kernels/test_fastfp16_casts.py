@@ -81,6 +81,23 @@ def test_to_f32_is_astype_bit_for_bit():
     assert same_bits(H.to_f32(h), h.astype(F32))
 
 
+@pytest.mark.parametrize("chunk", [7, 3000, H.C_CAST_MAX - 1])
+def test_small_array_routes_are_astype_bit_for_bit(f32_samples, chunk):
+    """Arrays below C_CAST_MAX take the compiled loop when C-contiguous (numpy's astype otherwise): every sampled
+    float32 pattern (NaN payloads included) and every fp16 pattern, converted in pieces of `chunk` elements."""
+    head = np.concatenate([f32_samples[:400_000], rounding_boundaries()])  # boundaries and NaNs: in every piece size
+    with np.errstate(over="ignore"):
+        expected = head.astype(F16)
+    got = np.concatenate([H.to_f16(head[i:i + chunk]) for i in range(0, head.size, chunk)])
+    assert same_bits(got, expected)
+    h = ALL_F16
+    got32 = np.concatenate([H.to_f32(h[i:i + chunk]) for i in range(0, h.size, chunk)])
+    assert same_bits(got32, h.astype(F32))
+    two_d = head[: 2 * chunk].reshape(2, chunk)  # shape kept
+    assert same_bits(H.to_f16(two_d), two_d.astype(F16)) and same_bits(H.to_f32(two_d.astype(F16)), two_d.astype(F16).astype(F32))
+    assert same_bits(H.to_f16(head[:0]), head[:0].astype(F16)) and same_bits(H.to_f16(head[5:6].reshape(())), head[5:6].reshape(()).astype(F16))
+
+
 def test_round_f16_is_the_astype_round_trip(f32_samples):
     with np.errstate(over="ignore", invalid="ignore"):
         expected = f32_samples.astype(F16).astype(F32)
@@ -130,6 +147,10 @@ def test_lut_unary_is_the_kernel():
     fast = H.lut_unary(kernel)
     x = np.tile(ALL_F16, 2).reshape(4, -1)[:, ::3]
     assert same_or_both_nan(fast(x), kernel(x))
+    small = ALL_F16[[0, 1, 1000, 31744, 64512]]  # every size takes the table, after it exists
+    assert same_or_both_nan(fast(small), kernel(small))
+    zero_d = np.array(ALL_F16[1000])  # 0-d: the kernel itself (a lookup would give a scalar)
+    assert same_bits(np.asarray(fast(zero_d)), np.asarray(kernel(zero_d)))
     x32 = np.linspace(-3, 3, 5000, dtype=F32)  # other dtypes go to the kernel itself
     assert same_bits(fast(x32), kernel(x32))
 

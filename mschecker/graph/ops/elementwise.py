@@ -10,23 +10,20 @@ from __future__ import annotations
 import numpy as np
 
 from .table import register
-from ...fastfp16 import f16_binary
+from ...fastfp16 import f16_arith
 from ...dtypes import is_float
 
 
 _F16 = np.dtype(np.float16)
-#: fp16 + - * / through fastfp16.f16_binary (float32 op, one fast rounding: numpy's own float16 result) from this
-#: many elements on; below it numpy's own fp16 ufunc is faster than f16_binary's fixed cost (both: the same bits)
-_F16_BINARY_MIN = 4096
 
 
 def _float_arithmetic(ufunc, a, b, out):
-    """ufunc(a, b) for + - * / in the operands' float dtype: fp16 through f16_binary, otherwise numpy, written into
-    `out` (a dying input offered by the executor) when it has the result's shape and dtype: the same elementwise
-    operation, without allocating a fresh result (a new multi-MB array costs its page faults: measured 17 ms vs
-    3 ms for 4M float64 elements)."""
-    if a.dtype == _F16 and b.dtype == _F16 and (a.size >= _F16_BINARY_MIN or b.size >= _F16_BINARY_MIN):
-        return f16_binary(ufunc, a, b)
+    """ufunc(a, b) for + - * / in the operands' float dtype: fp16 through fastfp16.f16_arith (numpy's float16 bits,
+    faster), otherwise numpy, written into `out` (a dying input offered by the executor) when it has the result's
+    shape and dtype: the same elementwise operation, without allocating a fresh result (a new multi-MB array costs
+    its page faults: measured 17 ms vs 3 ms for 4M float64 elements)."""
+    if a.dtype == _F16 and b.dtype == _F16:
+        return f16_arith(ufunc, a, b)
     if out is not None and a.dtype == b.dtype == out.dtype and out.shape == np.broadcast_shapes(a.shape, b.shape):
         return ufunc(a, b, out=out)
     return ufunc(a, b)
