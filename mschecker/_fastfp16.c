@@ -5,9 +5,11 @@
  * - softmax_fp16acc: softmax_fp16_fp16acc_numpy along a contiguous last axis;
  * - binary: numpy's float16 add / subtract / multiply / divide (float32 operation of the two upcast operands,
  *   rounded once: 24 >= 2*11 + 2 significand bits, so the double rounding is innocuous, Figueroa 1995).
- * NaN payloads are the one thing not reproduced: softmax and binary report a NaN (or an input that makes one) and
- * the caller takes the numpy route; a running sum that becomes NaN returns a NaN of another payload (its callers
- * compare NaN positions only).
+ * NaN payloads are the one thing not reproduced (numpy's own fp16 NaN payloads depend on the layout its SIMD loops
+ * see, so they are not a function of the element): binary writes every result, NaNs with the payload this loop's
+ * float32 arithmetic gives, and reports that it made one; softmax reports a row with NaN or +inf (or of -inf only)
+ * and the caller makes that row NaN; a running sum that becomes NaN returns a NaN of another payload. NaN
+ * positions are always exact.
  *
  * fp16 <-> fp32 conversions are portable bit manipulations plus IEEE float32 operations in the default rounding
  * mode (M. Maratyszcza's FP16 library formulation): round to nearest even, subnormals kept, overflow to +-inf;
@@ -375,8 +377,8 @@ done:
 PyDoc_STRVAR(binary_doc,
 "binary(op, a, b, out, shape, a_strides, b_strides) -> bool\n"
 "op: 0 add, 1 subtract, 2 multiply, 3 divide. shape: 3 ints (the collapsed output shape); a_strides, b_strides:\n"
-"3 element strides each (>= 0; 0 broadcasts). out: contiguous fp16 of prod(shape). False (out unspecified) when\n"
-"a result is NaN (the caller recomputes with numpy, whose NaN payloads are kept).");
+"3 element strides each (>= 0; 0 broadcasts). out: contiguous fp16 of prod(shape), always filled. False when a\n"
+"result is NaN (out holds it with this loop's payload: numpy's are not a function of the element).");
 
 static PyObject *py_binary(PyObject *self, PyObject *args) {
     Py_buffer ba, bb, bo;
@@ -406,7 +408,7 @@ static PyObject *py_binary(PyObject *self, PyObject *args) {
         const uint16_t *a = (const uint16_t *)ba.buf, *b = (const uint16_t *)bb.buf;
         uint16_t *o = (uint16_t *)bo.buf;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i0 = 0; i0 < d[0] && !nan; i0++)
+        for (Py_ssize_t i0 = 0; i0 < d[0]; i0++)
             for (Py_ssize_t i1 = 0; i1 < d[1]; i1++)
                 nan |= binary_row(op, a + i0 * sa[0] + i1 * sa[1], sa[2], b + i0 * sb[0] + i1 * sb[1], sb[2],
                                   o + (i0 * d[1] + i1) * d[2], d[2]);

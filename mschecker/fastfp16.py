@@ -8,7 +8,7 @@ most of its time there. Every helper here computes exactly the same bits by anot
 - `to_f16` / `to_f32`: large arrays go through onnxruntime's Cast (MLAS, F16C vcvtps2ph / vcvtph2ps: IEEE 754
   round to nearest even, subnormals kept, overflow to inf, under 1 ns per element), small ones through numpy
   (a session call costs ~20 us). NaN payloads are the one place the two may differ (F16C quiets a signalling NaN,
-  numpy truncates the payload), so NaN positions are re-converted by numpy. Exhaustive equality with
+  numpy truncates the payload), so an array holding NaN is converted by numpy. Exhaustive equality with
   `ndarray.astype` is tested in tests/kernels/test_fastfp16_casts.py.
 - `round_f16(x)`: a float32 array rounded to the nearest float16 value while staying float32 (x + C - C with
   C = 1.5 * 2^(e + 13), e = the binade of x clamped to the fp16 range [-14, 15]: the float32 ulp of C is the
@@ -24,7 +24,7 @@ most of its time there. Every helper here computes exactly the same bits by anot
 Compiled loops: where the optional C extension mschecker._fastfp16 is built, `fp16_running_sum` (any row count,
 32 rows interleaved) and `f16_binary` (shapes that fold to 3 dims: equal shapes, scalars, channel broadcasts)
 run there, and so does softmax.softmax_fp16_fp16acc; the numpy code stays as the fallback (no compiler, more
-than 3 folded dims, or a NaN result, whose payload only numpy's route reproduces) and as the definition the
+than 3 folded dims) and as the definition the
 tests compare bits against (tests/kernels/test_fastfp16.py). MSCHECKER_NO_FASTFP16=1 forces the numpy paths.
 Speed of both routes: benchmarks/fastfp16_bench.py, recorded in benchmarks/results/fastfp16.json (the compiled
 loops win where rows run side by side; one long row is latency-bound on both routes).
@@ -105,19 +105,26 @@ def _has_nan(x: np.ndarray) -> bool:
 #: Below this many elements a C-contiguous array is converted by the compiled loops (_fastfp16.to_f16 / to_f32,
 #: no call overhead: 2,048 elements 2.0 / 1.1 us against numpy's 7.0 / 4.4 us and onnxruntime's ~7 us), from it on
 #: by onnxruntime (8,192: C 7.4 / 3.5 us, onnxruntime 7.7 / 8.0 us; 65,536: 58 / 26 against 14 / 15 us). Same
-#: bits on every route (NaN payloads aside, which are re-converted by numpy); the layout rule is unchanged: a
+#: bits on every route (an array holding NaN is converted by numpy, for its payloads); the layout rule is unchanged: a
 #: C-contiguous input gives a C-order result on every route.
 C_CAST_MAX = 16384
 
 
 def _c_cast(fast, x: np.ndarray, dst: np.dtype) -> np.ndarray:
-    """x (C-contiguous) converted by the compiled loop; NaN positions by numpy (its payload rule)."""
+    """x (C-contiguous) converted by the compiled loop; an array holding NaN by numpy (its payload rule)."""
+    if x.size and _has_nan(x):
+        return _numpy_cast(x, dst)
     y = np.empty(x.shape, dst)
     (fast.to_f16 if dst == F16 else fast.to_f32)(x, y)
-    if x.size and _has_nan(x):
-        nan = np.isnan(x)
-        y[nan] = x[nan].astype(dst)
     return y
+
+
+def _numpy_cast(x: np.ndarray, dst: np.dtype) -> np.ndarray:
+    """x.astype(dst) by numpy itself, C order: the route for arrays holding NaN, whose payloads numpy's conversion
+    defines (a whole-array pass costs ~3 ns per element; re-converting the NaN positions through a boolean mask
+    cost 5x more on a NaN-filled tensor)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.array(x, dtype=dst, order="C")
 
 
 def to_f16(x: np.ndarray) -> np.ndarray:
@@ -130,11 +137,9 @@ def to_f16(x: np.ndarray) -> np.ndarray:
     if x.dtype != F32 or x.size < ORT_MIN_ELEMS:
         with np.errstate(over="ignore", invalid="ignore"):
             return x.astype(F16)
-    y = _ort_cast(x, F16)
     if _has_nan(x):
-        nan = np.isnan(x)
-        y[nan] = x[nan].astype(F16)
-    return y
+        return _numpy_cast(x, F16)
+    return _ort_cast(x, F16)
 
 
 def to_f32(x: np.ndarray) -> np.ndarray:
@@ -148,8 +153,7 @@ def to_f32(x: np.ndarray) -> np.ndarray:
         return x.astype(F32)
     y = _ort_cast(x, F32)
     if _has_nan(y):
-        nan = np.isnan(y)
-        y[nan] = x[nan].astype(F32)
+        return _numpy_cast(x, F32)
     return y
 
 
@@ -325,8 +329,9 @@ def _broadcast_plan(a: np.ndarray, b: np.ndarray) -> tuple:
 
 
 def _f16_binary_c(fast, ufunc: np.ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-    """f16_binary by the compiled loop: None when the shapes fold to more than 3 dims or a result is NaN (numpy's
-    route then gives the NaN payloads)."""
+    """f16_binary by the compiled loop: None when the shapes fold to more than 3 dims. NaN results come with the
+    loop's own payload (positions exact): numpy's fp16 NaN payloads depend on its SIMD layout, and recomputing
+    them made a NaN-filled tensor (a whole attention after one overflow) 25x slower than a finite one."""
     a = a if a.flags.c_contiguous else np.ascontiguousarray(a)
     b = b if b.flags.c_contiguous else np.ascontiguousarray(b)
     if a.shape == b.shape:
@@ -336,8 +341,9 @@ def _f16_binary_c(fast, ufunc: np.ufunc, a: np.ndarray, b: np.ndarray) -> np.nda
     out = np.empty(shape, F16)
     if out.size == 0:
         return out
-    if plan is None or not fast.binary(_BINARY_OPS[ufunc], a, b, out, *plan):
+    if plan is None:
         return None
+    fast.binary(_BINARY_OPS[ufunc], a, b, out, *plan)
     return out
 
 

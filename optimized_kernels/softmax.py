@@ -79,9 +79,7 @@ def softmax_fp16_fp16acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
     x32 = to_f32(x16)
     m = np.max(x32, axis=axis, keepdims=True)
     if not np.isfinite(m).all():
-        # a NaN or +inf in a row (or a row of -inf): x - max makes NaNs, whose payloads only numpy's own fp16
-        # route reproduces; -inf elements under a finite max are fine (exp(-inf) = 0 on both routes)
-        return softmax_fp16_fp16acc_numpy(x16, axis)
+        return _softmax_with_nan_rows(x16, m, axis)
     axis %= x16.ndim
     n = x16.shape[axis]
     table = _exp_table()
@@ -100,6 +98,21 @@ def softmax_fp16_fp16acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
         e = table[z]
         del z
         return to_f16(np.divide(e, s, out=e))  # quotients of positive finite values: no NaN
+
+
+def _softmax_with_nan_rows(x16: np.ndarray, m: np.ndarray, axis: int) -> np.ndarray:
+    """softmax_fp16_fp16acc where some rows' max `m` (keepdims, float32) is not finite. Such a row is NaN throughout
+    in the definition: a NaN max makes x - max NaN everywhere; a +inf max makes inf - inf = NaN, whose exp joins
+    the sum, and every quotient by a NaN sum is NaN; a row of -inf only makes -inf - -inf = NaN. Those rows are
+    NaN here too (positions exact; payloads, as everywhere in the fast routes, not numpy's), the others are
+    computed by the fast route with the bad rows replaced by zeros. A fully NaN attention (the usual case: one
+    overflow upstream) costs two passes instead of numpy's fp16 route (~15x slower)."""
+    bad = ~np.isfinite(m)
+    if bad.all():
+        return np.full(x16.shape, np.nan, np.float16)
+    y = softmax_fp16_fp16acc(np.where(bad, np.float16(0), x16), axis)
+    np.copyto(y, np.float16(np.nan), where=bad)
+    return y
 
 
 def _softmax_fp16acc_c(fast, x16: np.ndarray, axis: int) -> np.ndarray | None:
