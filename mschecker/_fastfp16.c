@@ -423,12 +423,91 @@ done:
 }
 
 PyDoc_STRVAR(convert_doc,
-"to_f32(h, out) / to_f16(f, out): the module's own conversions over whole buffers (fp16 bits <-> float32), for\n"
-"the exhaustive tests of the routines every other function is built on.");
+"to_f32(h, out[, simd]) / to_f16(f, out[, simd]) -> bool: the module's own conversions over whole buffers (fp16\n"
+"bits <-> float32; fastfp16.to_f32 / to_f16's route for C-contiguous arrays). True when the input holds a NaN\n"
+"(out then holds this module's NaN payloads; the caller converts such an array with numpy). simd=False forces\n"
+"the portable scalar loop where F16C would be used (module constant F16C: whether the CPU has it), for tests.");
+
+/* Whole-buffer conversions, returning whether the input holds a NaN. Where the CPU has F16C (checked at run time:
+ * the build stays portable), eight elements at a time by vcvtph2ps / vcvtps2ph (IEEE round to nearest even,
+ * subnormals kept, overflow to inf: the same bits as h2f / f2h for every non-NaN value, pinned by the exhaustive
+ * tests of tests/kernels/test_fastfp16.py); NaN inputs are reported, and their payloads are the caller's business. */
+static uint32_t convert_to_f32_scalar(const uint16_t *h, float *o, Py_ssize_t i, Py_ssize_t n) {
+    uint32_t nan = 0;
+    for (; i < n; i++) {
+        o[i] = h2f(h[i]);
+        nan |= (uint32_t)((h[i] & 0x7FFFu) > 0x7C00u);
+    }
+    return nan;
+}
+
+static uint32_t convert_to_f16_scalar(const float *f, uint16_t *o, Py_ssize_t i, Py_ssize_t n) {
+    uint32_t nan = 0;
+    for (; i < n; i++) {
+        o[i] = f2h(f[i]);
+        nan |= (uint32_t)(f[i] != f[i]);
+    }
+    return nan;
+}
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_F16C_CODE 1
+
+__attribute__((target("avx,f16c"))) static uint32_t convert_to_f32_f16c(const uint16_t *h, float *o, Py_ssize_t n) {
+    __m256 nanmask = _mm256_setzero_ps();
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i)));
+        nanmask = _mm256_or_ps(nanmask, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        _mm256_storeu_ps(o + i, v);
+    }
+    return (uint32_t)_mm256_movemask_ps(nanmask) | convert_to_f32_scalar(h, o, i, n);
+}
+
+__attribute__((target("avx,f16c"))) static uint32_t convert_to_f16_f16c(const float *f, uint16_t *o, Py_ssize_t n) {
+    __m256 nanmask = _mm256_setzero_ps();
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(f + i);
+        nanmask = _mm256_or_ps(nanmask, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    }
+    return (uint32_t)_mm256_movemask_ps(nanmask) | convert_to_f16_scalar(f, o, i, n);
+}
+
+static int have_f16c(void) {
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    }
+    return known;
+}
+#else
+static int have_f16c(void) { return 0; }
+#endif
+
+static uint32_t convert_to_f32(const uint16_t *h, float *o, Py_ssize_t n) {
+#ifdef HAVE_F16C_CODE
+    if (have_f16c())
+        return convert_to_f32_f16c(h, o, n);
+#endif
+    return convert_to_f32_scalar(h, o, 0, n);
+}
+
+static uint32_t convert_to_f16(const float *f, uint16_t *o, Py_ssize_t n) {
+#ifdef HAVE_F16C_CODE
+    if (have_f16c())
+        return convert_to_f16_f16c(f, o, n);
+#endif
+    return convert_to_f16_scalar(f, o, 0, n);
+}
 
 static PyObject *py_to_f32(PyObject *self, PyObject *args) {
     Py_buffer bh, bo;
-    if (!PyArg_ParseTuple(args, "y*w*", &bh, &bo))
+    int simd = 1;
+    if (!PyArg_ParseTuple(args, "y*w*|p", &bh, &bo, &simd))
         return NULL;
     PyObject *res = NULL;
     Py_ssize_t n = bh.len / 2;
@@ -439,11 +518,12 @@ static PyObject *py_to_f32(PyObject *self, PyObject *args) {
     {
         const uint16_t *h = (const uint16_t *)bh.buf;
         float *o = (float *)bo.buf;
+        uint32_t nan = 0;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) o[i] = h2f(h[i]);
+        nan = simd ? convert_to_f32(h, o, n) : convert_to_f32_scalar(h, o, 0, n);
         Py_END_ALLOW_THREADS
+        res = PyBool_FromLong(nan != 0);
     }
-    res = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&bh);
     PyBuffer_Release(&bo);
@@ -452,7 +532,8 @@ done:
 
 static PyObject *py_to_f16(PyObject *self, PyObject *args) {
     Py_buffer bf, bo;
-    if (!PyArg_ParseTuple(args, "y*w*", &bf, &bo))
+    int simd = 1;
+    if (!PyArg_ParseTuple(args, "y*w*|p", &bf, &bo, &simd))
         return NULL;
     PyObject *res = NULL;
     Py_ssize_t n = bf.len / 4;
@@ -463,11 +544,12 @@ static PyObject *py_to_f16(PyObject *self, PyObject *args) {
     {
         const float *f = (const float *)bf.buf;
         uint16_t *o = (uint16_t *)bo.buf;
+        uint32_t nan = 0;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) o[i] = f2h(f[i]);
+        nan = simd ? convert_to_f16(f, o, n) : convert_to_f16_scalar(f, o, 0, n);
         Py_END_ALLOW_THREADS
+        res = PyBool_FromLong(nan != 0);
     }
-    res = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&bf);
     PyBuffer_Release(&bo);
@@ -491,7 +573,8 @@ static struct PyModuleDef module = {
 /* The interleaving widths, for the tests that probe their boundaries (tests/kernels/test_fastfp16.py). */
 PyMODINIT_FUNC PyInit__fastfp16(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && (PyModule_AddIntConstant(m, "LANES", LANES) < 0 || PyModule_AddIntConstant(m, "TILE", TILE) < 0)) {
+    if (m && (PyModule_AddIntConstant(m, "LANES", LANES) < 0 || PyModule_AddIntConstant(m, "TILE", TILE) < 0 ||
+              PyModule_AddIntConstant(m, "F16C", have_f16c()) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -5,11 +5,12 @@ fp32 -> fp16 and ~5 ns for fp16 -> fp32 on the 2-core box), and numpy's float16 
 every operand of every operation (~14 ns per element for an fp16 add, 60x an fp32 add). The emulated NPU spends
 most of its time there. Every helper here computes exactly the same bits by another route:
 
-- `to_f16` / `to_f32`: large arrays go through onnxruntime's Cast (MLAS, F16C vcvtps2ph / vcvtph2ps: IEEE 754
-  round to nearest even, subnormals kept, overflow to inf, under 1 ns per element), small ones through numpy
-  (a session call costs ~20 us). NaN payloads are the one place the two may differ (F16C quiets a signalling NaN,
-  numpy truncates the payload), so an array holding NaN is converted by numpy. Exhaustive equality with
-  `ndarray.astype` is tested in tests/kernels/test_fastfp16_casts.py.
+- `to_f16` / `to_f32`: C-contiguous arrays go through the compiled loops (F16C vcvtps2ph / vcvtph2ps where the CPU
+  has them, a portable scalar loop for small arrays where it does not; see C_CAST_MAX), other large arrays through
+  onnxruntime's Cast (MLAS, F16C: IEEE 754 round to nearest even, subnormals kept, overflow to inf), small ones
+  through numpy. NaN payloads are the one place the routes may differ (F16C quiets a signalling NaN, numpy
+  truncates the payload), so an array holding NaN is converted by numpy. Exhaustive equality with
+  `ndarray.astype` is tested in tests/kernels/test_fastfp16_casts.py and tests/kernels/test_fastfp16.py.
 - `round_f16(x)`: a float32 array rounded to the nearest float16 value while staying float32 (x + C - C with
   C = 1.5 * 2^(e + 13), e = the binade of x clamped to the fp16 range [-14, 15]: the float32 ulp of C is the
   fp16 ulp of x, and C's significand is even, so float32's ties-to-even is fp16's), then +-inf beyond 65504.
@@ -102,20 +103,30 @@ def _has_nan(x: np.ndarray) -> bool:
     return bool(np.isnan(np.max(x)))
 
 
-#: Below this many elements a C-contiguous array is converted by the compiled loops (_fastfp16.to_f16 / to_f32,
-#: no call overhead: 2,048 elements 2.0 / 1.1 us against numpy's 7.0 / 4.4 us and onnxruntime's ~7 us), from it on
-#: by onnxruntime (8,192: C 7.4 / 3.5 us, onnxruntime 7.7 / 8.0 us; 65,536: 58 / 26 against 14 / 15 us). Same
-#: bits on every route (an array holding NaN is converted by numpy, for its payloads); the layout rule is unchanged: a
-#: C-contiguous input gives a C-order result on every route.
+#: C-contiguous arrays are converted by the compiled loops (_fastfp16.to_f16 / to_f32). Where the CPU has F16C
+#: (_fastfp16.F16C) they convert eight elements per instruction and win at every size (f32 -> f16, 2,048 elements:
+#: 0.4 us against numpy's 7.0 and onnxruntime's 7.8; 65,536: 5.6 against 15.0; 16M: 4.3 against 4.4 ms). Without
+#: it the portable scalar loop is used below this many elements (2,048: 2.0 / 1.1 us; 8,192: 7.4 / 3.5 us against
+#: onnxruntime's 7.7 / 8.0) and onnxruntime above. Same bits on every route (an array holding NaN is converted by
+#: numpy, for its payloads); a C-contiguous input gives a C-order result on every route.
 C_CAST_MAX = 16384
+
+
+def _compiled_cast(x: np.ndarray, src: np.dtype):
+    """The compiled module when x (of dtype src) takes its conversion loop, else None."""
+    if x.dtype != src or not x.flags.c_contiguous:
+        return None
+    fast = fast_fp16()
+    if fast is None or not (fast.F16C or x.size < C_CAST_MAX):
+        return None
+    return fast
 
 
 def _c_cast(fast, x: np.ndarray, dst: np.dtype) -> np.ndarray:
     """x (C-contiguous) converted by the compiled loop; an array holding NaN by numpy (its payload rule)."""
-    if x.size and _has_nan(x):
-        return _numpy_cast(x, dst)
     y = np.empty(x.shape, dst)
-    (fast.to_f16 if dst == F16 else fast.to_f32)(x, y)
+    if (fast.to_f16 if dst == F16 else fast.to_f32)(x, y):  # it saw a NaN
+        return _numpy_cast(x, dst)
     return y
 
 
@@ -130,10 +141,9 @@ def _numpy_cast(x: np.ndarray, dst: np.dtype) -> np.ndarray:
 def to_f16(x: np.ndarray) -> np.ndarray:
     """x.astype(float16), bit for bit (float32 input takes a fast route, anything else numpy's)."""
     x = np.asarray(x)
-    if x.dtype == F32 and x.size < C_CAST_MAX and x.flags.c_contiguous:
-        fast = fast_fp16()
-        if fast is not None:
-            return _c_cast(fast, x, F16)
+    fast = _compiled_cast(x, F32)
+    if fast is not None:
+        return _c_cast(fast, x, F16)
     if x.dtype != F32 or x.size < ORT_MIN_ELEMS:
         with np.errstate(over="ignore", invalid="ignore"):
             return x.astype(F16)
@@ -145,10 +155,9 @@ def to_f16(x: np.ndarray) -> np.ndarray:
 def to_f32(x: np.ndarray) -> np.ndarray:
     """x.astype(float32), bit for bit (float16 input takes a fast route, anything else numpy's)."""
     x = np.asarray(x)
-    if x.dtype == F16 and x.size < C_CAST_MAX and x.flags.c_contiguous:
-        fast = fast_fp16()
-        if fast is not None:
-            return _c_cast(fast, x, F32)
+    fast = _compiled_cast(x, F16)
+    if fast is not None:
+        return _c_cast(fast, x, F32)
     if x.dtype != F16 or x.size < ORT_MIN_ELEMS:
         return x.astype(F32)
     y = _ort_cast(x, F32)

@@ -12,6 +12,8 @@ value. The planted bugs (a sum rounded once at the end, a conversion that trunca
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -32,16 +34,22 @@ SPECIAL = np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x83FF, 0x0400, 0x84
                     0x7BFF, 0xFBFF, 0x7BFE, 0x7C00, 0xFC00, 0x7E00, 0x5BFF, 0x1400], np.uint16).view(F16)
 
 
-def c_to_f32(h: np.ndarray) -> np.ndarray:
+def c_to_f32(h: np.ndarray, simd: bool = True) -> np.ndarray:
     out = np.empty(h.size, F32)
-    C.to_f32(np.ascontiguousarray(h), out)
+    saw_nan = C.to_f32(np.ascontiguousarray(h), out, simd)
+    assert saw_nan == bool(np.isnan(h.astype(F32)).any())
     return out
 
 
-def c_to_f16(f: np.ndarray) -> np.ndarray:
+def c_to_f16(f: np.ndarray, simd: bool = True) -> np.ndarray:
     out = np.empty(f.size, F16)
-    C.to_f16(np.ascontiguousarray(f), out)
+    saw_nan = C.to_f16(np.ascontiguousarray(f), out, simd)
+    assert saw_nan == bool(np.isnan(f).any())
     return out
+
+
+#: both conversion loops: F16C vector instructions where the CPU has them (C.F16C), and the portable scalar loop
+SIMD = [True, False]
 
 
 def accumulate_last(x: np.ndarray, axis: int) -> np.ndarray:
@@ -58,17 +66,19 @@ def c_running_sum(x: np.ndarray, round_each: bool = True) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------- conversions
-def test_c_fp16_to_fp32_every_value():
-    got, expected = c_to_f32(ALL_F16), ALL_F16.astype(F32)
+@pytest.mark.parametrize("simd", SIMD)
+def test_c_fp16_to_fp32_every_value(simd):
+    got, expected = c_to_f32(ALL_F16, simd), ALL_F16.astype(F32)
     nan = np.isnan(expected)
     assert same_bits(got[~nan], expected[~nan])
     assert np.isnan(got[nan]).all() and np.array_equal(np.signbit(got[nan]), np.signbit(expected[nan]))
 
 
-def test_c_fp32_to_fp16_at_every_rounding_boundary(f32_samples):
+@pytest.mark.parametrize("simd", SIMD)
+def test_c_fp32_to_fp16_at_every_rounding_boundary(f32_samples, simd):
     with np.errstate(over="ignore", invalid="ignore"):
         expected = f32_samples.astype(F16)
-    got = c_to_f16(f32_samples)
+    got = c_to_f16(f32_samples, simd)
     assert same_or_both_nan(got, expected)
     assert np.array_equal(np.signbit(got), np.signbit(expected))  # -0, tiny negatives, -inf, signed NaNs
 
@@ -81,12 +91,21 @@ def test_c_fp32_to_fp16_all_2_32_patterns():
         f = np.arange(start, start + step, dtype=np.uint32).view(F32)
         with np.errstate(over="ignore", invalid="ignore"):
             assert same_or_both_nan(c_to_f16(f), f.astype(F16)), hex(start)
+            assert same_or_both_nan(c_to_f16(f, simd=False), f.astype(F16)), hex(start)
 
 
 def test_planted_truncating_conversion_is_caught(f32_samples):
     truncated = (f32_samples.view(np.uint32) & np.uint32(0xFFFFE000)).view(F32)  # toward zero at the fp16 quantum
     with np.errstate(over="ignore", invalid="ignore"):
         assert not same_or_both_nan(c_to_f16(truncated), f32_samples.astype(F16))
+
+
+def test_the_vector_conversions_run_where_the_cpu_has_f16c():
+    """C.F16C says whether the vector loops run; on this CPU (cpuinfo's flags) they must, or the speed is lost."""
+    flags = open("/proc/cpuinfo").read() if Path("/proc/cpuinfo").exists() else ""
+    if " f16c" not in flags or " avx" not in flags:
+        pytest.skip("no F16C/AVX on this CPU: the scalar loops run")
+    assert C.F16C == 1
 
 
 # ------------------------------------------------------------------------------------------ running sum
