@@ -209,9 +209,10 @@ static void row_divide(const float *restrict e, Py_ssize_t n, float s, uint16_t 
 }
 
 /* softmax_fp16_fp16acc_numpy over contiguous rows of n: fp16 max, z = fp16(x - max), e = table[z] (numpy's fp16
- * exp as float32), s = the sequential fp16 sum of e (LANES rows interleaved), y = fp16(e / s). Returns 0, with
- * out partly written, when a row holds a NaN or +inf or is all -inf (x - max makes NaNs there: the caller takes
- * numpy's route); -1 when the scratch buffer cannot be allocated. */
+ * exp as float32), s = the sequential fp16 sum of e (LANES rows interleaved), y = fp16(e / s). A row that holds a
+ * NaN or +inf or is all -inf is NaN throughout in the definition (x - max makes a NaN, which reaches the sum and
+ * every quotient) and is written as quiet NaNs here. Returns 1 when every row was finite, 0 when some row was
+ * NaN (out fully written either way), -1 when the scratch buffer cannot be allocated. */
 KERNEL_CLONES
 static int softmax_rows(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, const float *table, uint16_t *out) {
     float tile[TILE * LANES];
@@ -222,17 +223,21 @@ static int softmax_rows(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, cons
     const Py_ssize_t ld = n + 16;
     float *ebuf = (float *)malloc((size_t)(rows < LANES ? rows : LANES) * (size_t)ld * sizeof(float));
     if (ebuf == NULL) return -1;
+    int all_finite = 1;
     for (Py_ssize_t r0 = 0; r0 < rows; r0 += LANES) {
         const int nl = rows - r0 < LANES ? (int)(rows - r0) : LANES;
+        int bad[LANES];
         for (int k = 0; k < nl; k++) {
             const uint16_t *x = src + (r0 + k) * n;
             uint32_t nan;
             const uint16_t mh = f16_from_key(row_max_key(x, n, &nan));
-            if (nan || mh == 0x7C00u || mh == 0xFC00u) {
-                free(ebuf);
-                return 0;
+            bad[k] = nan || mh == 0x7C00u || mh == 0xFC00u;
+            if (bad[k]) {
+                all_finite = 0;
+                memset(ebuf + (size_t)k * ld, 0, (size_t)n * sizeof(float)); /* its lane sums zeros */
+            } else {
+                row_shift_exp(x, n, h2f(mh), table, ebuf + (size_t)k * ld);
             }
-            row_shift_exp(x, n, h2f(mh), table, ebuf + (size_t)k * ld);
         }
         if (nl < LANES) memset(tile, 0, sizeof tile); /* unused lanes sum zeros */
         for (int k = 0; k < LANES; k++) acc[k] = -0.0f;
@@ -241,10 +246,16 @@ static int softmax_rows(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, cons
             transpose_in(tile, ebuf + j0, ld, steps, nl);
             chain_tile(acc, tile, steps, 1);
         }
-        for (int k = 0; k < nl; k++) row_divide(ebuf + (size_t)k * ld, n, acc[k], out + (r0 + k) * n);
+        for (int k = 0; k < nl; k++) {
+            uint16_t *y = out + (r0 + k) * n;
+            if (bad[k])
+                for (Py_ssize_t j = 0; j < n; j++) y[j] = 0x7E00u;
+            else
+                row_divide(ebuf + (size_t)k * ld, n, acc[k], y);
+        }
     }
     free(ebuf);
-    return 1;
+    return all_finite;
 }
 
 enum { OP_ADD = 0, OP_SUB = 1, OP_MUL = 2, OP_DIV = 3 };
@@ -340,7 +351,8 @@ done:
 PyDoc_STRVAR(softmax_doc,
 "softmax_fp16acc(x, rows, n, table, out) -> bool\n"
 "x: contiguous fp16 buffer of rows x n; table: 65536 float32 (numpy's fp16 exp of every bit pattern); out:\n"
-"writable fp16 buffer of rows x n. False (out unspecified) when a row holds NaN or +inf or is all -inf.");
+"writable fp16 buffer of rows x n, always fully written. False when a row holds NaN or +inf or is all -inf: that\n"
+"row is NaN, as in the definition (positions exact, payloads this module's).");
 
 static PyObject *py_softmax(PyObject *self, PyObject *args) {
     Py_buffer bx, bt, bo;

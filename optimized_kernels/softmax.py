@@ -73,9 +73,7 @@ def softmax_fp16_fp16acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
         return softmax_fp16_fp16acc_numpy(x16, axis)
     fast = fast_fp16()
     if fast is not None:
-        y = _softmax_fp16acc_c(fast, x16, axis)
-        if y is not None:
-            return y
+        return _softmax_fp16acc_c(fast, x16, axis)
     x32 = to_f32(x16)
     m = np.max(x32, axis=axis, keepdims=True)
     if not np.isfinite(m).all():
@@ -115,14 +113,14 @@ def _softmax_with_nan_rows(x16: np.ndarray, m: np.ndarray, axis: int) -> np.ndar
     return y
 
 
-def _softmax_fp16acc_c(fast, x16: np.ndarray, axis: int) -> np.ndarray | None:
+def _softmax_fp16acc_c(fast, x16: np.ndarray, axis: int) -> np.ndarray:
     """softmax_fp16_fp16acc by the compiled row loop (mschecker/_fastfp16.c) over the axis moved last (a copy
-    unless it already is the contiguous last axis); None when a row holds NaN or +inf or is all -inf."""
+    unless it already is the contiguous last axis); a row holding NaN or +inf or of -inf only comes back NaN, as
+    _softmax_with_nan_rows makes it on the numpy route."""
     moved = np.ascontiguousarray(np.moveaxis(x16, axis, -1))
     out = np.empty_like(moved)
     n = moved.shape[-1]
-    if not fast.softmax_fp16acc(moved, moved.size // n, n, _exp_table(), out):
-        return None
+    fast.softmax_fp16acc(moved, moved.size // n, n, _exp_table(), out)
     return out if axis in (-1, x16.ndim - 1) else np.ascontiguousarray(np.moveaxis(out, -1, axis))
 
 

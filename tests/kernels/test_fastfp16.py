@@ -169,7 +169,6 @@ def test_c_softmax_is_its_numpy_definition(shape, axis, scale):
     y = S._softmax_fp16acc_c(C, x, axis)
     with np.errstate(over="ignore"):  # numpy's fp16 subtract warns where x - max overflows
         expected = S.softmax_fp16_fp16acc_numpy(x, axis)
-    assert y is not None
     assert same_bits(y, expected)
     assert same_bits(S.softmax_fp16_fp16acc(x.astype(F32), axis), expected)
 
@@ -180,15 +179,28 @@ def test_c_softmax_of_no_rows():
 
 
 @pytest.mark.parametrize("special", [np.nan, np.inf, "all -inf"])
-def test_c_softmax_hands_nan_rows_to_numpy(special):
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_c_softmax_makes_bad_rows_nan(special, axis):
+    """A row with NaN or +inf, or of -inf only, is NaN throughout in the definition: the compiled loop writes it
+    as NaN and reports it; the other rows keep numpy's bits (as does the numpy route's _softmax_with_nan_rows)."""
     x = np.random.default_rng(2).standard_normal((40, 70)).astype(F16)
+    row = (slice(None), 7) if axis == 0 else 7
     if special == "all -inf":
-        x[7] = -np.inf
+        x[row] = -np.inf
     else:
-        x[33, 5] = special
-    assert S._softmax_fp16acc_c(C, x, -1) is None
+        x[(33, 5)] = special
+    out = np.empty_like(x)
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    assert C.softmax_fp16acc(moved, moved.shape[0], moved.shape[1], S._exp_table(), out) is False
     with np.errstate(invalid="ignore"):
-        assert same_or_both_nan(S.softmax_fp16_fp16acc(x), S.softmax_fp16_fp16acc_numpy(x))
+        expected = S.softmax_fp16_fp16acc_numpy(x, axis)
+        assert np.isnan(expected).sum() == (70 if axis == -1 else 40)  # one whole row
+        assert same_or_both_nan(S._softmax_fp16acc_c(C, x, axis), expected)
+        assert same_or_both_nan(S.softmax_fp16_fp16acc(x, axis), expected)
+        assert same_or_both_nan(S._softmax_with_nan_rows(x, np.max(x.astype(F32), axis, keepdims=True), axis),
+                                expected)
+    full = np.full((3, 9), np.nan, F16)  # every row NaN
+    assert np.isnan(S.softmax_fp16_fp16acc(full)).all()
 
 
 # ----------------------------------------------------------------------------------------- binary ops
