@@ -20,6 +20,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +259,26 @@ static int softmax_rows(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, cons
     return all_finite;
 }
 
+/* normalize_rows(rows, stats_onepass, float16, epsilon) of optimized_kernels/norms.py for one contiguous row of n,
+ * every operation an fp16 one (float32 operation of fp16 values, rounded once, as numpy's float16 ufuncs):
+ * s = sequential fp16 sum of x, s2 = sequential fp16 sum of fp16(x*x), mean = fp16(s / n_h),
+ * var = max(fp16(fp16(s2 / n_h) - fp16(mean*mean)), 0) (np.maximum: NaN and -0 kept), rstd = fp16(1 / fp16(sqrt(
+ * fp16(var + eps_h)))), y = fp16(fp16(x - mean) * rstd). n_h and eps_h are the fp16 values numpy makes of n and
+ * epsilon (passed as bits by the caller). NaN results carry this module's payloads. */
+static void norm_row_onepass(const uint16_t *restrict x, Py_ssize_t n, float n_h, float eps_h, uint16_t *restrict y) {
+    float s = -0.0f, s2 = -0.0f;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const float v = h2f(x[j]);
+        s = rnd16(s + v);
+        s2 = rnd16(s2 + rnd16(v * v));
+    }
+    const float mean = rnd16(s / n_h);
+    const float d = rnd16(rnd16(s2 / n_h) - rnd16(mean * mean));
+    const float var = (d >= 0.0f || d != d) ? d : 0.0f;
+    const float rstd = rnd16(1.0f / rnd16(sqrtf(rnd16(var + eps_h))));
+    for (Py_ssize_t j = 0; j < n; j++) y[j] = f2h(rnd16(h2f(x[j]) - mean) * rstd);
+}
+
 enum { OP_ADD = 0, OP_SUB = 1, OP_MUL = 2, OP_DIV = 3 };
 
 /* One innermost loop of `binary`: n elements, operand strides ia, ib (elements; 0 = broadcast). */
@@ -434,6 +455,39 @@ done:
     return res;
 }
 
+PyDoc_STRVAR(norm_doc,
+"norm_rows_onepass(x, rows, n, n_bits, eps_bits, out) -> None\n"
+"optimized_kernels.norms.normalize_rows(x, stats_onepass, float16, eps) over rows x n contiguous fp16 values:\n"
+"(x - mean) * rstd per row with fp16 one-pass statistics; n_bits and eps_bits are the fp16 bits of n and eps.");
+
+static PyObject *py_norm_rows(PyObject *self, PyObject *args) {
+    Py_buffer bx, bo;
+    Py_ssize_t rows, n;
+    unsigned int n_bits, eps_bits;
+    if (!PyArg_ParseTuple(args, "y*nnIIw*", &bx, &rows, &n, &n_bits, &eps_bits, &bo))
+        return NULL;
+    PyObject *res = NULL;
+    if (rows < 0 || n < 1 || n_bits > 0xFFFFu || eps_bits > 0xFFFFu) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.norm_rows_onepass: needs rows >= 0, n >= 1, 16-bit n and eps");
+        goto done;
+    }
+    if (!need_fp16(&bx, rows * n, "x") || !need_fp16(&bo, rows * n, "out"))
+        goto done;
+    {
+        const uint16_t *x = (const uint16_t *)bx.buf;
+        uint16_t *o = (uint16_t *)bo.buf;
+        const float n_h = h2f((uint16_t)n_bits), eps_h = h2f((uint16_t)eps_bits);
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t r = 0; r < rows; r++) norm_row_onepass(x + r * n, n, n_h, eps_h, o + r * n);
+        Py_END_ALLOW_THREADS
+    }
+    res = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&bo);
+    return res;
+}
+
 PyDoc_STRVAR(convert_doc,
 "to_f32(h, out[, simd]) / to_f16(f, out[, simd]) -> bool: the module's own conversions over whole buffers (fp16\n"
 "bits <-> float32; fastfp16.to_f32 / to_f16's route for C-contiguous arrays). True when the input holds a NaN\n"
@@ -572,6 +626,7 @@ static PyMethodDef methods[] = {
     {"running_sum", py_running_sum, METH_VARARGS, running_sum_doc},
     {"softmax_fp16acc", py_softmax, METH_VARARGS, softmax_doc},
     {"binary", py_binary, METH_VARARGS, binary_doc},
+    {"norm_rows_onepass", py_norm_rows, METH_VARARGS, norm_doc},
     {"to_f32", py_to_f32, METH_VARARGS, convert_doc},
     {"to_f16", py_to_f16, METH_VARARGS, convert_doc},
     {NULL, NULL, 0, NULL},

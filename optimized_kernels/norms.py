@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..fastfp16 import f16_arith, fp16_running_sum
+from ..fastfp16 import f16_arith, fast_fp16, fp16_running_sum
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 
@@ -66,9 +66,23 @@ def stats_onepass(rows: np.ndarray, acc: np.dtype) -> tuple[np.ndarray, np.ndarr
 StatsFn = Callable[[np.ndarray, np.dtype], tuple[np.ndarray, np.ndarray]]
 
 
+def _f16_bits(value: float) -> np.uint16:
+    """The bits of np.float16(value): the fp16 constant numpy makes of a Python number (n, epsilon)."""
+    with np.errstate(over="ignore"):
+        return np.float16(value).view(np.uint16)
+
+
 def normalize_rows(rows: np.ndarray, stats: StatsFn, acc: np.dtype, epsilon: float) -> np.ndarray:
     """(x - mean) * rstd per row in `acc`, rstd = 1/sqrt(var + eps)."""
     rows = rows.astype(acc)
+    if stats is stats_onepass and acc == F16 and rows.size:
+        fast = fast_fp16()
+        if fast is not None:  # the same fp16 operations in one compiled pass per row (~20 numpy calls saved)
+            rows = np.ascontiguousarray(rows)
+            out = np.empty_like(rows)
+            m, n = rows.shape
+            fast.norm_rows_onepass(rows, m, n, int(_f16_bits(n)), int(_f16_bits(epsilon)), out)
+            return out
     mean, var = stats(rows, acc)
     rstd = (acc.type(1) / np.sqrt((var + acc.type(epsilon)).astype(acc))).astype(acc)
     return _arith(np.multiply, _arith(np.subtract, rows, mean, acc), rstd, acc)

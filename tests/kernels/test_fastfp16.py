@@ -294,3 +294,44 @@ def test_blocked_fp16_reduction_is_its_numpy_definition(n):
             block_sums = np.add.accumulate(padded.reshape(37, nb, R.BLOCK), axis=2, dtype=F16)[:, :, -1]
             expected = np.add.accumulate(block_sums, axis=1, dtype=F16)[:, -1]
         assert same_or_both_nan(R._blocked(rows, np.dtype(F16)), expected), kind
+
+
+# ------------------------------------------------------------------------------------ fp16 one-pass norm rows
+def _norm_rows_both_routes(x, eps, monkeypatch):
+    from mschecker.optimized_kernels import norms as N
+
+    f16 = np.dtype(F16)
+    with np.errstate(all="ignore"):
+        compiled = N.normalize_rows(x, N.stats_onepass, f16, eps)
+        with monkeypatch.context() as m:
+            m.setenv("MSCHECKER_NO_FASTFP16", "1")
+            numpy_route = N.normalize_rows(x, N.stats_onepass, f16, eps)
+    return compiled, numpy_route
+
+
+@pytest.mark.parametrize("scale,offset", [(0.01, 0.0), (1.0, 0.0), (30.0, 1.0), (300.0, -1000.0), (3000.0, 100.0)])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (40, 320), (2, 4097), (64, 64)])
+@pytest.mark.parametrize("eps", [1e-5, 0.1, 0.0])
+def test_c_norm_rows_is_the_numpy_one_pass_fp16_definition(shape, scale, offset, eps, monkeypatch):
+    """The compiled fp16 one-pass normalization (norm_rows_onepass) against its numpy definition (stats_onepass,
+    the same fp16 operations one numpy call at a time): bit for bit, x^2 overflow (|x| >= 256), cancellation
+    (|mean| >> std), n = 4097 (np.float16(4097) = 4096), eps = 0; specials give NaN at the same places."""
+    rng = np.random.default_rng(abs(hash((shape, scale, offset, eps))) % 2 ** 32)
+    x = (rng.standard_normal(shape) * scale + offset).astype(F16)
+    compiled, numpy_route = _norm_rows_both_routes(x, eps, monkeypatch)
+    assert same_bits(compiled, numpy_route)
+    x.reshape(-1)[rng.choice(x.size, min(2, x.size), replace=False)] = [np.inf, np.nan][:min(2, x.size)]
+    compiled, numpy_route = _norm_rows_both_routes(x, eps, monkeypatch)
+    assert same_or_both_nan(compiled, numpy_route)
+
+
+def test_planted_fp32_statistics_are_caught_by_the_norm_bit_check(monkeypatch):
+    """The bug the comparison must see: statistics in fp32 (the accurate kernel's, bug_*_onepass_fp32) where the
+    fp16 route is asked for."""
+    from mschecker.optimized_kernels import norms as N
+
+    x = (np.random.default_rng(3).standard_normal((40, 320)) * 30 + 1).astype(F16)
+    compiled, _ = _norm_rows_both_routes(x, 1e-5, monkeypatch)
+    with np.errstate(all="ignore"):
+        fp32_stats = N.normalize_rows(x, N.stats_onepass, np.dtype(F32), 1e-5).astype(F16)
+    assert not same_bits(compiled, fp32_stats)
