@@ -8,20 +8,25 @@ Variance is the population variance (divide by n), as both ONNX operators define
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
 def _normalize_rows(rows: np.ndarray, epsilon: float) -> np.ndarray:
-    mean = rows.mean(axis=1, keepdims=True)
+    # ndarray.mean is np.add.reduce divided by the count (the same pairwise sum, the same bits), at ~4x the
+    # fixed cost per call: the small graphs' norms are mostly that cost
+    n = rows.shape[1]
+    mean = np.add.reduce(rows, axis=1, keepdims=True) / n
     d = rows - mean
-    var = (d * d).mean(axis=1, keepdims=True)
+    var = np.add.reduce(d * d, axis=1, keepdims=True) / n
     return d / np.sqrt(var + epsilon)
 
 
 def layer_norm(x, scale, bias=None, axis: int = -1, epsilon: float = 1e-5) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     axis = axis % x.ndim
-    m = int(np.prod(x.shape[:axis], dtype=np.int64))
+    m = math.prod(x.shape[:axis])
     z = _normalize_rows(x.reshape(m, -1), epsilon).reshape(x.shape)
     y = z * np.asarray(scale, dtype=np.float64)
     return y + np.asarray(bias, dtype=np.float64) if bias is not None else y
