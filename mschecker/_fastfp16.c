@@ -56,14 +56,17 @@ static inline uint32_t pick(uint32_t cond, uint32_t a, uint32_t b) {
 }
 
 /* fp16 bits -> float32 (exact). Normal numbers: the exponent rebiased by a multiply by 2^-112; subnormals: the
- * significand placed under the exponent of 0.5 and 0.5 subtracted (exact). inf and NaN keep their class. */
+ * significand placed under the exponent of 0.5 and 0.5 subtracted (exact). inf keeps its class; a NaN is numpy's
+ * (npy_halfbits_to_floatbits): sign, all-ones exponent, the payload shifted up, a signalling NaN left signalling
+ * (the multiply would quiet it). */
 static inline float h2f(uint16_t h) {
     const uint32_t w = (uint32_t)h << 16;
     const uint32_t sign = w & 0x80000000u;
     const uint32_t two_w = w + w;
     const float normalized = u2f((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
     const float denormalized = u2f((two_w >> 17) | (126u << 23)) - 0.5f;
-    const uint32_t r = pick(two_w < (1u << 27), f2u(denormalized), f2u(normalized));
+    uint32_t r = pick(two_w < (1u << 27), f2u(denormalized), f2u(normalized));
+    r = pick((h & 0x7FFFu) > 0x7C00u, 0x7F800000u | ((uint32_t)(h & 0x3FFu) << 13), r);
     return u2f(sign | r);
 }
 
@@ -71,7 +74,8 @@ static inline float h2f(uint16_t h) {
  * (overflow). Adding 2^(e+15) (e = the binade of f, at least -14, the fp16 subnormal quantum's binade) makes the
  * float32 addition round 4|f| at the fp16 quantum of f (ties to even, subnormals included); the sum's exponent
  * and significand fields then are the fp16 encoding (a carry into the exponent, up to inf at 65520, included).
- * NaN becomes the quiet NaN 0x7E00 (sign kept). */
+ * A NaN is numpy's (npy_floatbits_to_halfbits): sign, 0x7C00 plus the payload's top 10 bits, made 0x7C01 where
+ * those are all zero (so that it stays a NaN). */
 static inline uint16_t f2h(float f) {
     float base = (__builtin_fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
     const uint32_t w = f2u(f);
@@ -84,7 +88,9 @@ static inline uint16_t f2h(float f) {
     const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
     const uint32_t mantissa_bits = bits & 0x00000FFFu;
     const uint32_t nonsign = exp_bits + mantissa_bits;
-    return (uint16_t)((sign >> 16) | pick(shl1_w > 0xFF000000u, 0x7E00u, nonsign));
+    uint32_t nan = 0x7C00u + ((w & 0x007FFFFFu) >> 13);
+    nan += (uint32_t)(nan == 0x7C00u);
+    return (uint16_t)((sign >> 16) | pick(shl1_w > 0xFF000000u, nan, nonsign));
 }
 
 #define E_LO ((uint32_t)(127 - 14) << 23)
@@ -491,13 +497,14 @@ done:
 PyDoc_STRVAR(convert_doc,
 "to_f32(h, out[, simd]) / to_f16(f, out[, simd]) -> bool: the module's own conversions over whole buffers (fp16\n"
 "bits <-> float32; fastfp16.to_f32 / to_f16's route for C-contiguous arrays). True when the input holds a NaN\n"
-"(out then holds this module's NaN payloads; the caller converts such an array with numpy). simd=False forces\n"
+"(out holds numpy's NaN bits: npy_halfbits_to_floatbits / npy_floatbits_to_halfbits). simd=False forces\n"
 "the portable scalar loop where F16C would be used (module constant F16C: whether the CPU has it), for tests.");
 
-/* Whole-buffer conversions, returning whether the input holds a NaN. Where the CPU has F16C (checked at run time:
- * the build stays portable), eight elements at a time by vcvtph2ps / vcvtps2ph (IEEE round to nearest even,
- * subnormals kept, overflow to inf: the same bits as h2f / f2h for every non-NaN value, pinned by the exhaustive
- * tests of tests/kernels/test_fastfp16.py); NaN inputs are reported, and their payloads are the caller's business. */
+/* Whole-buffer conversions, numpy's astype bit for bit (NaN payloads included), returning whether the input holds
+ * a NaN. Where the CPU has F16C and AVX2 (checked at run time: the build stays portable), eight elements at a
+ * time by vcvtph2ps / vcvtps2ph (IEEE round to nearest even, subnormals kept, overflow to inf: the same bits as
+ * h2f / f2h for every non-NaN value), NaN lanes blended with numpy's NaN bits computed alongside; pinned by the
+ * exhaustive tests of tests/kernels/test_fastfp16.py. */
 static uint32_t convert_to_f32_scalar(const uint16_t *h, float *o, Py_ssize_t i, Py_ssize_t n) {
     uint32_t nan = 0;
     for (; i < n; i++) {
@@ -520,33 +527,62 @@ static uint32_t convert_to_f16_scalar(const float *f, uint16_t *o, Py_ssize_t i,
 #include <immintrin.h>
 #define HAVE_F16C_CODE 1
 
-__attribute__((target("avx,f16c"))) static uint32_t convert_to_f32_f16c(const uint16_t *h, float *o, Py_ssize_t n) {
-    __m256 nanmask = _mm256_setzero_ps();
+#define VECTOR_TARGET __attribute__((target("avx2,f16c")))
+
+/* fp16 -> float32 of eight values; NaN lanes get numpy's bits (vcvtph2ps would quiet a signalling NaN) */
+VECTOR_TARGET static inline __m256 h2f_x8(__m128i h, __m256 *lane_nan) {
+    const __m256 v = _mm256_cvtph_ps(h);
+    *lane_nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    const __m256i h32 = _mm256_cvtepu16_epi32(h);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x8000)), 16);
+    const __m256i sig = _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x3FF)), 13);
+    const __m256i nan = _mm256_or_si256(_mm256_or_si256(sign, _mm256_set1_epi32(0x7F800000)), sig);
+    return _mm256_blendv_ps(v, _mm256_castsi256_ps(nan), *lane_nan);
+}
+
+/* float32 -> fp16 of eight values; NaN lanes get numpy's bits (vcvtps2ph would set the quiet bit) */
+VECTOR_TARGET static inline __m128i f2h_x8(__m256 v, __m256 *lane_nan) {
+    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    *lane_nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    const __m256i w = _mm256_castps_si256(v);
+    const __m256i sign = _mm256_srli_epi32(_mm256_and_si256(w, _mm256_set1_epi32((int)0x80000000u)), 16);
+    __m256i nan = _mm256_add_epi32(_mm256_set1_epi32(0x7C00),
+                                   _mm256_srli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7FFFFF)), 13));
+    nan = _mm256_sub_epi32(nan, _mm256_cmpeq_epi32(nan, _mm256_set1_epi32(0x7C00))); /* 0x7C00 -> 0x7C01 */
+    nan = _mm256_or_si256(nan, sign);
+    /* 8 x 32 -> 8 x 16 (packus works per 128-bit half: put the two halves' results side by side) */
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(nan, nan), 0x08);
+    const __m256i mask = _mm256_permute4x64_epi64(
+        _mm256_packs_epi32(_mm256_castps_si256(*lane_nan), _mm256_castps_si256(*lane_nan)), 0x08);
+    return _mm_blendv_epi8(h, _mm256_castsi256_si128(packed), _mm256_castsi256_si128(mask));
+}
+
+VECTOR_TARGET static uint32_t convert_to_f32_f16c(const uint16_t *h, float *o, Py_ssize_t n) {
+    __m256 nanmask = _mm256_setzero_ps(), lane_nan;
     Py_ssize_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i)));
-        nanmask = _mm256_or_ps(nanmask, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        _mm256_storeu_ps(o + i, v);
+        _mm256_storeu_ps(o + i, h2f_x8(_mm_loadu_si128((const __m128i *)(h + i)), &lane_nan));
+        nanmask = _mm256_or_ps(nanmask, lane_nan);
     }
     return (uint32_t)_mm256_movemask_ps(nanmask) | convert_to_f32_scalar(h, o, i, n);
 }
 
-__attribute__((target("avx,f16c"))) static uint32_t convert_to_f16_f16c(const float *f, uint16_t *o, Py_ssize_t n) {
-    __m256 nanmask = _mm256_setzero_ps();
+VECTOR_TARGET static uint32_t convert_to_f16_f16c(const float *f, uint16_t *o, Py_ssize_t n) {
+    __m256 nanmask = _mm256_setzero_ps(), lane_nan;
     Py_ssize_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(f + i);
-        nanmask = _mm256_or_ps(nanmask, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128((__m128i *)(o + i), f2h_x8(_mm256_loadu_ps(f + i), &lane_nan));
+        nanmask = _mm256_or_ps(nanmask, lane_nan);
     }
     return (uint32_t)_mm256_movemask_ps(nanmask) | convert_to_f16_scalar(f, o, i, n);
 }
 
+/* The vector loops need F16C and AVX2 (Haswell and later; libgcc's check includes the OS's AVX state). */
 static int have_f16c(void) {
     static int known = -1;
     if (known < 0) {
         __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
     }
     return known;
 }

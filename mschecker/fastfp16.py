@@ -8,8 +8,9 @@ most of its time there. Every helper here computes exactly the same bits by anot
 - `to_f16` / `to_f32`: C-contiguous arrays go through the compiled loops (F16C vcvtps2ph / vcvtph2ps where the CPU
   has them, a portable scalar loop for small arrays where it does not; see C_CAST_MAX), other large arrays through
   onnxruntime's Cast (MLAS, F16C: IEEE 754 round to nearest even, subnormals kept, overflow to inf), small ones
-  through numpy. NaN payloads are the one place the routes may differ (F16C quiets a signalling NaN, numpy
-  truncates the payload), so an array holding NaN is converted by numpy. Exhaustive equality with
+  through numpy. NaN payloads are the one place the routes could differ (F16C quiets a signalling NaN, numpy
+  keeps it): the compiled loops apply numpy's NaN rule, and onnxruntime's answer for an array holding NaN is
+  redone by numpy. Exhaustive equality with
   `ndarray.astype` is tested in tests/kernels/test_fastfp16_casts.py and tests/kernels/test_fastfp16.py.
 - `round_f16(x)`: a float32 array rounded to the nearest float16 value while staying float32 (x + C - C with
   C = 1.5 * 2^(e + 13), e = the binade of x clamped to the fp16 range [-14, 15]: the float32 ulp of C is the
@@ -107,8 +108,9 @@ def _has_nan(x: np.ndarray) -> bool:
 #: (_fastfp16.F16C) they convert eight elements per instruction and win at every size (f32 -> f16, 2,048 elements:
 #: 0.4 us against numpy's 7.0 and onnxruntime's 7.8; 65,536: 5.6 against 15.0; 16M: 4.3 against 4.4 ms). Without
 #: it the portable scalar loop is used below this many elements (2,048: 2.0 / 1.1 us; 8,192: 7.4 / 3.5 us against
-#: onnxruntime's 7.7 / 8.0) and onnxruntime above. Same bits on every route (an array holding NaN is converted by
-#: numpy, for its payloads); a C-contiguous input gives a C-order result on every route.
+#: onnxruntime's 7.7 / 8.0) and onnxruntime above. numpy's bits on every route, NaN payloads included (the compiled
+#: loops apply numpy's NaN rule; onnxruntime's answer for an array holding NaN is redone by numpy); a C-contiguous
+#: input gives a C-order result on every route.
 C_CAST_MAX = 16384
 
 
@@ -123,17 +125,16 @@ def _compiled_cast(x: np.ndarray, src: np.dtype):
 
 
 def _c_cast(fast, x: np.ndarray, dst: np.dtype) -> np.ndarray:
-    """x (C-contiguous) converted by the compiled loop; an array holding NaN by numpy (its payload rule)."""
+    """x (C-contiguous) converted by the compiled loop: numpy's bits, NaN payloads included."""
     y = np.empty(x.shape, dst)
-    if (fast.to_f16 if dst == F16 else fast.to_f32)(x, y):  # it saw a NaN
-        return _numpy_cast(x, dst)
+    (fast.to_f16 if dst == F16 else fast.to_f32)(x, y)
     return y
 
 
 def _numpy_cast(x: np.ndarray, dst: np.dtype) -> np.ndarray:
-    """x.astype(dst) by numpy itself, C order: the route for arrays holding NaN, whose payloads numpy's conversion
-    defines (a whole-array pass costs ~3 ns per element; re-converting the NaN positions through a boolean mask
-    cost 5x more on a NaN-filled tensor)."""
+    """x.astype(dst) by numpy itself, C order: the onnxruntime route's answer for arrays holding NaN, whose payloads
+    numpy's conversion defines (a whole-array pass costs ~3 ns per element; re-converting the NaN positions through
+    a boolean mask cost 5x more on a NaN-filled tensor)."""
     with np.errstate(over="ignore", invalid="ignore"):
         return np.array(x, dtype=dst, order="C")
 

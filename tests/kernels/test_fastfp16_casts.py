@@ -83,8 +83,9 @@ def test_to_f32_is_astype_bit_for_bit():
 
 @pytest.mark.parametrize("chunk", [7, 3000, H.C_CAST_MAX - 1])
 def test_small_array_routes_are_astype_bit_for_bit(f32_samples, chunk):
-    """Arrays below C_CAST_MAX take the compiled loop when C-contiguous (numpy's astype otherwise): every sampled
-    float32 pattern (NaN payloads included) and every fp16 pattern, converted in pieces of `chunk` elements."""
+    """C-contiguous arrays take the compiled loop (at every size where the CPU has F16C, below C_CAST_MAX where
+    not), numpy's astype otherwise: sampled float32 patterns and every fp16 pattern, NaN payloads included,
+    converted in pieces of `chunk` elements."""
     head = np.concatenate([f32_samples[:400_000], rounding_boundaries()])  # boundaries and NaNs: in every piece size
     with np.errstate(over="ignore"):
         expected = head.astype(F16)
