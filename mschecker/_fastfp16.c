@@ -285,6 +285,112 @@ static void norm_row_onepass(const uint16_t *restrict x, Py_ssize_t n, float n_h
     for (Py_ssize_t j = 0; j < n; j++) y[j] = f2h(rnd16(h2f(x[j]) - mean) * rstd);
 }
 
+/* Whole-buffer conversions, numpy's astype bit for bit (NaN payloads included), returning whether the input holds
+ * a NaN. Where the CPU has F16C and AVX2 (checked at run time: the build stays portable), eight elements at a
+ * time by vcvtph2ps / vcvtps2ph (IEEE round to nearest even, subnormals kept, overflow to inf: the same bits as
+ * h2f / f2h for every non-NaN value), NaN lanes blended with numpy's NaN bits computed alongside; pinned by the
+ * exhaustive tests of tests/kernels/test_fastfp16.py. */
+static uint32_t convert_to_f32_scalar(const uint16_t *h, float *o, Py_ssize_t i, Py_ssize_t n) {
+    uint32_t nan = 0;
+    for (; i < n; i++) {
+        o[i] = h2f(h[i]);
+        nan |= (uint32_t)((h[i] & 0x7FFFu) > 0x7C00u);
+    }
+    return nan;
+}
+
+static uint32_t convert_to_f16_scalar(const float *f, uint16_t *o, Py_ssize_t i, Py_ssize_t n) {
+    uint32_t nan = 0;
+    for (; i < n; i++) {
+        o[i] = f2h(f[i]);
+        nan |= (uint32_t)(f[i] != f[i]);
+    }
+    return nan;
+}
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_F16C_CODE 1
+
+#define VECTOR_TARGET __attribute__((target("avx2,f16c")))
+
+/* fp16 -> float32 of eight values; NaN lanes get numpy's bits (vcvtph2ps would quiet a signalling NaN) */
+VECTOR_TARGET static inline __m256 h2f_x8(__m128i h, __m256 *lane_nan) {
+    const __m256 v = _mm256_cvtph_ps(h);
+    *lane_nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    const __m256i h32 = _mm256_cvtepu16_epi32(h);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x8000)), 16);
+    const __m256i sig = _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x3FF)), 13);
+    const __m256i nan = _mm256_or_si256(_mm256_or_si256(sign, _mm256_set1_epi32(0x7F800000)), sig);
+    return _mm256_blendv_ps(v, _mm256_castsi256_ps(nan), *lane_nan);
+}
+
+/* float32 -> fp16 of eight values; NaN lanes get numpy's bits (vcvtps2ph would set the quiet bit) */
+VECTOR_TARGET static inline __m128i f2h_x8(__m256 v, __m256 *lane_nan) {
+    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    *lane_nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    const __m256i w = _mm256_castps_si256(v);
+    const __m256i sign = _mm256_srli_epi32(_mm256_and_si256(w, _mm256_set1_epi32((int)0x80000000u)), 16);
+    __m256i nan = _mm256_add_epi32(_mm256_set1_epi32(0x7C00),
+                                   _mm256_srli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7FFFFF)), 13));
+    nan = _mm256_sub_epi32(nan, _mm256_cmpeq_epi32(nan, _mm256_set1_epi32(0x7C00))); /* 0x7C00 -> 0x7C01 */
+    nan = _mm256_or_si256(nan, sign);
+    /* 8 x 32 -> 8 x 16 (packus works per 128-bit half: put the two halves' results side by side) */
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(nan, nan), 0x08);
+    const __m256i mask = _mm256_permute4x64_epi64(
+        _mm256_packs_epi32(_mm256_castps_si256(*lane_nan), _mm256_castps_si256(*lane_nan)), 0x08);
+    return _mm_blendv_epi8(h, _mm256_castsi256_si128(packed), _mm256_castsi256_si128(mask));
+}
+
+VECTOR_TARGET static uint32_t convert_to_f32_f16c(const uint16_t *h, float *o, Py_ssize_t n) {
+    __m256 nanmask = _mm256_setzero_ps(), lane_nan;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(o + i, h2f_x8(_mm_loadu_si128((const __m128i *)(h + i)), &lane_nan));
+        nanmask = _mm256_or_ps(nanmask, lane_nan);
+    }
+    return (uint32_t)_mm256_movemask_ps(nanmask) | convert_to_f32_scalar(h, o, i, n);
+}
+
+VECTOR_TARGET static uint32_t convert_to_f16_f16c(const float *f, uint16_t *o, Py_ssize_t n) {
+    __m256 nanmask = _mm256_setzero_ps(), lane_nan;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128((__m128i *)(o + i), f2h_x8(_mm256_loadu_ps(f + i), &lane_nan));
+        nanmask = _mm256_or_ps(nanmask, lane_nan);
+    }
+    return (uint32_t)_mm256_movemask_ps(nanmask) | convert_to_f16_scalar(f, o, i, n);
+}
+
+/* The vector loops need F16C and AVX2 (Haswell and later; libgcc's check includes the OS's AVX state). */
+static int have_f16c(void) {
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    }
+    return known;
+}
+#else
+static int have_f16c(void) { return 0; }
+#endif
+
+static uint32_t convert_to_f32(const uint16_t *h, float *o, Py_ssize_t n) {
+#ifdef HAVE_F16C_CODE
+    if (have_f16c())
+        return convert_to_f32_f16c(h, o, n);
+#endif
+    return convert_to_f32_scalar(h, o, 0, n);
+}
+
+static uint32_t convert_to_f16(const float *f, uint16_t *o, Py_ssize_t n) {
+#ifdef HAVE_F16C_CODE
+    if (have_f16c())
+        return convert_to_f16_f16c(f, o, n);
+#endif
+    return convert_to_f16_scalar(f, o, 0, n);
+}
+
 enum { OP_ADD = 0, OP_SUB = 1, OP_MUL = 2, OP_DIV = 3 };
 
 /* One innermost loop of `binary`: n elements, operand strides ia, ib (elements; 0 = broadcast). */
@@ -323,10 +429,48 @@ enum { OP_ADD = 0, OP_SUB = 1, OP_MUL = 2, OP_DIV = 3 };
         }                                                                                                       \
     } while (0)
 
+#ifdef HAVE_F16C_CODE
+/* The vector form of one `binary` row for unit or zero strides: eight fp16 values of each operand to float32
+ * (h2f_x8), one float32 operation (the scalar loop's, lane by lane: the same IEEE results), rounded by f2h_x8.
+ * Returns how many elements it did (a multiple of 8); *nan: whether a result was NaN. */
+#define BINARY_X8(VOP)                                                                                          \
+    for (; i + 8 <= n; i += 8) {                                                                                \
+        const __m256 x = ia ? h2f_x8(_mm_loadu_si128((const __m128i *)(a + i)), &ln) : xa;                      \
+        const __m256 y = ib ? h2f_x8(_mm_loadu_si128((const __m128i *)(b + i)), &ln) : yb;                      \
+        const __m256 r = VOP(x, y);                                                                             \
+        _mm_storeu_si128((__m128i *)(out + i), f2h_x8(r, &ln));                                                 \
+        nm = _mm256_or_ps(nm, ln);                                                                              \
+    }
+
+VECTOR_TARGET static Py_ssize_t binary_row_x8(int op, const uint16_t *a, Py_ssize_t ia, const uint16_t *b,
+                                              Py_ssize_t ib, uint16_t *out, Py_ssize_t n, uint32_t *nan) {
+    __m256 nm = _mm256_setzero_ps(), ln;
+    const __m256 xa = h2f_x8(_mm_set1_epi16((short)a[0]), &ln), yb = h2f_x8(_mm_set1_epi16((short)b[0]), &ln);
+    Py_ssize_t i = 0;
+    switch (op) {
+    case OP_ADD: BINARY_X8(_mm256_add_ps); break;
+    case OP_SUB: BINARY_X8(_mm256_sub_ps); break;
+    case OP_MUL: BINARY_X8(_mm256_mul_ps); break;
+    default: BINARY_X8(_mm256_div_ps); break;
+    }
+    *nan |= (uint32_t)(_mm256_movemask_ps(nm) != 0);
+    return i;
+}
+#endif
+
 KERNEL_CLONES
 static uint32_t binary_row(int op, const uint16_t *a, Py_ssize_t ia, const uint16_t *b, Py_ssize_t ib,
                            uint16_t *out, Py_ssize_t n) {
     uint32_t nan = 0;
+#ifdef HAVE_F16C_CODE
+    if (n >= 8 && (ia | ib) <= 1 && have_f16c()) { /* unit or zero strides (ia, ib >= 0) */
+        const Py_ssize_t done = binary_row_x8(op, a, ia, b, ib, out, n, &nan);
+        a += done * ia;
+        b += done * ib;
+        out += done;
+        n -= done;
+    }
+#endif
     switch (op) {
     case OP_ADD: BINARY_LOOP(x + y); break;
     case OP_SUB: BINARY_LOOP(x - y); break;
@@ -499,112 +643,6 @@ PyDoc_STRVAR(convert_doc,
 "bits <-> float32; fastfp16.to_f32 / to_f16's route for C-contiguous arrays). True when the input holds a NaN\n"
 "(out holds numpy's NaN bits: npy_halfbits_to_floatbits / npy_floatbits_to_halfbits). simd=False forces\n"
 "the portable scalar loop where F16C would be used (module constant F16C: whether the CPU has it), for tests.");
-
-/* Whole-buffer conversions, numpy's astype bit for bit (NaN payloads included), returning whether the input holds
- * a NaN. Where the CPU has F16C and AVX2 (checked at run time: the build stays portable), eight elements at a
- * time by vcvtph2ps / vcvtps2ph (IEEE round to nearest even, subnormals kept, overflow to inf: the same bits as
- * h2f / f2h for every non-NaN value), NaN lanes blended with numpy's NaN bits computed alongside; pinned by the
- * exhaustive tests of tests/kernels/test_fastfp16.py. */
-static uint32_t convert_to_f32_scalar(const uint16_t *h, float *o, Py_ssize_t i, Py_ssize_t n) {
-    uint32_t nan = 0;
-    for (; i < n; i++) {
-        o[i] = h2f(h[i]);
-        nan |= (uint32_t)((h[i] & 0x7FFFu) > 0x7C00u);
-    }
-    return nan;
-}
-
-static uint32_t convert_to_f16_scalar(const float *f, uint16_t *o, Py_ssize_t i, Py_ssize_t n) {
-    uint32_t nan = 0;
-    for (; i < n; i++) {
-        o[i] = f2h(f[i]);
-        nan |= (uint32_t)(f[i] != f[i]);
-    }
-    return nan;
-}
-
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#include <immintrin.h>
-#define HAVE_F16C_CODE 1
-
-#define VECTOR_TARGET __attribute__((target("avx2,f16c")))
-
-/* fp16 -> float32 of eight values; NaN lanes get numpy's bits (vcvtph2ps would quiet a signalling NaN) */
-VECTOR_TARGET static inline __m256 h2f_x8(__m128i h, __m256 *lane_nan) {
-    const __m256 v = _mm256_cvtph_ps(h);
-    *lane_nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    const __m256i h32 = _mm256_cvtepu16_epi32(h);
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x8000)), 16);
-    const __m256i sig = _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x3FF)), 13);
-    const __m256i nan = _mm256_or_si256(_mm256_or_si256(sign, _mm256_set1_epi32(0x7F800000)), sig);
-    return _mm256_blendv_ps(v, _mm256_castsi256_ps(nan), *lane_nan);
-}
-
-/* float32 -> fp16 of eight values; NaN lanes get numpy's bits (vcvtps2ph would set the quiet bit) */
-VECTOR_TARGET static inline __m128i f2h_x8(__m256 v, __m256 *lane_nan) {
-    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-    *lane_nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    const __m256i w = _mm256_castps_si256(v);
-    const __m256i sign = _mm256_srli_epi32(_mm256_and_si256(w, _mm256_set1_epi32((int)0x80000000u)), 16);
-    __m256i nan = _mm256_add_epi32(_mm256_set1_epi32(0x7C00),
-                                   _mm256_srli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7FFFFF)), 13));
-    nan = _mm256_sub_epi32(nan, _mm256_cmpeq_epi32(nan, _mm256_set1_epi32(0x7C00))); /* 0x7C00 -> 0x7C01 */
-    nan = _mm256_or_si256(nan, sign);
-    /* 8 x 32 -> 8 x 16 (packus works per 128-bit half: put the two halves' results side by side) */
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(nan, nan), 0x08);
-    const __m256i mask = _mm256_permute4x64_epi64(
-        _mm256_packs_epi32(_mm256_castps_si256(*lane_nan), _mm256_castps_si256(*lane_nan)), 0x08);
-    return _mm_blendv_epi8(h, _mm256_castsi256_si128(packed), _mm256_castsi256_si128(mask));
-}
-
-VECTOR_TARGET static uint32_t convert_to_f32_f16c(const uint16_t *h, float *o, Py_ssize_t n) {
-    __m256 nanmask = _mm256_setzero_ps(), lane_nan;
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(o + i, h2f_x8(_mm_loadu_si128((const __m128i *)(h + i)), &lane_nan));
-        nanmask = _mm256_or_ps(nanmask, lane_nan);
-    }
-    return (uint32_t)_mm256_movemask_ps(nanmask) | convert_to_f32_scalar(h, o, i, n);
-}
-
-VECTOR_TARGET static uint32_t convert_to_f16_f16c(const float *f, uint16_t *o, Py_ssize_t n) {
-    __m256 nanmask = _mm256_setzero_ps(), lane_nan;
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        _mm_storeu_si128((__m128i *)(o + i), f2h_x8(_mm256_loadu_ps(f + i), &lane_nan));
-        nanmask = _mm256_or_ps(nanmask, lane_nan);
-    }
-    return (uint32_t)_mm256_movemask_ps(nanmask) | convert_to_f16_scalar(f, o, i, n);
-}
-
-/* The vector loops need F16C and AVX2 (Haswell and later; libgcc's check includes the OS's AVX state). */
-static int have_f16c(void) {
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-    }
-    return known;
-}
-#else
-static int have_f16c(void) { return 0; }
-#endif
-
-static uint32_t convert_to_f32(const uint16_t *h, float *o, Py_ssize_t n) {
-#ifdef HAVE_F16C_CODE
-    if (have_f16c())
-        return convert_to_f32_f16c(h, o, n);
-#endif
-    return convert_to_f32_scalar(h, o, 0, n);
-}
-
-static uint32_t convert_to_f16(const float *f, uint16_t *o, Py_ssize_t n) {
-#ifdef HAVE_F16C_CODE
-    if (have_f16c())
-        return convert_to_f16_f16c(f, o, n);
-#endif
-    return convert_to_f16_scalar(f, o, 0, n);
-}
 
 static PyObject *py_to_f32(PyObject *self, PyObject *args) {
     Py_buffer bh, bo;
