@@ -189,102 +189,6 @@ static void running_sums(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, Py_
 /* The largest fp16 of a row as an order-preserving integer key (h ^ 0x8000 for a positive sign, ~h for a
  * negative one: integer order = value order, -0 just below +0), and whether the row holds a NaN. Integer
  * max reductions vectorize; float ones do not without -ffast-math. */
-static inline uint32_t f16_key(uint16_t h) { return (uint32_t)(h ^ ((0u - (uint32_t)(h >> 15)) | 0x8000u)) & 0xFFFFu; }
-
-static inline uint16_t f16_from_key(uint32_t key) { return (uint16_t)(key & 0x8000u ? key ^ 0x8000u : ~key); }
-
-static uint32_t row_max_key(const uint16_t *restrict x, Py_ssize_t n, uint32_t *nan) {
-    uint32_t kmax = 0, bad = 0;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        const uint32_t key = f16_key(x[j]);
-        kmax = key > kmax ? key : kmax;
-        bad |= (uint32_t)((x[j] & 0x7FFFu) > 0x7C00u);
-    }
-    *nan = bad;
-    return kmax;
-}
-
-/* e[j] = table[fp16(x[j] - m)]: the fp16 subtract (exact float32 difference of two fp16 values, rounded once),
- * then numpy's fp16 exp of it, as float32. */
-static void row_shift_exp(const uint16_t *restrict x, Py_ssize_t n, float m, const float *restrict table,
-                          float *restrict e) {
-    for (Py_ssize_t j = 0; j < n; j++) e[j] = table[f2h(h2f(x[j]) - m)];
-}
-
-static void row_divide(const float *restrict e, Py_ssize_t n, float s, uint16_t *restrict y) {
-    for (Py_ssize_t j = 0; j < n; j++) y[j] = f2h(e[j] / s);
-}
-
-/* softmax_fp16_fp16acc_numpy over contiguous rows of n: fp16 max, z = fp16(x - max), e = table[z] (numpy's fp16
- * exp as float32), s = the sequential fp16 sum of e (LANES rows interleaved), y = fp16(e / s). A row that holds a
- * NaN or +inf or is all -inf is NaN throughout in the definition (x - max makes a NaN, which reaches the sum and
- * every quotient) and is written as quiet NaNs here. Returns 1 when every row was finite, 0 when some row was
- * NaN (out fully written either way), -1 when the scratch buffer cannot be allocated. */
-KERNEL_CLONES
-static int softmax_rows(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, const float *table, uint16_t *out) {
-    float tile[TILE * LANES];
-    float acc[LANES];
-    /* e of the block's rows, one row every ld floats: the padding keeps the LANES rows read together in the
-     * transposition off the same cache sets (a row stride of 4 KiB made it 2.5x slower) */
-    if (rows == 0) return 1;
-    const Py_ssize_t ld = n + 16;
-    float *ebuf = (float *)malloc((size_t)(rows < LANES ? rows : LANES) * (size_t)ld * sizeof(float));
-    if (ebuf == NULL) return -1;
-    int all_finite = 1;
-    for (Py_ssize_t r0 = 0; r0 < rows; r0 += LANES) {
-        const int nl = rows - r0 < LANES ? (int)(rows - r0) : LANES;
-        int bad[LANES];
-        for (int k = 0; k < nl; k++) {
-            const uint16_t *x = src + (r0 + k) * n;
-            uint32_t nan;
-            const uint16_t mh = f16_from_key(row_max_key(x, n, &nan));
-            bad[k] = nan || mh == 0x7C00u || mh == 0xFC00u;
-            if (bad[k]) {
-                all_finite = 0;
-                memset(ebuf + (size_t)k * ld, 0, (size_t)n * sizeof(float)); /* its lane sums zeros */
-            } else {
-                row_shift_exp(x, n, h2f(mh), table, ebuf + (size_t)k * ld);
-            }
-        }
-        if (nl < LANES) memset(tile, 0, sizeof tile); /* unused lanes sum zeros */
-        for (int k = 0; k < LANES; k++) acc[k] = -0.0f;
-        for (Py_ssize_t j0 = 0; j0 < n; j0 += TILE) {
-            const int steps = n - j0 < TILE ? (int)(n - j0) : TILE;
-            transpose_in(tile, ebuf + j0, ld, steps, nl);
-            chain_tile(acc, tile, steps, 1);
-        }
-        for (int k = 0; k < nl; k++) {
-            uint16_t *y = out + (r0 + k) * n;
-            if (bad[k])
-                for (Py_ssize_t j = 0; j < n; j++) y[j] = 0x7E00u;
-            else
-                row_divide(ebuf + (size_t)k * ld, n, acc[k], y);
-        }
-    }
-    free(ebuf);
-    return all_finite;
-}
-
-/* normalize_rows(rows, stats_onepass, float16, epsilon) of optimized_kernels/norms.py for one contiguous row of n,
- * every operation an fp16 one (float32 operation of fp16 values, rounded once, as numpy's float16 ufuncs):
- * s = sequential fp16 sum of x, s2 = sequential fp16 sum of fp16(x*x), mean = fp16(s / n_h),
- * var = max(fp16(fp16(s2 / n_h) - fp16(mean*mean)), 0) (np.maximum: NaN and -0 kept), rstd = fp16(1 / fp16(sqrt(
- * fp16(var + eps_h)))), y = fp16(fp16(x - mean) * rstd). n_h and eps_h are the fp16 values numpy makes of n and
- * epsilon (passed as bits by the caller). NaN results carry this module's payloads. */
-static void norm_row_onepass(const uint16_t *restrict x, Py_ssize_t n, float n_h, float eps_h, uint16_t *restrict y) {
-    float s = -0.0f, s2 = -0.0f;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        const float v = h2f(x[j]);
-        s = rnd16(s + v);
-        s2 = rnd16(s2 + rnd16(v * v));
-    }
-    const float mean = rnd16(s / n_h);
-    const float d = rnd16(rnd16(s2 / n_h) - rnd16(mean * mean));
-    const float var = (d >= 0.0f || d != d) ? d : 0.0f;
-    const float rstd = rnd16(1.0f / rnd16(sqrtf(rnd16(var + eps_h))));
-    for (Py_ssize_t j = 0; j < n; j++) y[j] = f2h(rnd16(h2f(x[j]) - mean) * rstd);
-}
-
 /* Whole-buffer conversions, numpy's astype bit for bit (NaN payloads included), returning whether the input holds
  * a NaN. Where the CPU has F16C and AVX2 (checked at run time: the build stays portable), eight elements at a
  * time by vcvtph2ps / vcvtps2ph (IEEE round to nearest even, subnormals kept, overflow to inf: the same bits as
@@ -389,6 +293,136 @@ static uint32_t convert_to_f16(const float *f, uint16_t *o, Py_ssize_t n) {
         return convert_to_f16_f16c(f, o, n);
 #endif
     return convert_to_f16_scalar(f, o, 0, n);
+}
+
+static inline uint32_t f16_key(uint16_t h) { return (uint32_t)(h ^ ((0u - (uint32_t)(h >> 15)) | 0x8000u)) & 0xFFFFu; }
+
+static inline uint16_t f16_from_key(uint32_t key) { return (uint16_t)(key & 0x8000u ? key ^ 0x8000u : ~key); }
+
+static uint32_t row_max_key(const uint16_t *restrict x, Py_ssize_t n, uint32_t *nan) {
+    uint32_t kmax = 0, bad = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const uint32_t key = f16_key(x[j]);
+        kmax = key > kmax ? key : kmax;
+        bad |= (uint32_t)((x[j] & 0x7FFFu) > 0x7C00u);
+    }
+    *nan = bad;
+    return kmax;
+}
+
+/* e[j] = table[fp16(x[j] - m)]: the fp16 subtract (exact float32 difference of two fp16 values, rounded once),
+ * then numpy's fp16 exp of it, as float32. */
+#ifdef HAVE_F16C_CODE
+/* row_shift_exp / row_divide eight at a time (same float32 operations, the table read by a gather); they return
+ * how many elements they did. Only finite rows come here, so no NaN is made (the NaN lanes' blend is moot). */
+VECTOR_TARGET static Py_ssize_t row_shift_exp_x8(const uint16_t *x, Py_ssize_t n, float m, const float *table,
+                                                 float *e) {
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 ln;
+    Py_ssize_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 d = _mm256_sub_ps(h2f_x8(_mm_loadu_si128((const __m128i *)(x + j)), &ln), mv);
+        const __m256i idx = _mm256_cvtepu16_epi32(f2h_x8(d, &ln));
+        _mm256_storeu_ps(e + j, _mm256_i32gather_ps(table, idx, 4));
+    }
+    return j;
+}
+
+VECTOR_TARGET static Py_ssize_t row_divide_x8(const float *e, Py_ssize_t n, float s, uint16_t *y) {
+    const __m256 sv = _mm256_set1_ps(s);
+    __m256 ln;
+    Py_ssize_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm_storeu_si128((__m128i *)(y + j), f2h_x8(_mm256_div_ps(_mm256_loadu_ps(e + j), sv), &ln));
+    return j;
+}
+#endif
+
+static void row_shift_exp(const uint16_t *restrict x, Py_ssize_t n, float m, const float *restrict table,
+                          float *restrict e) {
+    Py_ssize_t j = 0;
+#ifdef HAVE_F16C_CODE
+    if (have_f16c()) j = row_shift_exp_x8(x, n, m, table, e);
+#endif
+    for (; j < n; j++) e[j] = table[f2h(h2f(x[j]) - m)];
+}
+
+static void row_divide(const float *restrict e, Py_ssize_t n, float s, uint16_t *restrict y) {
+    Py_ssize_t j = 0;
+#ifdef HAVE_F16C_CODE
+    if (have_f16c()) j = row_divide_x8(e, n, s, y);
+#endif
+    for (; j < n; j++) y[j] = f2h(e[j] / s);
+}
+
+/* softmax_fp16_fp16acc_numpy over contiguous rows of n: fp16 max, z = fp16(x - max), e = table[z] (numpy's fp16
+ * exp as float32), s = the sequential fp16 sum of e (LANES rows interleaved), y = fp16(e / s). A row that holds a
+ * NaN or +inf or is all -inf is NaN throughout in the definition (x - max makes a NaN, which reaches the sum and
+ * every quotient) and is written as quiet NaNs here. Returns 1 when every row was finite, 0 when some row was
+ * NaN (out fully written either way), -1 when the scratch buffer cannot be allocated. */
+KERNEL_CLONES
+static int softmax_rows(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, const float *table, uint16_t *out) {
+    float tile[TILE * LANES];
+    float acc[LANES];
+    /* e of the block's rows, one row every ld floats: the padding keeps the LANES rows read together in the
+     * transposition off the same cache sets (a row stride of 4 KiB made it 2.5x slower) */
+    if (rows == 0) return 1;
+    const Py_ssize_t ld = n + 16;
+    float *ebuf = (float *)malloc((size_t)(rows < LANES ? rows : LANES) * (size_t)ld * sizeof(float));
+    if (ebuf == NULL) return -1;
+    int all_finite = 1;
+    for (Py_ssize_t r0 = 0; r0 < rows; r0 += LANES) {
+        const int nl = rows - r0 < LANES ? (int)(rows - r0) : LANES;
+        int bad[LANES];
+        for (int k = 0; k < nl; k++) {
+            const uint16_t *x = src + (r0 + k) * n;
+            uint32_t nan;
+            const uint16_t mh = f16_from_key(row_max_key(x, n, &nan));
+            bad[k] = nan || mh == 0x7C00u || mh == 0xFC00u;
+            if (bad[k]) {
+                all_finite = 0;
+                memset(ebuf + (size_t)k * ld, 0, (size_t)n * sizeof(float)); /* its lane sums zeros */
+            } else {
+                row_shift_exp(x, n, h2f(mh), table, ebuf + (size_t)k * ld);
+            }
+        }
+        if (nl < LANES) memset(tile, 0, sizeof tile); /* unused lanes sum zeros */
+        for (int k = 0; k < LANES; k++) acc[k] = -0.0f;
+        for (Py_ssize_t j0 = 0; j0 < n; j0 += TILE) {
+            const int steps = n - j0 < TILE ? (int)(n - j0) : TILE;
+            transpose_in(tile, ebuf + j0, ld, steps, nl);
+            chain_tile(acc, tile, steps, 1);
+        }
+        for (int k = 0; k < nl; k++) {
+            uint16_t *y = out + (r0 + k) * n;
+            if (bad[k])
+                for (Py_ssize_t j = 0; j < n; j++) y[j] = 0x7E00u;
+            else
+                row_divide(ebuf + (size_t)k * ld, n, acc[k], y);
+        }
+    }
+    free(ebuf);
+    return all_finite;
+}
+
+/* normalize_rows(rows, stats_onepass, float16, epsilon) of optimized_kernels/norms.py for one contiguous row of n,
+ * every operation an fp16 one (float32 operation of fp16 values, rounded once, as numpy's float16 ufuncs):
+ * s = sequential fp16 sum of x, s2 = sequential fp16 sum of fp16(x*x), mean = fp16(s / n_h),
+ * var = max(fp16(fp16(s2 / n_h) - fp16(mean*mean)), 0) (np.maximum: NaN and -0 kept), rstd = fp16(1 / fp16(sqrt(
+ * fp16(var + eps_h)))), y = fp16(fp16(x - mean) * rstd). n_h and eps_h are the fp16 values numpy makes of n and
+ * epsilon (passed as bits by the caller). NaN results carry this module's payloads. */
+static void norm_row_onepass(const uint16_t *restrict x, Py_ssize_t n, float n_h, float eps_h, uint16_t *restrict y) {
+    float s = -0.0f, s2 = -0.0f;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const float v = h2f(x[j]);
+        s = rnd16(s + v);
+        s2 = rnd16(s2 + rnd16(v * v));
+    }
+    const float mean = rnd16(s / n_h);
+    const float d = rnd16(rnd16(s2 / n_h) - rnd16(mean * mean));
+    const float var = (d >= 0.0f || d != d) ? d : 0.0f;
+    const float rstd = rnd16(1.0f / rnd16(sqrtf(rnd16(var + eps_h))));
+    for (Py_ssize_t j = 0; j < n; j++) y[j] = f2h(rnd16(h2f(x[j]) - mean) * rstd);
 }
 
 enum { OP_ADD = 0, OP_SUB = 1, OP_MUL = 2, OP_DIV = 3 };
