@@ -405,24 +405,48 @@ static int softmax_rows(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, cons
     return all_finite;
 }
 
-/* normalize_rows(rows, stats_onepass, float16, epsilon) of optimized_kernels/norms.py for one contiguous row of n,
+/* normalize_rows(rows, stats_onepass, float16, epsilon) of optimized_kernels/norms.py over contiguous rows of n,
  * every operation an fp16 one (float32 operation of fp16 values, rounded once, as numpy's float16 ufuncs):
  * s = sequential fp16 sum of x, s2 = sequential fp16 sum of fp16(x*x), mean = fp16(s / n_h),
  * var = max(fp16(fp16(s2 / n_h) - fp16(mean*mean)), 0) (np.maximum: NaN and -0 kept), rstd = fp16(1 / fp16(sqrt(
  * fp16(var + eps_h)))), y = fp16(fp16(x - mean) * rstd). n_h and eps_h are the fp16 values numpy makes of n and
- * epsilon (passed as bits by the caller). NaN results carry this module's payloads. */
-static void norm_row_onepass(const uint16_t *restrict x, Py_ssize_t n, float n_h, float eps_h, uint16_t *restrict y) {
-    float s = -0.0f, s2 = -0.0f;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        const float v = h2f(x[j]);
-        s = rnd16(s + v);
-        s2 = rnd16(s2 + rnd16(v * v));
+ * epsilon (passed as bits by the caller). The two sums of LANES rows run side by side (chain_tile, as
+ * running_sums): one row's sum is a dependency chain of roundings. NaN results carry this module's payloads. */
+KERNEL_CLONES
+static void norm_rows_onepass(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, float n_h, float eps_h,
+                              uint16_t *out) {
+    float tile[TILE * LANES], tile2[TILE * LANES];
+    float s[LANES], s2[LANES];
+    for (Py_ssize_t r0 = 0; r0 < rows; r0 += LANES) {
+        const int nl = rows - r0 < LANES ? (int)(rows - r0) : LANES;
+        for (int k = 0; k < LANES; k++) s[k] = s2[k] = -0.0f;
+        if (nl < LANES) { /* unused lanes sum zeros */
+            memset(tile, 0, sizeof tile);
+            memset(tile2, 0, sizeof tile2);
+        }
+        for (Py_ssize_t j0 = 0; j0 < n; j0 += TILE) {
+            const int steps = n - j0 < TILE ? (int)(n - j0) : TILE;
+            for (int k = 0; k < nl; k++) {
+                const uint16_t *x = src + (r0 + k) * n + j0;
+                for (int j = 0; j < steps; j++) {
+                    const float v = h2f(x[j]);
+                    tile[j * LANES + k] = v;
+                    tile2[j * LANES + k] = rnd16(v * v);
+                }
+            }
+            chain_tile(s, tile, steps, 1);
+            chain_tile(s2, tile2, steps, 1);
+        }
+        for (int k = 0; k < nl; k++) {
+            const float mean = rnd16(s[k] / n_h);
+            const float d = rnd16(rnd16(s2[k] / n_h) - rnd16(mean * mean));
+            const float var = (d >= 0.0f || d != d) ? d : 0.0f;
+            const float rstd = rnd16(1.0f / rnd16(sqrtf(rnd16(var + eps_h))));
+            const uint16_t *x = src + (r0 + k) * n;
+            uint16_t *y = out + (r0 + k) * n;
+            for (Py_ssize_t j = 0; j < n; j++) y[j] = f2h(rnd16(h2f(x[j]) - mean) * rstd);
+        }
     }
-    const float mean = rnd16(s / n_h);
-    const float d = rnd16(rnd16(s2 / n_h) - rnd16(mean * mean));
-    const float var = (d >= 0.0f || d != d) ? d : 0.0f;
-    const float rstd = rnd16(1.0f / rnd16(sqrtf(rnd16(var + eps_h))));
-    for (Py_ssize_t j = 0; j < n; j++) y[j] = f2h(rnd16(h2f(x[j]) - mean) * rstd);
 }
 
 enum { OP_ADD = 0, OP_SUB = 1, OP_MUL = 2, OP_DIV = 3 };
@@ -662,7 +686,7 @@ static PyObject *py_norm_rows(PyObject *self, PyObject *args) {
         uint16_t *o = (uint16_t *)bo.buf;
         const float n_h = h2f((uint16_t)n_bits), eps_h = h2f((uint16_t)eps_bits);
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t r = 0; r < rows; r++) norm_row_onepass(x + r * n, n, n_h, eps_h, o + r * n);
+        norm_rows_onepass(x, rows, n, n_h, eps_h, o);
         Py_END_ALLOW_THREADS
     }
     res = Py_NewRef(Py_None);
