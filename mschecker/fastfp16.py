@@ -153,6 +153,17 @@ def to_f16(x: np.ndarray) -> np.ndarray:
     return _ort_cast(x, F16)
 
 
+def to_f16_into(x: np.ndarray, dst: np.ndarray) -> None:
+    """dst[...] = to_f16(x) for float32 x and a float16 dst of x's shape: written in place by the compiled loop
+    when both are C-contiguous (no temporary), else through to_f16."""
+    fast = _compiled_cast(x, F32)
+    if fast is not None and dst.dtype == F16 and dst.shape == x.shape and dst.flags.c_contiguous \
+            and dst.flags.writeable:
+        fast.to_f16(x, dst)
+    else:
+        dst[...] = to_f16(x)
+
+
 def to_f32(x: np.ndarray) -> np.ndarray:
     """x.astype(float32), bit for bit (float16 input takes a fast route, anything else numpy's)."""
     x = np.asarray(x)

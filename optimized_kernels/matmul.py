@@ -25,7 +25,7 @@ import numpy as np
 
 from ..dtypes import bfloat16
 from ..reference.linalg import gemm_operands
-from ..fastfp16 import ORT_MIN_ELEMS, as_f32, to_f16, to_f32
+from ..fastfp16 import ORT_MIN_ELEMS, as_f32, to_f16, to_f16_into, to_f32
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -39,9 +39,6 @@ DEFAULT_KB = 64
 #: sgemm and the output rounding. Measured on SD attention shapes (one BLAS thread, scratch O_mm2.py, a quiet
 #: moment of the shared box): 1 MiB and 4 MiB both ~25% faster than the whole-batch passes, 16 MiB no faster.
 CHUNK_BYTES = 4 << 20
-#: Matrices whose own working set exceeds this take the whole-batch form (they do not stay in cache anyway);
-#: attention's 4.3 MB per head (1024 tokens, d = 40) is chunked.
-CHUNK_MAX_MATRIX_BYTES = 8 << 20
 
 
 def _acc_fp32(a: np.ndarray, b: np.ndarray, storage=None) -> np.ndarray:
@@ -129,7 +126,11 @@ def _rounded_fp32_product(a, b, storage):
     are upcast into C order, and `_upcast_is_c_order` guarantees the whole-batch upcast has that
     layout). tests/kernels/test_matmul_fastpath.py compares the bits. Everything else takes the whole-batch
     form: 2-D weights (SD's linear layers, measured no faster chunked: the SD-1.5 UNet's MatMul time went up
-    ~10% in a graph A/B), broadcast batch dimensions, 1-D operands, matrices too big to stay in cache.
+    ~10% in a graph A/B), broadcast batch dimensions, 1-D operands, and batches that fit one chunk anyway.
+    A matrix too big to stay in cache is still done one at a time: the fp32 product of a 64x64-latent SD
+    attention is 1 GiB for the whole batch (and so is the fp32 copy of its probabilities), 64 MiB per matrix;
+    each chunk's rounding is written straight into the result (_round_into), so no chunk-sized fp16 temporary
+    is mapped and faulted in either.
     """
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim < 3 or b.ndim != a.ndim or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2] \
@@ -137,9 +138,9 @@ def _rounded_fp32_product(a, b, storage):
         return _round(_acc_fp32(a, b, storage), storage)
     (m, k), n = a.shape[-2:], b.shape[-1]
     per_matrix = 4 * (m * k + m * n + k * n)
-    # one matrix's operands and product do not stay in cache anyway, or the whole batch is one chunk (the same
-    # calls as the loop below would make, without its Python: the SD attention of small exports, ~60 us saved)
-    if per_matrix > CHUNK_MAX_MATRIX_BYTES or per_matrix * a.size // (m * k) <= CHUNK_BYTES:
+    # the whole batch is one chunk: the same calls as the loop below would make, without its Python (the SD
+    # attention of small exports, ~60 us saved)
+    if per_matrix * (a.size // (m * k)) <= CHUNK_BYTES:
         return _round(_acc_fp32(a, b, storage), storage)
     a3, b3 = a.reshape(-1, m, k), b.reshape(-1, k, n)  # views where possible; _c_order_f32 orders each chunk
     step = max(1, CHUNK_BYTES // max(per_matrix, 1))
@@ -149,8 +150,16 @@ def _rounded_fp32_product(a, b, storage):
         i1 = min(a3.shape[0], i0 + step)
         part = acc[: i1 - i0]
         np.matmul(_c_order_f32(a3[i0:i1], storage), _c_order_f32(b3[i0:i1], storage), out=part)
-        out[i0:i1] = _round(part, storage)
+        _round_into(part, storage, out[i0:i1])
     return out.reshape(a.shape[:-2] + (m, n))
+
+
+def _round_into(x: np.ndarray, storage, dst: np.ndarray) -> None:
+    """dst[...] = _round(x, storage), for a C-contiguous dst: fp16 converted in place (fastfp16.to_f16_into)."""
+    if storage == F16:
+        to_f16_into(x, dst)
+    else:
+        dst[...] = _round(x, storage)
 
 
 def _c_order_f32(x: np.ndarray, storage) -> np.ndarray:

@@ -99,6 +99,18 @@ def test_small_array_routes_are_astype_bit_for_bit(f32_samples, chunk):
     assert same_bits(H.to_f16(head[:0]), head[:0].astype(F16)) and same_bits(H.to_f16(head[5:6].reshape(())), head[5:6].reshape(()).astype(F16))
 
 
+def test_to_f16_into_is_astype_in_place(f32_samples):
+    x = f32_samples[:60_000].reshape(3, 20_000)
+    with np.errstate(over="ignore"):
+        expected = x.astype(F16)
+    dst = np.empty((5, 20_000), F16)
+    H.to_f16_into(x, dst[1:4])  # a contiguous slice: converted in place
+    assert same_bits(dst[1:4], expected)
+    strided = np.empty((3, 40_000), F16)[:, ::2]  # not contiguous: through to_f16
+    H.to_f16_into(x, strided)
+    assert same_bits(strided, expected)
+
+
 def test_round_f16_is_the_astype_round_trip(f32_samples):
     with np.errstate(over="ignore", invalid="ignore"):
         expected = f32_samples.astype(F16).astype(F32)
