@@ -93,6 +93,17 @@ def test_disable_env_is_read_per_call(monkeypatch):
     monkeypatch.setenv("MSCHECKER_NO_FASTREF", "1")
     assert native.active("_fastref") is None and E.fast_module() is None
     assert native.status()["_fastref"].startswith("built, off (MSCHECKER_NO_FASTREF=1")
+    monkeypatch.setenv("MSCHECKER_NO_FASTREF", "0")  # "0" is off, as in _flag
+    assert native.active("_fastref") is E._fastref
+    monkeypatch.delenv("MSCHECKER_NO_FASTREF")  # the direct read of os.environ's store sees deletions too
+    assert native.active("_fastref") is E._fastref
+    import os
+
+    os.environ["MSCHECKER_NO_FASTREF"] = "yes"  # a plain assignment, not only monkeypatch's
+    try:
+        assert native.active("_fastref") is None
+    finally:
+        del os.environ["MSCHECKER_NO_FASTREF"]
 
 
 def test_status_names_every_fast_path(fresh):
