@@ -153,6 +153,19 @@ def to_f16(x: np.ndarray) -> np.ndarray:
     return _ort_cast(x, F16)
 
 
+def astype(x: np.ndarray, dtype) -> np.ndarray:
+    """x.astype(dtype), the same bits and the same layout: fp16 <-> fp32 of a C-contiguous x by the compiled
+    conversion (astype keeps x's order, and C order is what the fast routes give), anything else by numpy. For
+    kernels whose later BLAS calls must see astype's layout (a transposed view stays transposed)."""
+    dtype = np.dtype(dtype)
+    if x.flags.c_contiguous:
+        if dtype == F32 and x.dtype == F16:
+            return to_f32(x)
+        if dtype == F16 and x.dtype == F32:
+            return to_f16(x)
+    return x.astype(dtype)
+
+
 def to_f16_into(x: np.ndarray, dst: np.ndarray) -> None:
     """dst[...] = to_f16(x) for float32 x and a float16 dst of x's shape: written in place by the compiled loop
     when both are C-contiguous (no temporary), else through to_f16."""

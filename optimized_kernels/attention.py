@@ -23,6 +23,7 @@ import functools
 
 import numpy as np
 
+from ..fastfp16 import astype
 from ..reference.attention import causal_keep, default_scale
 from .softmax import softmax_fp16_fp32acc, softmax_fp16_nomax, softmax_fp32
 
@@ -31,21 +32,23 @@ F16 = np.dtype(np.float16)
 
 
 def _logits(q, k, mask, scale, causal, logits_dtype):
-    """scale * q k^T (fp32 accumulation) rounded to logits_dtype, mask applied in logits_dtype."""
-    s = np.matmul(q.astype(F32), np.swapaxes(k.astype(F32), -1, -2)) * F32.type(default_scale(q.shape[-1], scale))
-    s = s.astype(logits_dtype)
+    """scale * q k^T (fp32 accumulation) rounded to logits_dtype, mask applied in logits_dtype. Conversions by
+    fastfp16.astype: astype's bits and layout, compiled where the layout allows."""
+    s = np.matmul(astype(q, F32), np.swapaxes(astype(k, F32), -1, -2)) * F32.type(default_scale(q.shape[-1], scale))
+    s = astype(s, logits_dtype)
     if mask is not None:
-        s = np.where(mask, s, -np.inf).astype(logits_dtype) if mask.dtype == np.bool_ else s + mask.astype(logits_dtype)
+        s = astype(np.where(mask, s, -np.inf), logits_dtype) if mask.dtype == np.bool_ \
+            else s + mask.astype(logits_dtype)
     if causal:
-        s = np.where(causal_keep(s.shape[-2], s.shape[-1]), s, -np.inf).astype(logits_dtype)
+        s = astype(np.where(causal_keep(s.shape[-2], s.shape[-1]), s, -np.inf), logits_dtype)
     return s
 
 
 def _naive(q, k, v, mask, scale, causal, *, storage, logits_dtype, softmax_fn, round_p=True):
     with np.errstate(over="ignore", invalid="ignore"):  # fp16 logits may overflow: IEEE inf, then NaN
         p = softmax_fn(_logits(q, k, mask, scale, causal, logits_dtype), axis=-1)
-        p = p.astype(storage) if round_p else p.astype(F32)  # round_p=False: the planted "too accurate" bug
-        return np.matmul(p.astype(F32), v.astype(F32)).astype(storage)
+        p = astype(p, storage) if round_p else astype(p, F32)  # round_p=False: the planted "too accurate" bug
+        return astype(np.matmul(astype(p, F32), astype(v, F32)), storage)
 
 
 def attention_fp16_naive(q, k, v, mask=None, scale=None, causal=False):

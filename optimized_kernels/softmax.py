@@ -15,15 +15,15 @@ import numpy as np
 
 from ..dtypes import bfloat16
 
-from ..fastfp16 import fast_fp16, fp16_running_sum, running_sum_f32, to_f16, to_f32
+from ..fastfp16 import astype, fast_fp16, fp16_running_sum, running_sum_f32, to_f16, to_f32
 
 
 def _shifted_softmax(x: np.ndarray, axis: int, compute: np.dtype, out: np.dtype) -> np.ndarray:
-    xc = x.astype(compute)
+    xc = astype(np.asarray(x), compute)  # fastfp16.astype: astype's bits, compiled where the layout allows
     z = xc - np.max(xc, axis=axis, keepdims=True)
     e = np.exp(z).astype(compute)
     s = np.add.reduce(e, axis=axis, keepdims=True, dtype=compute)
-    return (e / s).astype(out)
+    return astype(e / s, out)
 
 
 def softmax_fp32(x: np.ndarray, axis: int = -1) -> np.ndarray:
