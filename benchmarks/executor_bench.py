@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from mschecker.fsio import atomic_write_text
+from mschecker.heap import KEEP_FREED_ENV
 
 
 def build(path: Path, c: int, s: int, blocks: int) -> None:
@@ -177,7 +178,8 @@ def bench(model: Path, feeds_path: Path, repeat: int, threads: int, baseline: Pa
     `threads` (on a shared, oversubscribed machine a multi-threaded BLAS on small matrices spends its time
     synchronising: measured 16x slower batched matmuls at load 9 on 2 cores, so 1 thread is the fair default)."""
     res = {}
-    env = {**os.environ, **{k: str(threads) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+    env = {**os.environ, **{k: str(threads) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+           **KEEP_FREED_ENV}  # freed memory kept for the next run, as the CLI does (mschecker/heap.py)
     kinds = [k for k in RUNNERS if k in runners]
     if baseline is not None:
         kinds += ["baseline npu:ascend910b", "baseline reference"]

@@ -46,6 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mschecker.heap import KEEP_FREED_ENV
+
 RESULTS = Path(__file__).resolve().parent / "results" / "sd_bench.json"
 PROMPT = "a photo of an astronaut riding a horse on the moon"
 
@@ -146,7 +148,7 @@ def _timed(cmd: list[str], timeout: float) -> dict:
     """A subprocess's wall time, exit code and peak RSS (its own VmHWM via /usr/bin/time when available)."""
     load1 = os.getloadavg()[0]
     timer = ["/usr/bin/time", "-f", "MAXRSS_KB %M"] if Path("/usr/bin/time").exists() else []
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": BLAS_THREADS, "OMP_NUM_THREADS": BLAS_THREADS}
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": BLAS_THREADS, "OMP_NUM_THREADS": BLAS_THREADS}  # the CLI: heap.py
     t0 = time.perf_counter()
     try:
         r = subprocess.run(timer + cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -207,7 +209,7 @@ BLAS_THREADS = "1"  # what `mschecker sd` uses (see mschecker/commands/sd.py); -
 
 def spawn(args: list[str], timeout: float) -> dict:
     load1 = os.getloadavg()[0]
-    env = dict(os.environ)
+    env = {**os.environ, **KEEP_FREED_ENV}  # freed memory kept for the next run, as the CLI does (mschecker/heap.py)
     if BLAS_THREADS != "default":
         env.update(OPENBLAS_NUM_THREADS=BLAS_THREADS, OMP_NUM_THREADS=BLAS_THREADS, MKL_NUM_THREADS=BLAS_THREADS)
     t0 = time.perf_counter()

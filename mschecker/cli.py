@@ -19,6 +19,7 @@ import os
 import sys
 
 from .blas import pin_one_thread
+from .heap import keep_freed_memory
 from .errors import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, ExecutionError,
                      InputError)
 
@@ -94,6 +95,7 @@ def _dispatch(argv: list[str]) -> int:
         name, rest = "check", argv
     if name in ONE_BLAS_THREAD:
         pin_one_thread()  # before the subcommand imports numpy (mschecker/blas.py says why)
+    keep_freed_memory()  # tensors of the same sizes are allocated on every run (mschecker/heap.py says why)
     try:
         module = importlib.import_module(SUBCOMMANDS[name])
     except ModuleNotFoundError as exc:
