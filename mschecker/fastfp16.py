@@ -23,11 +23,17 @@ most of its time there. Every helper here computes exactly the same bits by anot
 - `lut_unary`: an elementwise kernel of a 2-byte float dtype has only 65,536 inputs; it is evaluated once on all
   of them and applied as a table lookup (identical by construction).
 
-Compiled loops: where the optional C extension mschecker._fastfp16 is built, `fp16_running_sum` (any row count,
-32 rows interleaved) and `f16_binary` (shapes that fold to 3 dims: equal shapes, scalars, channel broadcasts)
-run there, and so does softmax.softmax_fp16_fp16acc; the numpy code stays as the fallback (no compiler, more
-than 3 folded dims) and as the definition the
-tests compare bits against (tests/kernels/test_fastfp16.py). MSCHECKER_NO_FASTFP16=1 forces the numpy paths.
+Compiled loops: where the optional C extension mschecker._fastfp16 is built, `to_f16` / `to_f32` (C-contiguous
+arrays), `fp16_running_sum` (any row count, 32 rows interleaved) and `f16_binary` (shapes that fold to 3 dims:
+equal shapes, scalars, channel broadcasts) run there, and so do softmax.softmax_fp16_fp16acc and the fp16 one-pass
+normalization of norms.normalize_rows. Where the CPU has F16C and AVX2 (checked at run time) the conversions, the
+binary loop and the softmax's shift/exp/divide work on eight values at a time. The numpy code stays as the
+fallback (no compiler, more than 3 folded dims) and as the definition the tests compare bits against
+(tests/kernels/test_fastfp16.py). NaN: the conversions give numpy's NaN bits; a NaN *result* of an operation
+(binary, softmax rows with NaN/+inf, running sums) is NaN at the same position with the compiled loop's payload
+(numpy's own fp16 NaN payloads depend on its SIMD layout, so they are not a function of the element, and
+recomputing them made a NaN-filled tensor 25x slower than a finite one). MSCHECKER_NO_FASTFP16=1 forces the
+numpy paths.
 Speed of both routes: benchmarks/fastfp16_bench.py, recorded in benchmarks/results/fastfp16.json (the compiled
 loops win where rows run side by side; one long row is latency-bound on both routes).
 """
