@@ -15,6 +15,7 @@ import numpy as np
 
 from ..dtypes import bfloat16
 
+from ..threads import for_row_blocks
 from ..fastfp16 import astype, fast_fp16, fp16_running_sum, running_sum_f32, to_f16, to_f32
 
 
@@ -120,7 +121,9 @@ def _softmax_fp16acc_c(fast, x16: np.ndarray, axis: int) -> np.ndarray:
     moved = np.ascontiguousarray(np.moveaxis(x16, axis, -1))
     out = np.empty_like(moved)
     n = moved.shape[-1]
-    fast.softmax_fp16acc(moved, moved.size // n, n, _exp_table(), out)
+    flat_in, flat_out, table = moved.reshape(-1, n), out.reshape(-1, n), _exp_table()
+    # rows are independent: split over the thread budget (mschecker/threads.py), the same bits
+    for_row_blocks(lambda a, b: fast.softmax_fp16acc(flat_in[a:b], b - a, n, table, flat_out[a:b]), flat_in.shape[0], n)
     return out if axis in (-1, x16.ndim - 1) else np.ascontiguousarray(np.moveaxis(out, -1, axis))
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from mschecker import native
+from mschecker.threads import for_row_blocks
 
 from .exp64 import exp64_numpy, fast_module
 
@@ -75,5 +76,8 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
         return softmax_numpy(x, axis)
     rows = np.ascontiguousarray(np.moveaxis(x, axis, -1))
     out = np.empty(rows.shape, dtype=np.float64)
-    fast.softmax_rows(rows, out, rows.shape[-1])
+    n = rows.shape[-1]
+    flat_in, flat_out = rows.reshape(-1, n), out.reshape(-1, n)
+    # rows are independent: split over the thread budget (mschecker/threads.py), the same bits
+    for_row_blocks(lambda a, b: fast.softmax_rows(flat_in[a:b], flat_out[a:b], n), flat_in.shape[0], n)
     return np.ascontiguousarray(np.moveaxis(out, -1, axis))
