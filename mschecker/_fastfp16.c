@@ -328,6 +328,19 @@ VECTOR_TARGET static Py_ssize_t row_shift_exp_x8(const uint16_t *x, Py_ssize_t n
     return j;
 }
 
+VECTOR_TARGET static Py_ssize_t normalize_row_x8(const uint16_t *x, Py_ssize_t n, float mean, float rstd,
+                                                 uint16_t *y) {
+    const __m256 mv = _mm256_set1_ps(mean), rv = _mm256_set1_ps(rstd);
+    __m256 ln;
+    Py_ssize_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 d = _mm256_sub_ps(h2f_x8(_mm_loadu_si128((const __m128i *)(x + j)), &ln), mv);
+        const __m256 dr = h2f_x8(f2h_x8(d, &ln), &ln); /* rnd16(x - mean) */
+        _mm_storeu_si128((__m128i *)(y + j), f2h_x8(_mm256_mul_ps(dr, rv), &ln));
+    }
+    return j;
+}
+
 VECTOR_TARGET static Py_ssize_t row_divide_x8(const float *e, Py_ssize_t n, float s, uint16_t *y) {
     const __m256 sv = _mm256_set1_ps(s);
     __m256 ln;
@@ -412,10 +425,24 @@ static int softmax_rows(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, cons
  * fp16(var + eps_h)))), y = fp16(fp16(x - mean) * rstd). n_h and eps_h are the fp16 values numpy makes of n and
  * epsilon (passed as bits by the caller). The two sums of LANES rows run side by side (chain_tile, as
  * running_sums): one row's sum is a dependency chain of roundings. NaN results carry this module's payloads. */
+/* squares rounded to fp16, dst[j] = rnd16(src[j]^2) (restrict parameters: the loop vectorizes) */
+static void square_row(float *restrict dst, const float *restrict src, int n) {
+    for (int j = 0; j < n; j++) dst[j] = rnd16(src[j] * src[j]);
+}
+
+/* y[j] = fp16(fp16(x[j] - mean) * rstd) over a row */
+static void normalize_row(const uint16_t *restrict x, Py_ssize_t n, float mean, float rstd, uint16_t *restrict y) {
+    Py_ssize_t j = 0;
+#ifdef HAVE_F16C_CODE
+    if (have_f16c()) j = normalize_row_x8(x, n, mean, rstd, y);
+#endif
+    for (; j < n; j++) y[j] = f2h(rnd16(h2f(x[j]) - mean) * rstd);
+}
+
 KERNEL_CLONES
 static void norm_rows_onepass(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n, float n_h, float eps_h,
                               uint16_t *out) {
-    float tile[TILE * LANES], tile2[TILE * LANES];
+    float tile[TILE * LANES], tile2[TILE * LANES], rowbuf[LANES * TILE], sqbuf[LANES * TILE];
     float s[LANES], s2[LANES];
     for (Py_ssize_t r0 = 0; r0 < rows; r0 += LANES) {
         const int nl = rows - r0 < LANES ? (int)(rows - r0) : LANES;
@@ -427,13 +454,11 @@ static void norm_rows_onepass(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n
         for (Py_ssize_t j0 = 0; j0 < n; j0 += TILE) {
             const int steps = n - j0 < TILE ? (int)(n - j0) : TILE;
             for (int k = 0; k < nl; k++) {
-                const uint16_t *x = src + (r0 + k) * n + j0;
-                for (int j = 0; j < steps; j++) {
-                    const float v = h2f(x[j]);
-                    tile[j * LANES + k] = v;
-                    tile2[j * LANES + k] = rnd16(v * v);
-                }
+                h2f_row(rowbuf + k * TILE, src + (r0 + k) * n + j0, steps);
+                square_row(sqbuf + k * TILE, rowbuf + k * TILE, steps);
             }
+            transpose_in(tile, rowbuf, TILE, steps, nl);
+            transpose_in(tile2, sqbuf, TILE, steps, nl);
             chain_tile(s, tile, steps, 1);
             chain_tile(s2, tile2, steps, 1);
         }
@@ -442,9 +467,7 @@ static void norm_rows_onepass(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n
             const float d = rnd16(rnd16(s2[k] / n_h) - rnd16(mean * mean));
             const float var = (d >= 0.0f || d != d) ? d : 0.0f;
             const float rstd = rnd16(1.0f / rnd16(sqrtf(rnd16(var + eps_h))));
-            const uint16_t *x = src + (r0 + k) * n;
-            uint16_t *y = out + (r0 + k) * n;
-            for (Py_ssize_t j = 0; j < n; j++) y[j] = f2h(rnd16(h2f(x[j]) - mean) * rstd);
+            normalize_row(src + (r0 + k) * n, n, mean, rstd, out + (r0 + k) * n);
         }
     }
 }

@@ -10,6 +10,8 @@ the storage format (the input's dtype). Public kernels follow the registry signa
 """
 from __future__ import annotations
 
+import functools
+import math
 from typing import Callable
 
 import numpy as np
@@ -66,10 +68,11 @@ def stats_onepass(rows: np.ndarray, acc: np.dtype) -> tuple[np.ndarray, np.ndarr
 StatsFn = Callable[[np.ndarray, np.dtype], tuple[np.ndarray, np.ndarray]]
 
 
-def _f16_bits(value: float) -> np.uint16:
+@functools.lru_cache(maxsize=256)
+def _f16_bits(value: float) -> int:
     """The bits of np.float16(value): the fp16 constant numpy makes of a Python number (stats_onepass's n)."""
     with np.errstate(over="ignore"):
-        return np.float16(value).view(np.uint16)
+        return int(np.float16(value).view(np.uint16))
 
 
 def normalize_rows(rows: np.ndarray, stats: StatsFn, acc: np.dtype, epsilon: float) -> np.ndarray:
@@ -82,7 +85,7 @@ def normalize_rows(rows: np.ndarray, stats: StatsFn, acc: np.dtype, epsilon: flo
             rows = np.ascontiguousarray(rows)
             out = np.empty_like(rows)
             m, n = rows.shape
-            fast.norm_rows_onepass(rows, m, n, int(_f16_bits(n)), int(eps.view(np.uint16)), out)
+            fast.norm_rows_onepass(rows, m, n, _f16_bits(n), int(eps.view(np.uint16)), out)
             return out
     mean, var = stats(rows, acc)
     rstd = (acc.type(1) / np.sqrt((var + eps).astype(acc))).astype(acc)
@@ -90,8 +93,8 @@ def normalize_rows(rows: np.ndarray, stats: StatsFn, acc: np.dtype, epsilon: flo
 
 
 def _affine(z: np.ndarray, scale, bias, acc: np.dtype) -> np.ndarray:
-    y = _arith(np.multiply, z, np.asarray(scale).astype(acc), acc)
-    return _arith(np.add, y, np.asarray(bias).astype(acc), acc) if bias is not None else y
+    y = _arith(np.multiply, z, np.asarray(scale, dtype=acc), acc)
+    return _arith(np.add, y, np.asarray(bias, dtype=acc), acc) if bias is not None else y
 
 
 def make_layer_norm(stats: StatsFn, acc) -> Callable[..., np.ndarray]:
@@ -100,7 +103,7 @@ def make_layer_norm(stats: StatsFn, acc) -> Callable[..., np.ndarray]:
     def layer_norm(x, scale, bias=None, axis: int = -1, epsilon: float = 1e-5):
         x = np.asarray(x)
         ax = axis % x.ndim
-        m = int(np.prod(x.shape[:ax], dtype=np.int64))
+        m = math.prod(x.shape[:ax])
         with np.errstate(all="ignore"):
             z = normalize_rows(x.reshape(m, -1), stats, acc, epsilon).reshape(x.shape)
             return _affine(z, scale, bias, acc).astype(x.dtype)
