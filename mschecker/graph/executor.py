@@ -66,7 +66,7 @@ class Step:
     donate: tuple[int, ...] = ()
     # a node whose inputs are all constants (a Constant node, shape arithmetic on initializers, a transposed
     # weight), evaluated once at plan time under the same policy: its outputs by name (read-only), which a run
-    # hands on instead of computing them again (Executor.fold)
+    # hands on instead of computing them again (Executor._fold)
     folded: dict[str, np.ndarray] | None = None
 
 
@@ -280,10 +280,12 @@ class Executor:
         limit = self.FOLD_MAX_BYTES
         if limit == 0:
             return
-        plan_env = {**self.constants, **self.rounded_constants, "": None}
+        def read(key):  # as run() reads its env: a rounded / staged key, a constant's name, or "" for None
+            return None if key == "" else self.rounded_constants[key] if isinstance(key, tuple) else self.constants[key]
+
         try:
             with np.errstate(all="ignore"):
-                produced = self._execute(step, [plan_env[key] for key in step.reads], reuse=False)
+                produced = self._execute(step, [read(key) for key in step.reads], reuse=False)
         except Exception:  # noqa: BLE001 - the run reports it, with the node, as it would without folding
             return
         if limit is not None and sum(np.asarray(v).nbytes for v in produced.values()) > limit:
