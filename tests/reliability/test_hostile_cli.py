@@ -115,7 +115,10 @@ def test_ctrl_c_while_writing_reports_leaves_no_report(tmp_path, model, x, monke
 def test_ctrl_c_in_a_real_process_is_130(tmp_path):
     """SIGINT to a real CLI process (the user's Ctrl-C) mid-run: exit 130 and one line. The child says "ready"
     once the CLI is imported (what the console script does before main), so a loaded machine cannot make the
-    signal land in interpreter start-up instead."""
+    signal land in interpreter start-up instead. The child starts with SIGINT at its default disposition, as a
+    foreground process in a terminal does: a disposition of SIG_IGN is inherited across exec and Python keeps it,
+    and a shell starts background jobs (`.ci/run &`, nohup) with SIGINT ignored, so the child then ran on,
+    untouched by the signal, and the test timed out."""
     import signal
     import subprocess
     import sys
@@ -124,7 +127,8 @@ def test_ctrl_c_in_a_real_process_is_130(tmp_path):
     code = ("import sys; from mschecker import cli; print('ready', flush=True); "
             "sys.exit(cli.main(['kernels', '--examples', '2000']))")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "NO_COLOR": "1"})
+                            env={**os.environ, "NO_COLOR": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
