@@ -145,18 +145,23 @@ def _numpy_cast(x: np.ndarray, dst: np.dtype) -> np.ndarray:
         return np.array(x, dtype=dst, order="C")
 
 
+def _convert(x, src: np.dtype, dst: np.dtype) -> np.ndarray:
+    """x.astype(dst), bit for bit, where x of dtype src takes a fast route (module docstring): the compiled loop,
+    onnxruntime for a large array it cannot take (an array holding NaN then by numpy), numpy for the rest."""
+    x = np.asarray(x)
+    fast = _compiled_cast(x, src)
+    if fast is not None:
+        return _c_cast(fast, x, dst)
+    if x.dtype != src or x.size < ORT_MIN_ELEMS:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return x.astype(dst)
+    y = _ort_cast(x, dst)
+    return _numpy_cast(x, dst) if _has_nan(y) else y  # a conversion keeps NaN positions: y tells for x
+
+
 def to_f16(x: np.ndarray) -> np.ndarray:
     """x.astype(float16), bit for bit (float32 input takes a fast route, anything else numpy's)."""
-    x = np.asarray(x)
-    fast = _compiled_cast(x, F32)
-    if fast is not None:
-        return _c_cast(fast, x, F16)
-    if x.dtype != F32 or x.size < ORT_MIN_ELEMS:
-        with np.errstate(over="ignore", invalid="ignore"):
-            return x.astype(F16)
-    if _has_nan(x):
-        return _numpy_cast(x, F16)
-    return _ort_cast(x, F16)
+    return _convert(x, F32, F16)
 
 
 def astype(x: np.ndarray, dtype) -> np.ndarray:
@@ -185,16 +190,7 @@ def to_f16_into(x: np.ndarray, dst: np.ndarray) -> None:
 
 def to_f32(x: np.ndarray) -> np.ndarray:
     """x.astype(float32), bit for bit (float16 input takes a fast route, anything else numpy's)."""
-    x = np.asarray(x)
-    fast = _compiled_cast(x, F16)
-    if fast is not None:
-        return _c_cast(fast, x, F32)
-    if x.dtype != F16 or x.size < ORT_MIN_ELEMS:
-        return x.astype(F32)
-    y = _ort_cast(x, F32)
-    if _has_nan(y):
-        return _numpy_cast(x, F32)
-    return y
+    return _convert(x, F16, F32)
 
 
 def as_f32(x: np.ndarray, storage: np.dtype = F32) -> np.ndarray:

@@ -57,8 +57,16 @@ _modules: dict[str, ModuleType | None] = {}
 _problems: dict[str, str] = {}  # name -> why the extension is not used (absent when it loaded and agrees)
 
 
+#: os.environ's own store (CPython's os._Environ keeps the encoded variables in `_data`, updated by every
+#: assignment and deletion through os.environ, monkeypatch.setenv included): one dict lookup where
+#: os.environ.get costs ~1 us through its Mapping layers, and active() runs a few times per fp16 node
+_ENVIRON_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
+
+
 def _flag(name: str) -> bool:
-    return os.environ.get(name, "") not in ("", "0")
+    if _ENVIRON_DATA is None:
+        return os.environ.get(name, "") not in ("", "0")
+    return _ENVIRON_DATA.get(name.encode(), b"") not in (b"", b"0")
 
 
 def _fail(name: str, why: str) -> None:
@@ -101,23 +109,10 @@ def load(name: str, **expected) -> ModuleType | None:
     return module
 
 
-#: os.environ's own store (CPython's os._Environ keeps the encoded variables in `_data`, updated by every
-#: assignment and deletion through os.environ, monkeypatch.setenv included): one dict lookup where
-#: os.environ.get costs ~1 us through its Mapping layers, and active() runs a few times per fp16 node
-_ENVIRON_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
-_DISABLE_KEYS = {name: path.disable_env.encode() for name, path in FAST_PATHS.items()}
-
-
-def _forced_off(name: str) -> bool:
-    if _ENVIRON_DATA is None:
-        return _flag(FAST_PATHS[name].disable_env)
-    return _ENVIRON_DATA.get(_DISABLE_KEYS[name], b"") not in (b"", b"0")
-
-
 def active(name: str) -> ModuleType | None:
     """The module to compute with now: None when it is not usable or MSCHECKER_NO_<NAME>=1 forces the numpy twin.
     Read per call, so that tests run both routes in one process."""
-    if _forced_off(name):
+    if _flag(FAST_PATHS[name].disable_env):
         return None
     return _modules[name] if name in _modules else load(name)
 
