@@ -45,7 +45,8 @@ def _executor(workers: int) -> ThreadPoolExecutor:
 def for_row_blocks(fn: Callable[[int, int], None], rows: int, row_elements: int) -> None:
     """fn(start, stop) over [0, rows) in one block per thread of the budget (this thread does the first one);
     one call when the work is small or the budget is 1. Exceptions propagate."""
-    threads = min(thread_budget(), rows, max(1, rows * row_elements // MIN_ELEMENTS_PER_THREAD))
+    most = min(rows, rows * row_elements // MIN_ELEMENTS_PER_THREAD)
+    threads = min(thread_budget(), most) if most > 1 else 1  # small work: no environment read per call
     if threads <= 1:
         fn(0, rows)
         return
