@@ -19,5 +19,18 @@ from setuptools import Extension, setup
 _args = [] if sys.platform == "win32" else ["-O3", "-std=c99", "-ffp-contract=off"]
 _FAST = ("_fastcompare", "_fastfp16", "_fastref")
 
-setup(ext_modules=[Extension(f"mschecker.{name}", [f"mschecker/{name}.c"], extra_compile_args=_args, optional=True)
+
+
+def _numpy_include() -> list[str]:
+    """numpy's C headers (_fastfp16 allocates its results with numpy's C API); none without numpy, and then that
+    extension's build fails quietly like any other (optional=True)."""
+    try:
+        import numpy
+    except ImportError:
+        return []
+    return [numpy.get_include()]
+
+
+setup(ext_modules=[Extension(f"mschecker.{name}", [f"mschecker/{name}.c"], extra_compile_args=_args, optional=True,
+                             include_dirs=_numpy_include())
                    for name in _FAST])

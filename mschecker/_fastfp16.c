@@ -3,11 +3,11 @@
  * Each function computes exactly the bits of a numpy definition that stays in the package as the fallback:
  * - running_sum: np.add.accumulate(x, dtype=float16)[-1] along a row (fp32 add, rounded to fp16 after every add);
  * - softmax_fp16acc: softmax_fp16_fp16acc_numpy along a contiguous last axis;
- * - binary: numpy's float16 add / subtract / multiply / divide (float32 operation of the two upcast operands,
+ * - binary_new: numpy's float16 add / subtract / multiply / divide (float32 operation of the two upcast operands,
  *   rounded once: 24 >= 2*11 + 2 significand bits, so the double rounding is innocuous, Figueroa 1995).
  * NaN payloads are the one thing not reproduced (numpy's own fp16 NaN payloads depend on the layout its SIMD loops
- * see, so they are not a function of the element): binary writes every result, NaNs with the payload this loop's
- * float32 arithmetic gives, and reports that it made one; softmax reports a row with NaN or +inf (or of -inf only)
+ * see, so they are not a function of the element): binary_new writes every result, NaNs with the payload this
+ * loop's float32 arithmetic gives; softmax reports a row with NaN or +inf (or of -inf only)
  * and the caller makes that row NaN; a running sum that becomes NaN returns a NaN of another payload. NaN
  * positions are always exact.
  *
@@ -16,10 +16,15 @@
  * checked over every fp16 value and every fp32 rounding boundary by tests/kernels/test_fastfp16.py. The per-step
  * rounding of the sums is fastfp16.round_f16's x + C - C (C = 1.5 * 2^(e + 13), e = x's binade clamped to
  * [-14, 15]). Built with -ffp-contract=off and without -ffast-math (setup.py): every float operation rounds as
- * numpy's does. The GIL is released in every loop. Plain C99 + the CPython API + the buffer protocol.
+ * numpy's does. The GIL is released in every loop. Plain C99 + the CPython API + the buffer protocol, and numpy's
+ * C API where a function returns a new array.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+/* numpy's C API only for the allocating entry points (cast, binary_new, lut): an array made here costs ~0.1 us
+ * where np.empty from Python costs ~0.4 us, much of a small fp16 node. */
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -250,8 +255,13 @@ VECTOR_TARGET static uint32_t convert_to_f32_f16c(const uint16_t *h, float *o, P
     __m256 nanmask = _mm256_setzero_ps(), lane_nan;
     Py_ssize_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(o + i, h2f_x8(_mm_loadu_si128((const __m128i *)(h + i)), &lane_nan));
-        nanmask = _mm256_or_ps(nanmask, lane_nan);
+        const __m128i hv = _mm_loadu_si128((const __m128i *)(h + i));
+        __m256 v = _mm256_cvtph_ps(hv);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) { /* rare: numpy's NaN bits for this block */
+            v = h2f_x8(hv, &lane_nan);
+            nanmask = _mm256_or_ps(nanmask, lane_nan);
+        }
+        _mm256_storeu_ps(o + i, v);
     }
     return (uint32_t)_mm256_movemask_ps(nanmask) | convert_to_f32_scalar(h, o, i, n);
 }
@@ -260,8 +270,15 @@ VECTOR_TARGET static uint32_t convert_to_f16_f16c(const float *f, uint16_t *o, P
     __m256 nanmask = _mm256_setzero_ps(), lane_nan;
     Py_ssize_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        _mm_storeu_si128((__m128i *)(o + i), f2h_x8(_mm256_loadu_ps(f + i), &lane_nan));
-        nanmask = _mm256_or_ps(nanmask, lane_nan);
+        const __m256 v = _mm256_loadu_ps(f + i);
+        __m128i hv;
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) { /* rare: numpy's NaN bits for this block */
+            hv = f2h_x8(v, &lane_nan);
+            nanmask = _mm256_or_ps(nanmask, lane_nan);
+        } else {
+            hv = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+        }
+        _mm_storeu_si128((__m128i *)(o + i), hv);
     }
     return (uint32_t)_mm256_movemask_ps(nanmask) | convert_to_f16_scalar(f, o, i, n);
 }
@@ -474,7 +491,7 @@ static void norm_rows_onepass(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n
 
 enum { OP_ADD = 0, OP_SUB = 1, OP_MUL = 2, OP_DIV = 3 };
 
-/* One innermost loop of `binary`: n elements, operand strides ia, ib (elements; 0 = broadcast). */
+/* One innermost loop of `binary_new`: n elements, operand strides ia, ib (elements; 0 = broadcast). */
 #define BINARY_LOOP(EXPR)                                                                                       \
     do {                                                                                                        \
         if (ia == 1 && ib == 1) {                                                                               \
@@ -511,14 +528,20 @@ enum { OP_ADD = 0, OP_SUB = 1, OP_MUL = 2, OP_DIV = 3 };
     } while (0)
 
 #ifdef HAVE_F16C_CODE
-/* The vector form of one `binary` row for unit or zero strides: eight fp16 values of each operand to float32
+/* The vector form of one `binary_new` row for unit or zero strides: eight fp16 values of each operand to float32
  * (h2f_x8), one float32 operation (the scalar loop's, lane by lane: the same IEEE results), rounded by f2h_x8.
  * Returns how many elements it did (a multiple of 8); *nan: whether a result was NaN. */
 #define BINARY_X8(VOP)                                                                                          \
     for (; i + 8 <= n; i += 8) {                                                                                \
-        const __m256 x = ia ? h2f_x8(_mm_loadu_si128((const __m128i *)(a + i)), &ln) : xa;                      \
-        const __m256 y = ib ? h2f_x8(_mm_loadu_si128((const __m128i *)(b + i)), &ln) : yb;                      \
-        const __m256 r = VOP(x, y);                                                                             \
+        const __m128i ha = ia ? _mm_loadu_si128((const __m128i *)(a + i)) : _mm_setzero_si128();              \
+        const __m128i hb = ib ? _mm_loadu_si128((const __m128i *)(b + i)) : _mm_setzero_si128();              \
+        __m256 r = VOP(ia ? _mm256_cvtph_ps(ha) : xa, ib ? _mm256_cvtph_ps(hb) : yb);                           \
+        if (!_mm256_movemask_ps(_mm256_cmp_ps(r, r, _CMP_UNORD_Q))) {                                           \
+            _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));              \
+            continue;                                                                                           \
+        }                                                                                                       \
+        /* a NaN result (rare): the block again with numpy's NaN conversions, the payload rule of every result */ \
+        r = VOP(ia ? h2f_x8(ha, &ln) : xa, ib ? h2f_x8(hb, &ln) : yb);                                          \
         _mm_storeu_si128((__m128i *)(out + i), f2h_x8(r, &ln));                                                 \
         nm = _mm256_or_ps(nm, ln);                                                                              \
     }
@@ -638,52 +661,20 @@ done:
     return res;
 }
 
-PyDoc_STRVAR(binary_doc,
-"binary(op, a, b, out, shape, a_strides, b_strides) -> bool\n"
-"op: 0 add, 1 subtract, 2 multiply, 3 divide. shape: 3 ints (the collapsed output shape); a_strides, b_strides:\n"
-"3 element strides each (>= 0; 0 broadcasts). out: contiguous fp16 of prod(shape), always filled. False when a\n"
-"result is NaN (out holds it with this loop's payload: numpy's are not a function of the element).");
-
-static PyObject *py_binary(PyObject *self, PyObject *args) {
-    Py_buffer ba, bb, bo;
-    int op;
-    Py_ssize_t d[3], sa[3], sb[3];
-    if (!PyArg_ParseTuple(args, "iy*y*w*(nnn)(nnn)(nnn)", &op, &ba, &bb, &bo, &d[0], &d[1], &d[2], &sa[0], &sa[1],
-                          &sa[2], &sb[0], &sb[1], &sb[2]))
-        return NULL;
-    PyObject *res = NULL;
+/* The collapsed (d0, d1, d2) loop of `binary_new` over rows of d2 (the GIL released for big ones): numpy's fp16
+ * add / subtract / multiply / divide bits; a NaN result gets this loop's payload and makes the return nonzero. */
+static uint32_t binary_blocks(int op, const uint16_t *a, const uint16_t *b, uint16_t *o, const Py_ssize_t d[3],
+                              const Py_ssize_t sa[3], const Py_ssize_t sb[3]) {
     uint32_t nan = 0;
-    Py_ssize_t la = 0, lb = 0;
-    if (op < OP_ADD || op > OP_DIV) {
-        PyErr_SetString(PyExc_ValueError, "_fastfp16.binary: op must be 0..3");
-        goto done;
-    }
-    for (int k = 0; k < 3; k++) {
-        if (d[k] < 1 || sa[k] < 0 || sb[k] < 0) {
-            PyErr_SetString(PyExc_ValueError, "_fastfp16.binary: needs shape >= 1 and strides >= 0");
-            goto done;
-        }
-        la += (d[k] - 1) * sa[k];
-        lb += (d[k] - 1) * sb[k];
-    }
-    if (!need_fp16(&ba, la + 1, "a") || !need_fp16(&bb, lb + 1, "b") || !need_fp16(&bo, d[0] * d[1] * d[2], "out"))
-        goto done;
-    {
-        const uint16_t *a = (const uint16_t *)ba.buf, *b = (const uint16_t *)bb.buf;
-        uint16_t *o = (uint16_t *)bo.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i0 = 0; i0 < d[0]; i0++)
-            for (Py_ssize_t i1 = 0; i1 < d[1]; i1++)
-                nan |= binary_row(op, a + i0 * sa[0] + i1 * sa[1], sa[2], b + i0 * sb[0] + i1 * sb[1], sb[2],
-                                  o + (i0 * d[1] + i1) * d[2], d[2]);
-        Py_END_ALLOW_THREADS
-    }
-    res = PyBool_FromLong(!nan);
-done:
-    PyBuffer_Release(&ba);
-    PyBuffer_Release(&bb);
-    PyBuffer_Release(&bo);
-    return res;
+    const int release = d[0] * d[1] * d[2] >= (1 << 15);
+    PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
+    for (Py_ssize_t i0 = 0; i0 < d[0]; i0++)
+        for (Py_ssize_t i1 = 0; i1 < d[1]; i1++)
+            nan |= binary_row(op, a + i0 * sa[0] + i1 * sa[1], sa[2], b + i0 * sb[0] + i1 * sb[1], sb[2],
+                              o + (i0 * d[1] + i1) * d[2], d[2]);
+    if (release)
+        PyEval_RestoreThread(ts);
+    return nan;
 }
 
 PyDoc_STRVAR(norm_doc,
@@ -777,10 +768,170 @@ done:
     return res;
 }
 
+/* ------------------------------------------------------------------------------ entry points that allocate */
+
+/* x as a C-contiguous, aligned, native-order ndarray of numpy type `type`, or NULL (no error set). */
+static PyArrayObject *plain_array(PyObject *x, int type) {
+    if (!PyArray_Check(x))
+        return NULL;
+    PyArrayObject *a = (PyArrayObject *)x;
+    if (PyArray_TYPE(a) != type || !PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a))
+        return NULL;
+    return a;
+}
+
+/* A new C-order array of `type` with a's shape. */
+static PyObject *new_like(PyArrayObject *a, int type) {
+    return PyArray_SimpleNew(PyArray_NDIM(a), PyArray_DIMS(a), type);
+}
+
+PyDoc_STRVAR(cast_doc,
+"cast(x, to_half) -> new array or None: x.astype(float16) (to_half true, x float32) or x.astype(float32)\n"
+"(to_half false, x float16), numpy's bits, NaN payloads included, C order; None when x is not a C-contiguous\n"
+"aligned native-order ndarray of the source dtype (the caller converts another way).");
+
+static PyObject *py_cast(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_fastfp16.cast(x, to_half) takes 2 arguments");
+        return NULL;
+    }
+    const int to_half = PyObject_IsTrue(args[1]);
+    if (to_half < 0)
+        return NULL;
+    PyArrayObject *a = plain_array(args[0], to_half ? NPY_FLOAT : NPY_HALF);
+    if (a == NULL)
+        Py_RETURN_NONE;
+    PyObject *y = new_like(a, to_half ? NPY_HALF : NPY_FLOAT);
+    if (y == NULL)
+        return NULL;
+    const Py_ssize_t n = PyArray_SIZE(a);
+    const int release = n >= (1 << 15);
+    PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
+    if (to_half)
+        convert_to_f16((const float *)PyArray_DATA(a), (uint16_t *)PyArray_DATA((PyArrayObject *)y), n);
+    else
+        convert_to_f32((const uint16_t *)PyArray_DATA(a), (float *)PyArray_DATA((PyArrayObject *)y), n);
+    if (release)
+        PyEval_RestoreThread(ts);
+    return y;
+}
+
+/* n Python ints from a tuple of exactly n items into v; 0 with an exception set otherwise. */
+static int ssize_triple(PyObject *t, Py_ssize_t v[3], const char *what) {
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) {
+        PyErr_Format(PyExc_TypeError, "_fastfp16.binary_new: %s must be a tuple of 3 ints", what);
+        return 0;
+    }
+    for (int k = 0; k < 3; k++) {
+        v[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, k));
+        if (v[k] == -1 && PyErr_Occurred())
+            return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(binary_new_doc,
+"binary_new(op, a, b, shape, d, a_strides, b_strides) -> new fp16 array of `shape`, or None\n"
+"`binary` into a new C-order array: a and b C-contiguous aligned native fp16 ndarrays, d / a_strides / b_strides\n"
+"the collapsed plan (3 ints each, prod(d) == prod(shape)). None when an operand is not such an array.");
+
+static PyObject *py_binary_new(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "_fastfp16.binary_new takes 7 arguments");
+        return NULL;
+    }
+    const long op = PyLong_AsLong(args[0]);
+    if (op == -1 && PyErr_Occurred())
+        return NULL;
+    if (op < OP_ADD || op > OP_DIV) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.binary_new: op must be 0..3");
+        return NULL;
+    }
+    PyArrayObject *a = plain_array(args[1], NPY_HALF), *b = plain_array(args[2], NPY_HALF);
+    if (a == NULL || b == NULL)
+        Py_RETURN_NONE;
+    Py_ssize_t d[3], sa[3], sb[3], la = 0, lb = 0;
+    if (!ssize_triple(args[4], d, "d") || !ssize_triple(args[5], sa, "a_strides") ||
+        !ssize_triple(args[6], sb, "b_strides"))
+        return NULL;
+    for (int k = 0; k < 3; k++) {
+        if (d[k] < 1 || sa[k] < 0 || sb[k] < 0) {
+            PyErr_SetString(PyExc_ValueError, "_fastfp16.binary_new: needs d >= 1 and strides >= 0");
+            return NULL;
+        }
+        la += (d[k] - 1) * sa[k];
+        lb += (d[k] - 1) * sb[k];
+    }
+    if (la >= PyArray_SIZE(a) || lb >= PyArray_SIZE(b)) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.binary_new: the plan reads past an operand");
+        return NULL;
+    }
+    PyArray_Dims shape = {NULL, 0};
+    if (!PyArray_IntpConverter(args[3], &shape))
+        return NULL;
+    PyObject *y = PyArray_SimpleNew(shape.len, shape.ptr, NPY_HALF);
+    PyDimMem_FREE(shape.ptr);
+    if (y == NULL)
+        return NULL;
+    if (PyArray_SIZE((PyArrayObject *)y) != d[0] * d[1] * d[2]) {
+        Py_DECREF(y);
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.binary_new: shape and plan hold different sizes");
+        return NULL;
+    }
+    binary_blocks((int)op, (const uint16_t *)PyArray_DATA(a), (const uint16_t *)PyArray_DATA(b),
+                  (uint16_t *)PyArray_DATA((PyArrayObject *)y), d, sa, sb);
+    return y;
+}
+
+PyDoc_STRVAR(lut_doc,
+"lut(x, table) -> new array or None: table[x.view(uint16)] for a C-contiguous aligned native fp16 ndarray x and\n"
+"a C-contiguous 1-D table of 65536 entries of 2 or 4 bytes (the result has the table's dtype and x's shape);\n"
+"None when x or the table is not such an array.");
+
+static PyObject *py_lut(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_fastfp16.lut(x, table) takes 2 arguments");
+        return NULL;
+    }
+    PyArrayObject *a = plain_array(args[0], NPY_HALF);
+    if (a == NULL || !PyArray_Check(args[1]))
+        Py_RETURN_NONE;
+    PyArrayObject *t = (PyArrayObject *)args[1];
+    const int size = (int)PyArray_ITEMSIZE(t);
+    if (PyArray_NDIM(t) != 1 || PyArray_DIM(t, 0) != 65536 || !PyArray_IS_C_CONTIGUOUS(t) || !PyArray_ISALIGNED(t) ||
+        (size != 2 && size != 4))
+        Py_RETURN_NONE;
+    PyArray_Descr *descr = PyArray_DESCR(t);
+    Py_INCREF(descr); /* PyArray_NewFromDescr steals it */
+    PyObject *y = PyArray_NewFromDescr(&PyArray_Type, descr, PyArray_NDIM(a), PyArray_DIMS(a), NULL, NULL, 0, NULL);
+    if (y == NULL)
+        return NULL;
+    const uint16_t *x = (const uint16_t *)PyArray_DATA(a);
+    const Py_ssize_t n = PyArray_SIZE(a);
+    const int release = n >= (1 << 15);
+    PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
+    if (size == 2) {
+        const uint16_t *tab = (const uint16_t *)PyArray_DATA(t);
+        uint16_t *o = (uint16_t *)PyArray_DATA((PyArrayObject *)y);
+        for (Py_ssize_t i = 0; i < n; i++)
+            o[i] = tab[x[i]];
+    } else {
+        const uint32_t *tab = (const uint32_t *)PyArray_DATA(t);
+        uint32_t *o = (uint32_t *)PyArray_DATA((PyArrayObject *)y);
+        for (Py_ssize_t i = 0; i < n; i++)
+            o[i] = tab[x[i]];
+    }
+    if (release)
+        PyEval_RestoreThread(ts);
+    return y;
+}
+
 static PyMethodDef methods[] = {
+    {"cast", (PyCFunction)(void (*)(void))py_cast, METH_FASTCALL, cast_doc},
+    {"binary_new", (PyCFunction)(void (*)(void))py_binary_new, METH_FASTCALL, binary_new_doc},
+    {"lut", (PyCFunction)(void (*)(void))py_lut, METH_FASTCALL, lut_doc},
     {"running_sum", py_running_sum, METH_VARARGS, running_sum_doc},
     {"softmax_fp16acc", py_softmax, METH_VARARGS, softmax_doc},
-    {"binary", py_binary, METH_VARARGS, binary_doc},
     {"norm_rows_onepass", py_norm_rows, METH_VARARGS, norm_doc},
     {"to_f32", py_to_f32, METH_VARARGS, convert_doc},
     {"to_f16", py_to_f16, METH_VARARGS, convert_doc},
@@ -794,6 +945,7 @@ static struct PyModuleDef module = {
 
 /* The interleaving widths, for the tests that probe their boundaries (tests/kernels/test_fastfp16.py). */
 PyMODINIT_FUNC PyInit__fastfp16(void) {
+    import_array();
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "LANES", LANES) < 0 || PyModule_AddIntConstant(m, "TILE", TILE) < 0 ||
               PyModule_AddIntConstant(m, "F16C", have_f16c()) < 0)) {

@@ -344,3 +344,73 @@ def test_planted_fp32_statistics_are_caught_by_the_norm_bit_check(monkeypatch):
     with np.errstate(all="ignore"):
         fp32_stats = N.normalize_rows(x, N.stats_onepass, np.dtype(F32), 1e-5).astype(F16)
     assert not same_bits(compiled, fp32_stats)
+
+
+# ------------------------------------------------------------------------- entry points that allocate
+def _misaligned(x: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of x whose data starts one byte into a buffer (not aligned for its dtype)."""
+    raw = np.empty(x.nbytes + 1, np.uint8)
+    y = np.frombuffer(raw.data, dtype=x.dtype, count=x.size, offset=1).reshape(x.shape)
+    y[...] = x
+    return y
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (7,), (3, 70), (2, 3, 4, 5)])
+def test_c_cast_is_astype_with_nan_payloads(shape):
+    """cast(x, to_half): astype's bits, NaN payloads included, with x's shape in C order (0-d and empty too). The
+    values stride through the fp16 and float32 bit patterns (NaN payloads among them), so vector blocks hold NaN
+    lanes next to finite ones (the vector loops redo such a block with numpy's NaN rule)."""
+    n = int(np.prod(shape))
+    h = ALL_F16[np.arange(n) * 257 % ALL_F16.size].reshape(shape)
+    y = C.cast(h, False)
+    assert y.shape == h.shape and y.dtype == F32 and y.flags.c_contiguous
+    assert np.array_equal(y.view(np.uint32), h.astype(F32).view(np.uint32))
+    bits = np.random.default_rng(n).integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+    special = np.array([0x7FC00000, 0x7F800001, 0xFFA00001, 0x477FF000, 0x477FEFFF, 0x33000001, 0x7F800000], np.uint32)
+    bits[3::11] = np.resize(special, bits[3::11].size)
+    f = bits.view(F32).reshape(shape)  # signalling and quiet NaNs, the overflow threshold, a subnormal in mid-block
+    y16 = C.cast(f, True)
+    assert y16.shape == f.shape and y16.dtype == F16 and y16.flags.c_contiguous
+    with np.errstate(all="ignore"):
+        assert np.array_equal(y16.view(np.uint16), f.astype(F16).view(np.uint16))
+
+
+def test_c_cast_declines_what_it_cannot_read():
+    """None (the caller converts another way) for a view with strides, a byte-swapped or misaligned array, the
+    other source dtype and a non-array; never a wrong answer."""
+    h = (np.arange(24, dtype=F32) / 7).astype(F16).reshape(4, 6)
+    assert C.cast(h[:, ::2], False) is None
+    assert C.cast(h.T, False) is None
+    assert C.cast(h.astype(">f2"), False) is None
+    assert C.cast(_misaligned(h), False) is None
+    assert C.cast(h, True) is None  # fp16 is not to_half's source
+    assert C.cast(h.tolist(), False) is None
+    assert np.array_equal(H.to_f32(_misaligned(h)), h.astype(F32))  # the fallback gives the same values
+    assert np.array_equal(H.to_f32(h.astype(">f2")), h.astype(F32))
+
+
+def test_c_binary_new_checks_its_plan():
+    a = np.arange(12, dtype=F16).reshape(3, 4)
+    plan = ((1, 3, 4), (0, 4, 1), (0, 4, 1))
+    assert same_bits(C.binary_new(0, a, a, (3, 4), *plan), a + a)
+    assert C.binary_new(0, _misaligned(a), a, (3, 4), *plan) is None
+    with pytest.raises(ValueError, match="past an operand"):
+        C.binary_new(0, a, a[:2], (3, 4), *plan)
+    with pytest.raises(ValueError, match="different sizes"):
+        C.binary_new(0, a, a, (4, 4), *plan)
+    with pytest.raises(ValueError, match="op must be"):
+        C.binary_new(7, a, a, (3, 4), *plan)
+
+
+@pytest.mark.parametrize("table_dtype", [F16, F32, np.int16])
+def test_c_lut_is_take(table_dtype):
+    """lut(x, table) == np.take(table, x.view(uint16)) for 2- and 4-byte tables over every fp16 pattern (rank 0
+    too); None for a table it cannot index (wrong length, 8-byte entries) or an x with strides."""
+    table = (np.random.default_rng(1).standard_normal(65536) * 100).astype(table_dtype)
+    x = ALL_F16.reshape(256, 256)
+    y = C.lut(x, table)
+    assert y.dtype == table.dtype and y.shape == x.shape
+    assert np.array_equal(y.view(np.uint8), np.take(table, x.view(np.uint16)).view(np.uint8))
+    assert C.lut(x[0, 5, ...], table).shape == ()
+    assert C.lut(x, table[:-1]) is None and C.lut(x, table.astype(np.float64)) is None
+    assert C.lut(x[:, ::2], table) is None
