@@ -584,6 +584,100 @@ static uint32_t binary_row(int op, const uint16_t *a, Py_ssize_t ia, const uint1
     return nan;
 }
 
+/* ----------------------------------------------------------------- fp16 softmax with float32 internals */
+
+/* numpy's float32 pairwise sum (FLOAT_pairwise_sum in numpy/_core/src/umath/loops_utils.h.src): the order in which
+ * np.add.reduce adds a contiguous row (eight running partial sums in blocks of up to 128, halves above), so
+ * that the sum has numpy's bits; tests/kernels/test_fastfp16.py compares them for every row length to 1,100. */
+static float pairwise_sum_f32(const float *a, Py_ssize_t n) {
+    if (n < 8) {
+        float res = 0.f;
+        for (Py_ssize_t i = 0; i < n; i++)
+            res += a[i];
+        return res;
+    }
+    if (n <= 128) {
+        float r[8];
+        for (int k = 0; k < 8; k++)
+            r[k] = a[k];
+        Py_ssize_t i;
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (int k = 0; k < 8; k++)
+                r[k] += a[i + k];
+        float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++)
+            res += a[i];
+        return res;
+    }
+    Py_ssize_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return pairwise_sum_f32(a, n2) + pairwise_sum_f32(a + n2, n - n2);
+}
+
+/* z = float32(x) - max(row) for rows x n contiguous fp16 values. Returns 0 when a row holds NaN or +inf or only
+ * -inf (its z is then not written in full): the caller takes numpy's route for the whole tensor, whose NaN
+ * payloads this module does not reproduce. */
+#ifdef HAVE_F16C_CODE
+/* The max of zr[0, n - n % 8) eight lanes at a time (max_ps: NaN lanes are tracked in *nan, not compared; which
+ * zero wins a +0 / -0 tie does not matter: x - (+-0) differs only for x = -0, and exp gives 1 for both) */
+VECTOR_TARGET static float row_max_x8(const float *zr, Py_ssize_t n, uint32_t *nan) {
+    __m256 mv = _mm256_set1_ps(-INFINITY), un = _mm256_setzero_ps();
+    for (Py_ssize_t j = 0; j + 8 <= n; j += 8) {
+        const __m256 v = _mm256_loadu_ps(zr + j);
+        un = _mm256_or_ps(un, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        mv = _mm256_max_ps(mv, v);
+    }
+    *nan |= (uint32_t)(_mm256_movemask_ps(un) != 0);
+    float lanes[8], m = -INFINITY;
+    _mm256_storeu_ps(lanes, mv);
+    for (int k = 0; k < 8; k++)
+        m = lanes[k] > m ? lanes[k] : m;
+    return m;
+}
+#endif
+
+KERNEL_CLONES
+static int softmax_shift_rows(const uint16_t *x, Py_ssize_t rows, Py_ssize_t n, float *z) {
+    int ok = 1;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        float *zr = z + r * n;
+        convert_to_f32(x + r * n, zr, n);
+        float m = -INFINITY;
+        uint32_t nan = 0;
+        Py_ssize_t j = 0;
+#ifdef HAVE_F16C_CODE
+        if (n >= 8 && have_f16c()) {
+            m = row_max_x8(zr, n, &nan);
+            j = n - n % 8;
+        }
+#endif
+        for (; j < n; j++) {
+            nan |= (uint32_t)(zr[j] != zr[j]);
+            m = zr[j] > m ? zr[j] : m;
+        }
+        if (nan || m == INFINITY || m == -INFINITY) {
+            ok = 0;
+            continue;
+        }
+        for (j = 0; j < n; j++)
+            zr[j] -= m;
+    }
+    return ok;
+}
+
+/* out = fp16(e / sum(e)) per row, the sum in numpy's pairwise order; e (finite, >= 0, each row holding a 1) is
+ * overwritten with the float32 quotients. */
+KERNEL_CLONES
+static void softmax_divide_rows(float *e, Py_ssize_t rows, Py_ssize_t n, uint16_t *out) {
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        float *er = e + r * n;
+        const float s = pairwise_sum_f32(er, n);
+        for (Py_ssize_t j = 0; j < n; j++)
+            er[j] = er[j] / s;
+        convert_to_f16(er, out + r * n, n);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------- Python API */
 
 static int need_fp16(Py_buffer *b, Py_ssize_t count, const char *name) {
@@ -926,7 +1020,65 @@ static PyObject *py_lut(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return y;
 }
 
+/* (x, z) or (e, out) of the softmax steps: C-contiguous aligned native arrays of the given types and equal size
+ * whose last axis is the row; 0 with an exception when they are not. */
+static int softmax_operands(PyObject *const *args, Py_ssize_t nargs, int tin, int tout, PyArrayObject **a,
+                            PyArrayObject **b, Py_ssize_t *rows, Py_ssize_t *n) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_fastfp16.softmax_fp32acc_*: takes 2 arrays");
+        return 0;
+    }
+    *a = plain_array(args[0], tin);
+    *b = plain_array(args[1], tout);
+    if (*a == NULL || *b == NULL || PyArray_NDIM(*a) < 1 || PyArray_SIZE(*a) != PyArray_SIZE(*b) ||
+        !PyArray_ISWRITEABLE(*b)) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.softmax_fp32acc_*: needs C-contiguous aligned native arrays of "
+                                          "the same size, the second writable");
+        return 0;
+    }
+    *n = PyArray_DIM(*a, PyArray_NDIM(*a) - 1);
+    *rows = *n ? PyArray_SIZE(*a) / *n : 0;
+    return 1;
+}
+
+PyDoc_STRVAR(softmax_shift_doc,
+"softmax_fp32acc_shift(x, z) -> bool: z = float32(x) - max along x's last axis (x fp16, z float32 of x's size).\n"
+"False when a row holds NaN or +inf or only -inf (z is then incomplete: take numpy's route).");
+
+static PyObject *py_softmax_shift(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyArrayObject *x, *z;
+    Py_ssize_t rows, n;
+    if (!softmax_operands(args, nargs, NPY_HALF, NPY_FLOAT, &x, &z, &rows, &n))
+        return NULL;
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = softmax_shift_rows((const uint16_t *)PyArray_DATA(x), rows, n, (float *)PyArray_DATA(z));
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(ok);
+}
+
+PyDoc_STRVAR(softmax_divide_doc,
+"softmax_fp32acc_divide(e, out) -> None: out = fp16(e / sum(e)) along e's last axis (e float32, finite and >= 0,\n"
+"overwritten with the quotients; the sum in numpy's pairwise order, np.add.reduce's bits; out fp16).");
+
+static PyObject *py_softmax_divide(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyArrayObject *e, *out;
+    Py_ssize_t rows, n;
+    if (!softmax_operands(args, nargs, NPY_FLOAT, NPY_HALF, &e, &out, &rows, &n))
+        return NULL;
+    if (!PyArray_ISWRITEABLE(e)) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.softmax_fp32acc_divide: e must be writable");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    softmax_divide_rows((float *)PyArray_DATA(e), rows, n, (uint16_t *)PyArray_DATA(out));
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"softmax_fp32acc_shift", (PyCFunction)(void (*)(void))py_softmax_shift, METH_FASTCALL, softmax_shift_doc},
+    {"softmax_fp32acc_divide", (PyCFunction)(void (*)(void))py_softmax_divide, METH_FASTCALL, softmax_divide_doc},
     {"cast", (PyCFunction)(void (*)(void))py_cast, METH_FASTCALL, cast_doc},
     {"binary_new", (PyCFunction)(void (*)(void))py_binary_new, METH_FASTCALL, binary_new_doc},
     {"lut", (PyCFunction)(void (*)(void))py_lut, METH_FASTCALL, lut_doc},

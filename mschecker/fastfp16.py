@@ -160,16 +160,17 @@ def to_f16(x: np.ndarray) -> np.ndarray:
 
 
 def astype(x: np.ndarray, dtype) -> np.ndarray:
-    """x.astype(dtype), the same bits and the same layout: fp16 <-> fp32 of a C-contiguous x by the compiled
-    conversion (astype keeps x's order, and C order is what the fast routes give), anything else by numpy. For
-    kernels whose later BLAS calls must see astype's layout (a transposed view stays transposed)."""
+    """x.astype(dtype, copy=False), the same bits and the same layout: fp16 <-> fp32 of a C-contiguous x by the
+    compiled conversion (astype keeps x's order, and C order is what the fast routes give), x itself when it
+    already has `dtype` (callers never write into the result), anything else by numpy. For kernels whose later
+    BLAS calls must see astype's layout (a transposed view stays transposed)."""
     dtype = np.dtype(dtype)
     if x.flags.c_contiguous:
         if dtype == F32 and x.dtype == F16:
             return to_f32(x)
         if dtype == F16 and x.dtype == F32:
             return to_f16(x)
-    return x.astype(dtype)
+    return x.astype(dtype, copy=False)
 
 
 def to_f16_into(x: np.ndarray, dst: np.ndarray) -> None:

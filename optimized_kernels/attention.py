@@ -34,7 +34,8 @@ F16 = np.dtype(np.float16)
 def _logits(q, k, mask, scale, causal, logits_dtype):
     """scale * q k^T (fp32 accumulation) rounded to logits_dtype, mask applied in logits_dtype. Conversions by
     fastfp16.astype: astype's bits and layout, compiled where the layout allows."""
-    s = np.matmul(astype(q, F32), np.swapaxes(astype(k, F32), -1, -2)) * F32.type(default_scale(q.shape[-1], scale))
+    s = np.matmul(astype(q, F32), np.swapaxes(astype(k, F32), -1, -2))
+    s *= F32.type(default_scale(q.shape[-1], scale))  # the fp32 epilogue, in place
     s = astype(s, logits_dtype)
     if mask is not None:
         s = astype(np.where(mask, s, -np.inf), logits_dtype) if mask.dtype == np.bool_ \

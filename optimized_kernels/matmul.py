@@ -25,7 +25,7 @@ import numpy as np
 
 from ..dtypes import bfloat16
 from ..reference.linalg import gemm_operands
-from ..fastfp16 import ORT_MIN_ELEMS, as_f32, to_f16, to_f16_into, to_f32
+from ..fastfp16 import ORT_MIN_ELEMS, as_f32, astype, to_f16, to_f16_into, to_f32
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -189,14 +189,17 @@ def matmul_fp16_fp32acc_kblocked(a, b, kb: int = DEFAULT_KB):
 
 # ------------------------------------------------------------------------------------------------------ gemm
 def _gemm(acc_fn, storage, a, b, c, alpha, beta, trans_a, trans_b):
-    """Epilogue in the accumulator's format: alpha*acc (+ beta*C), then one rounding to storage."""
+    """Epilogue in the accumulator's format: alpha*acc (+ beta*C), then one rounding to storage. Written into the
+    fresh accumulator; a factor of 1 is skipped (x * 1 is x, bit for bit, for every value an accumulation makes)."""
     ap, bp = gemm_operands(a, b, trans_a, trans_b)
-    acc = acc_fn(ap, bp)
+    y = acc_fn(ap, bp)
     with np.errstate(over="ignore", invalid="ignore"):
-        y = acc * acc.dtype.type(alpha)
+        if alpha != 1.0:
+            np.multiply(y, y.dtype.type(alpha), out=y)
         if c is not None:
-            y = y + acc.dtype.type(beta) * np.asarray(c).astype(acc.dtype)
-        return y.astype(storage)
+            cc = astype(np.asarray(c), y.dtype)  # C unidirectionally broadcast to (M, N): y keeps its shape
+            np.add(y, cc if beta == 1.0 else y.dtype.type(beta) * cc, out=y)
+        return _round(y, storage)
 
 
 def gemm_fp32(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):

@@ -20,11 +20,14 @@ from ..fastfp16 import astype, fast_fp16, fp16_running_sum, running_sum_f32, to_
 
 
 def _shifted_softmax(x: np.ndarray, axis: int, compute: np.dtype, out: np.dtype) -> np.ndarray:
-    xc = astype(np.asarray(x), compute)  # fastfp16.astype: astype's bits, compiled where the layout allows
-    z = xc - np.max(xc, axis=axis, keepdims=True)
-    e = np.exp(z).astype(compute)
+    """exp(x - max) / sum in `compute`, rounded once to `out`. The shift, exp and divide write into the upcast copy
+    when there is one (the same operations, without three more temporaries of x's size)."""
+    x = np.asarray(x)
+    xc = astype(x, compute)  # fastfp16.astype: astype's bits, compiled where the layout allows
+    e = np.subtract(xc, np.max(xc, axis=axis, keepdims=True), out=None if xc is x else xc)
+    np.exp(e, out=e)
     s = np.add.reduce(e, axis=axis, keepdims=True, dtype=compute)
-    return astype(e / s, out)
+    return astype(np.divide(e, s, out=e), out)
 
 
 def softmax_fp32(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -32,7 +35,36 @@ def softmax_fp32(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def softmax_fp16_fp32acc(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """fp16 in, float32 shift / exp / sum / divide, fp16 out. Where mschecker._fastfp16 is built, a C-contiguous
+    fp16 x along its last axis takes two compiled passes around numpy's own float32 exp (_softmax_fp32acc_c: the
+    same bits, ~2x faster); everything else, and a tensor with a NaN, +inf or all -inf row, _shifted_softmax."""
+    x = np.asarray(x)
+    fast = fast_fp16()
+    if fast is not None and x.dtype == np.float16 and x.ndim and axis in (-1, x.ndim - 1) and x.size \
+            and x.flags.c_contiguous:
+        y = _softmax_fp32acc_c(fast, x)
+        if y is not None:
+            return y
     return _shifted_softmax(x, axis, np.dtype(np.float32), np.dtype(np.float16))
+
+
+def _softmax_fp32acc_c(fast, x: np.ndarray) -> np.ndarray | None:
+    """_shifted_softmax(x, -1, float32, float16) by _fastfp16.softmax_fp32acc_shift (upcast, row max, shift in one
+    pass), numpy's np.exp in place, and softmax_fp32acc_divide (the row sum in numpy's pairwise order, the divide
+    and the fp16 rounding in one pass); None when a row holds NaN, +inf or only -inf (numpy's NaN payloads)."""
+    n = x.shape[-1]
+    x2 = x.reshape(-1, n)
+    z, out = np.empty(x2.shape, np.float32), np.empty(x2.shape, np.float16)
+    bad = []
+
+    def rows(a: int, b: int) -> None:  # rows are independent (np.exp is elementwise): any split, the same bits
+        if not fast.softmax_fp32acc_shift(x2[a:b], z[a:b]):
+            bad.append(a)
+            return
+        np.exp(z[a:b], out=z[a:b])
+        fast.softmax_fp32acc_divide(z[a:b], out[a:b])
+    for_row_blocks(rows, x2.shape[0], n)
+    return None if bad else out.reshape(x.shape)
 
 
 def softmax_fp16_fp16acc_numpy(x: np.ndarray, axis: int = -1) -> np.ndarray:

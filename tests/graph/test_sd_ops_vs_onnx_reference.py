@@ -59,6 +59,17 @@ CASES = [
      {"q": r(1, 4, 5, 8), "k": r(1, 2, 7, 8), "v": r(1, 2, 7, 8)}),
     ("attention_3d_mask", h.make_node("Attention", ["q", "k", "v", "m"], ["y"], q_num_heads=2, kv_num_heads=2),
      {"q": r(2, 3, 8), "k": r(2, 4, 8), "v": r(2, 4, 8), "m": RNG.random((3, 4)) > 0.3}),
+    # rows that keep no key output zeros: a full bool mask with one dead row, a key-broadcast mask (last axis 1)
+    # killing one query row in one batch, and a float mask of -inf rows
+    ("attention_dead_row", h.make_node("Attention", ["q", "k", "v", "m"], ["y"]),
+     {"q": r(2, 2, 3, 4), "k": r(2, 2, 5, 4), "v": r(2, 2, 5, 4),
+      "m": np.array([[True] * 5, [False] * 5, [True, False, True, False, True]])}),
+    ("attention_dead_row_key_broadcast", h.make_node("Attention", ["q", "k", "v", "m"], ["y"]),
+     {"q": r(2, 2, 3, 4), "k": r(2, 2, 5, 4), "v": r(2, 2, 5, 4),
+      "m": np.array([[[[True], [True], [True]]], [[[True], [False], [True]]]])}),
+    ("attention_dead_row_float", h.make_node("Attention", ["q", "k", "v", "m"], ["y"]),
+     {"q": r(1, 2, 3, 4), "k": r(1, 2, 5, 4), "v": r(1, 2, 5, 4),
+      "m": np.where([[True] * 5, [False] * 5, [True] * 5], 0.0, -np.inf)}),
     ("resize_nearest", h.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest",
                                    coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
      {"x": r(1, 2, 3, 4), "s": np.array([1, 1, 2, 2], np.float64)}),

@@ -414,3 +414,63 @@ def test_c_lut_is_take(table_dtype):
     assert C.lut(x[0, 5, ...], table).shape == ()
     assert C.lut(x, table[:-1]) is None and C.lut(x, table.astype(np.float64)) is None
     assert C.lut(x[:, ::2], table) is None
+
+
+# ------------------------------------------------------------------- fp16 softmax with float32 internals
+def _numpy_fp32acc(x: np.ndarray) -> np.ndarray:
+    return S._shifted_softmax(x, -1, np.dtype(F32), np.dtype(F16))
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 128, 129, 136, 255, 256, 257, 300, 1100])
+def test_c_softmax_fp32acc_sum_is_numpys_pairwise_sum(n):
+    """The divide step's row sum has np.add.reduce's bits for row lengths around numpy's unroll (8) and pairwise
+    block (128) boundaries: the float32 quotients it leaves in e are compared, not only their fp16 rounding (a sum
+    in another order is off by an ulp now and then, which the fp16 output would mostly hide)."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((9, n)) * 6).astype(F16)
+    z = np.empty(x.shape, F32)
+    assert C.softmax_fp32acc_shift(x, z)
+    x32 = x.astype(F32)
+    assert np.array_equal(z, x32 - x32.max(axis=-1, keepdims=True))
+    e = np.exp(z)
+    quotients, out = e.copy(), np.empty(x.shape, F16)
+    C.softmax_fp32acc_divide(quotients, out)
+    expected = e / np.add.reduce(e, axis=-1, keepdims=True, dtype=F32)
+    assert np.array_equal(quotients.view(np.uint32), expected.view(np.uint32))
+    assert same_bits(out, expected.astype(F16))
+
+
+def test_c_softmax_fp32acc_planted_sequential_sum_is_caught():
+    """A plain left-to-right float32 sum (the obvious C loop) differs from numpy's pairwise order: the quotient
+    comparison above sees it, so it would catch the C kernel summing that way."""
+    e = np.exp((np.random.default_rng(5).standard_normal((64, 300)) * 6).astype(F32) - 20)
+    sequential = np.array([np.float32(sum(np.float32(v) for v in row)) for row in e.astype(np.float64)], F32)
+    pairwise = np.add.reduce(e, axis=-1, dtype=F32)
+    assert not np.array_equal(sequential, pairwise)
+
+
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=4, max_side=40), scale=st.sampled_from([0.5, 8.0, 3000.0]))
+def test_fast_softmax_fp32acc_any_shape(shape, scale):
+    """softmax_fp16_fp32acc along the last axis (the compiled route) has the numpy route's bits; overflowing
+    scales put +-inf (and so NaN rows) in, which the compiled route hands to numpy's route whole."""
+    x = (np.random.default_rng(len(shape) * 31 + shape[-1]).standard_normal(shape) * scale)
+    with np.errstate(over="ignore"):
+        x = x.astype(F16)
+    with np.errstate(all="ignore"):
+        assert same_bits(S.softmax_fp16_fp32acc(x), _numpy_fp32acc(x))
+        assert same_bits(S.softmax_fp16_fp32acc(x, axis=0), S._shifted_softmax(x, 0, np.dtype(F32), np.dtype(F16)))
+
+
+@pytest.mark.parametrize("row", ["nan", "pos_inf", "all_neg_inf", "some_neg_inf"])
+def test_fast_softmax_fp32acc_special_rows(row):
+    """NaN, +inf and all -inf rows make the compiled route decline (C returns False) and numpy's route answer,
+    NaN payloads included; a row with some -inf keys stays on the compiled route (exp(-inf) = 0)."""
+    x = (np.random.default_rng(3).standard_normal((6, 40)) * 4).astype(F16)
+    x[2] = {"nan": np.float16("nan"), "pos_inf": np.float16(np.inf), "all_neg_inf": -np.float16(np.inf),
+            "some_neg_inf": x[2]}[row]
+    if row == "some_neg_inf":
+        x[2, ::3] = -np.inf
+    z = np.empty(x.shape, F32)
+    assert C.softmax_fp32acc_shift(x, z) == (row == "some_neg_inf")
+    with np.errstate(all="ignore"):
+        assert same_bits(S.softmax_fp16_fp32acc(x), _numpy_fp32acc(x))

@@ -163,10 +163,12 @@ def attention(ctx, attrs, q, k, v, attn_mask=None, past_key=None, past_value=Non
     scale = attrs.get("scale")
     y = ctx.kernel("attention")(q, kk, vv, mask=mask, scale=None if scale is None else float(scale), causal=False)
     if mask is not None:
-        # ONNX (opset 23): a query row with no attendable key outputs zeros (softmax over all -inf is 0/0).
+        # ONNX (opset 23): a query row with no attendable key outputs zeros (softmax over all -inf is 0/0). The
+        # mask's rows are reduced before broadcasting (a key axis of 1 broadcasts the same answer).
         keep = mask if mask.dtype == np.bool_ else mask > -np.inf
-        dead = ~np.broadcast_to(keep, np.broadcast_shapes(keep.shape, y.shape[:-1] + (kk.shape[2],))).any(axis=-1)
-        if dead.any():
+        alive = keep.any(axis=-1) if keep.ndim else keep
+        if not alive.all():
+            dead = ~np.broadcast_to(alive, np.broadcast_shapes(np.shape(alive), y.shape[:-1]))
             y = np.where(dead[..., None], np.zeros((), y.dtype), y)
     if three_d:
         y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
