@@ -199,6 +199,8 @@ def as_f32(x: np.ndarray, storage: np.dtype = F32) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype != F32:
         return to_f32(x)
+    if x.flags.c_contiguous and x.flags.aligned:  # every route keeps (or gives) C order: the staged constants
+        return x
     c_order = np.dtype(storage) == F16 and x.size >= ORT_MIN_ELEMS  # to_f32's onnxruntime route
     if x.flags.aligned and (x.flags.c_contiguous or (x.flags.f_contiguous and not c_order)):
         return x  # astype(order="K") of an aligned C/F-contiguous array has its layout; so does the C-order route
@@ -376,9 +378,10 @@ def _f16_binary_c(fast, ufunc: np.ufunc, a: np.ndarray, b: np.ndarray) -> np.nda
 
 
 #: From this many elements (of the larger operand) f16_binary beats numpy's own float16 ufunc; below, its fixed
-#: cost (~3 us with a cached broadcast plan) loses to numpy's per-element conversions (measured on the 2-core box:
-#: 256 elements 3.7 vs 3.0 us, 2,048: 6.2 vs 15.3 us, 8,192: 14.8 vs 56.7 us, channel broadcast)
-F16_BINARY_MIN = 256
+#: cost (~1.3 us, ~1.9 us broadcast, with a cached plan) loses to numpy's per-element conversions (measured on the
+#: 2-core box, same shapes / scalar broadcast: 64 elements 1.5 vs 1.0 us, 128: 1.3 vs 1.4, 256: 1.4 vs 2.2,
+#: 1,024: 1.6 vs 7.4 us)
+F16_BINARY_MIN = 128
 
 
 def f16_arith(ufunc: np.ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray:
