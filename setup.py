@@ -8,7 +8,10 @@ shares with its Python side, and makes a missing one an error under MSCHECKER_RE
   mschecker/fastfp16.py, optimized_kernels/softmax.py);
 - mschecker._fastref: the float64 reference's exp and softmax (reference/exp64.py, reference/softmax.py).
 They are optional: when no C compiler is available their build fails quietly (optional=True) and numpy runs;
-`mschecker --version` says which are active.
+`mschecker --version` says which are active. _fastfp16 makes its results with numpy's C API (an array made in C
+costs ~0.1 us, np.empty from Python ~0.4 us: much of a small fp16 node), so its build needs numpy's headers:
+pyproject.toml's build requirements name numpy >= 2.0, whose headers target the numpy 1.23 ABI by default, so the
+extension loads with every numpy the package allows (>= 1.24).
 -ffp-contract=off keeps a*b + c from becoming a fused multiply-add, so every operation rounds exactly as numpy
 computes it; no -march=native (portable builds), no -ffast-math (IEEE semantics are required).
 """

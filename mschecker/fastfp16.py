@@ -6,9 +6,9 @@ every operand of every operation (~14 ns per element for an fp16 add, 60x an fp3
 most of its time there. Every helper here computes exactly the same bits by another route:
 
 - `to_f16` / `to_f32`: C-contiguous arrays go through the compiled loops (F16C vcvtps2ph / vcvtph2ps where the CPU
-  has them, a portable scalar loop for small arrays where it does not; see C_CAST_MAX), other large arrays through
-  onnxruntime's Cast (MLAS, F16C: IEEE 754 round to nearest even, subnormals kept, overflow to inf), small ones
-  through numpy. NaN payloads are the one place the routes could differ (F16C quiets a signalling NaN, numpy
+  has them, a portable scalar loop for small arrays where it does not; see C_CAST_MAX), other large arrays as a
+  C-order copy through the same loops or, without them, onnxruntime's Cast (MLAS, F16C: IEEE 754 round to
+  nearest even, subnormals kept, overflow to inf; C order too), small ones through numpy (astype's layout). NaN payloads are the one place the routes could differ (F16C quiets a signalling NaN, numpy
   keeps it): the compiled loops apply numpy's NaN rule, and onnxruntime's answer for an array holding NaN is
   redone by numpy. Exhaustive equality with
   `ndarray.astype` is tested in tests/kernels/test_fastfp16_casts.py and tests/kernels/test_fastfp16.py.
@@ -25,9 +25,13 @@ most of its time there. Every helper here computes exactly the same bits by anot
 
 Compiled loops: where the optional C extension mschecker._fastfp16 is built, `to_f16` / `to_f32` (C-contiguous
 arrays), `fp16_running_sum` (any row count, 32 rows interleaved) and `f16_binary` (shapes that fold to 3 dims:
-equal shapes, scalars, channel broadcasts) run there, and so do softmax.softmax_fp16_fp16acc and the fp16 one-pass
-normalization of norms.normalize_rows. Where the CPU has F16C and AVX2 (checked at run time) the conversions, the
-binary loop and the softmax's shift/exp/divide work on eight values at a time. The numpy code stays as the
+equal shapes, scalars, channel broadcasts) run there, and so do `lut_unary`'s lookups, softmax.softmax_fp16_fp16acc,
+the row passes of softmax.softmax_fp16_fp32acc (around numpy's own float32 exp) and the fp16 one-pass normalization
+of norms.normalize_rows. Conversions, binary ops and lookups allocate their results in C (numpy's C API), which
+keeps their fixed cost near 0.2-1.3 us: a small graph's fp16 nodes are mostly fixed cost. Where the CPU has F16C
+and AVX2 (checked at run time) the conversions, the binary loop, the fp16 softmax's shift/exp/divide and the
+fp32-internal softmax's row max work on eight values at a time (a block holding a NaN is redone with numpy's NaN
+rule, so plain vcvtph2ps / vcvtps2ph serve every other block). The numpy code stays as the
 fallback (no compiler, more than 3 folded dims) and as the definition the tests compare bits against
 (tests/kernels/test_fastfp16.py). NaN: the conversions give numpy's NaN bits; a NaN *result* of an operation
 (binary, softmax rows with NaN/+inf, running sums) is NaN at the same position with the compiled loop's payload
@@ -138,8 +142,9 @@ def _numpy_cast(x: np.ndarray, dst: np.dtype) -> np.ndarray:
 
 
 def _convert(x, src: np.dtype, dst: np.dtype) -> np.ndarray:
-    """x.astype(dst), bit for bit, where x of dtype src takes a fast route (module docstring): the compiled loop,
-    onnxruntime for a large array it cannot take (an array holding NaN then by numpy), numpy for the rest."""
+    """x.astype(dst), bit for bit, where x of dtype src takes a fast route (module docstring): the compiled loop
+    (a large array in another layout copied to C order first, the layout the onnxruntime route gives it),
+    onnxruntime for a large array the loop cannot take (an array holding NaN then by numpy), numpy for the rest."""
     if type(x) is not np.ndarray:
         x = np.asarray(x)
     fast = fast_fp16()
@@ -147,6 +152,10 @@ def _convert(x, src: np.dtype, dst: np.dtype) -> np.ndarray:
         y = fast.cast(x, dst is F16)  # numpy's bits, NaN payloads included; None: x is not C-contiguous src
         if y is not None:
             return y
+        if x.size >= ORT_MIN_ELEMS and x.dtype == src:  # the onnxruntime route's C-order copy, converted here
+            y = fast.cast(np.ascontiguousarray(x), dst is F16)
+            if y is not None:
+                return y
     if x.dtype != src or x.size < ORT_MIN_ELEMS:
         with np.errstate(over="ignore", invalid="ignore"):
             return x.astype(dst)

@@ -133,7 +133,11 @@ def _rounded_fp32_product(a, b, storage):
     is mapped and faulted in either.
     """
     a, b = np.asarray(a), np.asarray(b)
-    if a.ndim < 3 or b.ndim != a.ndim or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2] \
+    # small operands (their fp32 copies and the product, at most 4 * (a.size + b.size + a.size * n) bytes, fit one
+    # chunk): the whole-batch form, decided before the layout checks below (~1 us of a small MatMul node)
+    if 4 * (a.size + b.size + a.size * (b.shape[-1] if b.ndim else 1)) <= CHUNK_BYTES or a.ndim < 3 \
+            or b.ndim != a.ndim \
+            or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2] \
             or not (_upcast_is_c_order(a, storage) and _upcast_is_c_order(b, storage)):
         return _round(_acc_fp32(a, b, storage), storage)
     (m, k), n = a.shape[-2:], b.shape[-1]

@@ -8,6 +8,8 @@ tests show that the comparisons would see a truncating cast, a missing per-add r
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -97,6 +99,29 @@ def test_small_array_routes_are_astype_bit_for_bit(f32_samples, chunk):
     two_d = head[: 2 * chunk].reshape(2, chunk)  # shape kept
     assert same_bits(H.to_f16(two_d), two_d.astype(F16)) and same_bits(H.to_f32(two_d.astype(F16)), two_d.astype(F16).astype(F32))
     assert same_bits(H.to_f16(head[:0]), head[:0].astype(F16)) and same_bits(H.to_f16(head[5:6].reshape(())), head[5:6].reshape(()).astype(F16))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 1, 5), (3, 1, 40, 50), (1, 1, 64, 40), (2, 3, 1, 500), (64, 64),
+                                   (2, 2, 2, 2, 300)])
+def test_permuted_views_keep_astypes_bits_and_a_fixed_layout(shape):
+    """Every axis permutation of a C-contiguous array (what a Transpose node hands on) converts to astype's bits,
+    NaN payloads included; the layout is astype's (order K, strides of length-1 axes too) below ORT_MIN_ELEMS and C
+    order from there on every route (the onnxruntime route's copy; the compiled route copies to C order first), as
+    matmul._upcast_is_c_order relies on: a layout decides which BLAS path, and so which bits, a later matmul takes.
+    A flipped view (negative strides) too."""
+    n = int(np.prod(shape))
+    h = ALL_F16[np.arange(n) * 263 % ALL_F16.size].reshape(shape)  # every 263rd pattern: NaNs and infs among them
+    f = np.random.default_rng(n).integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    f = f.reshape(shape)
+    for perm in itertools.permutations(range(len(shape))):
+        for x, cast, dst in ((h.transpose(perm), H.to_f32, np.float32), (f.transpose(perm), H.to_f16, np.float16)):
+            with np.errstate(all="ignore"):
+                got, want = cast(x), x.astype(dst)
+            layout = want.strides if n < H.ORT_MIN_ELEMS else np.ascontiguousarray(want).strides
+            assert got.strides == layout, (perm, got.strides, layout)
+            assert np.array_equal(np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+    flipped = h[::-1].transpose(1, 0, *range(2, len(shape)))
+    assert np.array_equal(H.to_f32(flipped).view(np.uint32), flipped.astype(np.float32).view(np.uint32))
 
 
 def test_to_f16_into_is_astype_in_place(f32_samples):
