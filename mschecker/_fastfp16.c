@@ -979,7 +979,7 @@ static PyObject *py_binary_new(PyObject *self, PyObject *const *args, Py_ssize_t
 
 PyDoc_STRVAR(lut_doc,
 "lut(x, table) -> new array or None: table[x.view(uint16)] for a C-contiguous aligned native fp16 ndarray x and\n"
-"a C-contiguous 1-D table of 65536 entries of 2 or 4 bytes (the result has the table's dtype and x's shape);\n"
+"a C-contiguous 1-D table of 65536 entries of 1, 2 or 4 bytes (the result has the table's dtype and x's shape);\n"
 "None when x or the table is not such an array.");
 
 static PyObject *py_lut(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -993,7 +993,7 @@ static PyObject *py_lut(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyArrayObject *t = (PyArrayObject *)args[1];
     const int size = (int)PyArray_ITEMSIZE(t);
     if (PyArray_NDIM(t) != 1 || PyArray_DIM(t, 0) != 65536 || !PyArray_IS_C_CONTIGUOUS(t) || !PyArray_ISALIGNED(t) ||
-        (size != 2 && size != 4))
+        (size != 1 && size != 2 && size != 4))
         Py_RETURN_NONE;
     PyArray_Descr *descr = PyArray_DESCR(t);
     Py_INCREF(descr); /* PyArray_NewFromDescr steals it */
@@ -1004,7 +1004,12 @@ static PyObject *py_lut(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const Py_ssize_t n = PyArray_SIZE(a);
     const int release = n >= (1 << 15);
     PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
-    if (size == 2) {
+    if (size == 1) {
+        const uint8_t *tab = (const uint8_t *)PyArray_DATA(t);
+        uint8_t *o = (uint8_t *)PyArray_DATA((PyArrayObject *)y);
+        for (Py_ssize_t i = 0; i < n; i++)
+            o[i] = tab[x[i]];
+    } else if (size == 2) {
         const uint16_t *tab = (const uint16_t *)PyArray_DATA(t);
         uint16_t *o = (uint16_t *)PyArray_DATA((PyArrayObject *)y);
         for (Py_ssize_t i = 0; i < n; i++)

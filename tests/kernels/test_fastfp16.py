@@ -402,9 +402,9 @@ def test_c_binary_new_checks_its_plan():
         C.binary_new(7, a, a, (3, 4), *plan)
 
 
-@pytest.mark.parametrize("table_dtype", [F16, F32, np.int16])
+@pytest.mark.parametrize("table_dtype", [F16, F32, np.int16, np.bool_])
 def test_c_lut_is_take(table_dtype):
-    """lut(x, table) == np.take(table, x.view(uint16)) for 2- and 4-byte tables over every fp16 pattern (rank 0
+    """lut(x, table) == np.take(table, x.view(uint16)) for 1-, 2- and 4-byte tables over every fp16 pattern (rank 0
     too); None for a table it cannot index (wrong length, 8-byte entries) or an x with strides."""
     table = (np.random.default_rng(1).standard_normal(65536) * 100).astype(table_dtype)
     x = ALL_F16.reshape(256, 256)

