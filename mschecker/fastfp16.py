@@ -8,10 +8,10 @@ most of its time there. Every helper here computes exactly the same bits by anot
 - `to_f16` / `to_f32`: C-contiguous arrays go through the compiled loops (F16C vcvtps2ph / vcvtph2ps where the CPU
   has them, a portable scalar loop for small arrays where it does not; see C_CAST_MAX), other large arrays as a
   C-order copy through the same loops or, without them, onnxruntime's Cast (MLAS, F16C: IEEE 754 round to
-  nearest even, subnormals kept, overflow to inf; C order too), small ones through numpy (astype's layout). NaN payloads are the one place the routes could differ (F16C quiets a signalling NaN, numpy
-  keeps it): the compiled loops apply numpy's NaN rule, and onnxruntime's answer for an array holding NaN is
-  redone by numpy. Exhaustive equality with
-  `ndarray.astype` is tested in tests/kernels/test_fastfp16_casts.py and tests/kernels/test_fastfp16.py.
+  nearest even, subnormals kept, overflow to inf; C order too), small ones through numpy (astype's layout). NaN
+  payloads are the one place the routes could differ (F16C quiets a signalling NaN, numpy keeps it): the compiled
+  loops apply numpy's NaN rule, and onnxruntime's answer for an array holding NaN is redone by numpy. Exhaustive
+  equality with `ndarray.astype` is tested in tests/kernels/test_fastfp16_casts.py and tests/kernels/test_fastfp16.py.
 - `round_f16(x)`: a float32 array rounded to the nearest float16 value while staying float32 (x + C - C with
   C = 1.5 * 2^(e + 13), e = the binade of x clamped to the fp16 range [-14, 15]: the float32 ulp of C is the
   fp16 ulp of x, and C's significand is even, so float32's ties-to-even is fp16's), then +-inf beyond 65504.
