@@ -879,10 +879,35 @@ static PyObject *new_like(PyArrayObject *a, int type) {
     return PyArray_SimpleNew(PyArray_NDIM(a), PyArray_DIMS(a), type);
 }
 
+/* a as an aligned native-order ndarray of numpy type `type` whose elements fill one dense block in some axis order
+ * (C-contiguous, or a transposed view of such an array), or NULL (no error set). */
+static PyArrayObject *dense_array(PyObject *x, int type) {
+    if (!PyArray_Check(x))
+        return NULL;
+    PyArrayObject *a = (PyArrayObject *)x;
+    if (PyArray_TYPE(a) != type || !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a))
+        return NULL;
+    return a;
+}
+
+/* Whether y (made by PyArray_NewLikeArray(a, NPY_KEEPORDER, ...), dense) puts every element of a at the same
+ * element offset from its first as a does: then a is dense too, and converting a's block in memory order
+ * converts it element for element. Axes of length 1 have no offsets. */
+static int same_element_layout(PyArrayObject *a, PyArrayObject *y) {
+    const npy_intp ia = PyArray_ITEMSIZE(a), iy = PyArray_ITEMSIZE(y);
+    for (int k = 0; k < PyArray_NDIM(a); k++) {
+        if (PyArray_DIM(a, k) > 1 && (PyArray_STRIDE(a, k) < 0 || PyArray_STRIDE(a, k) % ia ||
+                                      PyArray_STRIDE(a, k) / ia != PyArray_STRIDE(y, k) / iy))
+            return 0;
+    }
+    return 1;
+}
+
 PyDoc_STRVAR(cast_doc,
 "cast(x, to_half) -> new array or None: x.astype(float16) (to_half true, x float32) or x.astype(float32)\n"
-"(to_half false, x float16), numpy's bits, NaN payloads included, C order; None when x is not a C-contiguous\n"
-"aligned native-order ndarray of the source dtype (the caller converts another way).");
+"(to_half false, x float16): numpy's bits, NaN payloads included, and astype's layout (order K: a transposed\n"
+"view gives the transposed layout numpy would allocate). None when x is not an aligned native-order ndarray of\n"
+"the source dtype filling one dense block (the caller converts another way).");
 
 static PyObject *py_cast(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
@@ -892,10 +917,20 @@ static PyObject *py_cast(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     const int to_half = PyObject_IsTrue(args[1]);
     if (to_half < 0)
         return NULL;
-    PyArrayObject *a = plain_array(args[0], to_half ? NPY_FLOAT : NPY_HALF);
+    PyArrayObject *a = dense_array(args[0], to_half ? NPY_FLOAT : NPY_HALF);
     if (a == NULL)
         Py_RETURN_NONE;
-    PyObject *y = new_like(a, to_half ? NPY_HALF : NPY_FLOAT);
+    const int dst = to_half ? NPY_HALF : NPY_FLOAT;
+    PyObject *y;
+    if (PyArray_IS_C_CONTIGUOUS(a)) {
+        y = new_like(a, dst);
+    } else {
+        y = PyArray_NewLikeArray(a, NPY_KEEPORDER, PyArray_DescrFromType(dst), 0);  /* steals the descr */
+        if (y != NULL && !same_element_layout(a, (PyArrayObject *)y)) {
+            Py_DECREF(y);
+            Py_RETURN_NONE;
+        }
+    }
     if (y == NULL)
         return NULL;
     const Py_ssize_t n = PyArray_SIZE(a);

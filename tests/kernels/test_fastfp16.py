@@ -376,11 +376,14 @@ def test_c_cast_is_astype_with_nan_payloads(shape):
 
 
 def test_c_cast_declines_what_it_cannot_read():
-    """None (the caller converts another way) for a view with strides, a byte-swapped or misaligned array, the
-    other source dtype and a non-array; never a wrong answer."""
+    """None (the caller converts another way) for a view with gaps or flipped axes, a byte-swapped or misaligned
+    array, the other source dtype and a non-array; never a wrong answer. A transposed view is converted with
+    astype's layout (the transposed one)."""
     h = (np.arange(24, dtype=F32) / 7).astype(F16).reshape(4, 6)
     assert C.cast(h[:, ::2], False) is None
-    assert C.cast(h.T, False) is None
+    assert C.cast(h[::-1], False) is None
+    t = C.cast(h.T, False)
+    assert t.strides == h.T.astype(F32).strides and np.array_equal(t, h.T.astype(F32))
     assert C.cast(h.astype(">f2"), False) is None
     assert C.cast(_misaligned(h), False) is None
     assert C.cast(h, True) is None  # fp16 is not to_half's source
