@@ -1116,7 +1116,110 @@ static PyObject *py_softmax_divide(PyObject *self, PyObject *const *args, Py_ssi
     Py_RETURN_NONE;
 }
 
+/* Range statistics of n fp16 values from their bits: the largest finite magnitude's bits and the counts of NaN,
+ * inf, values at +-65504 and nonzero subnormals. Integer work only (AVX2 where the CPU has it). */
+typedef struct {
+    uint16_t peak;
+    uint64_t nan, inf, saturated, subnormal;
+} HalfRange;
+
+/* One block of half_range (at most 32768 values: its 16-bit counters cannot overflow). */
+static inline void half_range_block(const uint16_t *restrict x, Py_ssize_t n, uint16_t *restrict out) {
+    uint16_t peak = 0, nan = 0, inf = 0, sat = 0, sub = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint16_t a = x[i] & 0x7FFF;
+        const uint16_t finite = a < 0x7C00 ? a : 0;
+        peak = finite > peak ? finite : peak;
+        nan += a > 0x7C00;
+        inf += a == 0x7C00;
+        sat += a == 0x7BFF;
+        sub += (uint16_t)(a - 1) < 0x03FF;
+    }
+    out[0] = peak;
+    out[1] = nan;
+    out[2] = inf;
+    out[3] = sat;
+    out[4] = sub;
+}
+
+#ifdef HAVE_F16C_CODE
+/* half_range_block sixteen values at a time (AVX2 16-bit lanes: the magnitudes 0..0x7FFF compare as signed). */
+VECTOR_TARGET static void half_range_block_x16(const uint16_t *x, Py_ssize_t n, uint16_t *out) {
+    const __m256i mag = _mm256_set1_epi16(0x7FFF), inf = _mm256_set1_epi16(0x7C00), top = _mm256_set1_epi16(0x7BFF),
+                  normal = _mm256_set1_epi16(0x0400), zero = _mm256_setzero_si256();
+    __m256i pk = zero, cn = zero, ci = zero, cs = zero, cu = zero;
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i a = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)), mag);
+        const __m256i big = _mm256_cmpgt_epi16(a, top); /* inf or NaN */
+        pk = _mm256_max_epi16(pk, _mm256_andnot_si256(big, a));
+        cn = _mm256_sub_epi16(cn, _mm256_cmpgt_epi16(a, inf));
+        ci = _mm256_sub_epi16(ci, _mm256_cmpeq_epi16(a, inf));
+        cs = _mm256_sub_epi16(cs, _mm256_cmpeq_epi16(a, top));
+        cu = _mm256_sub_epi16(cu, _mm256_and_si256(_mm256_cmpgt_epi16(a, zero), _mm256_cmpgt_epi16(normal, a)));
+    }
+    uint16_t lanes[5][16], tail[5];
+    _mm256_storeu_si256((__m256i *)lanes[0], pk);
+    _mm256_storeu_si256((__m256i *)lanes[1], cn);
+    _mm256_storeu_si256((__m256i *)lanes[2], ci);
+    _mm256_storeu_si256((__m256i *)lanes[3], cs);
+    _mm256_storeu_si256((__m256i *)lanes[4], cu);
+    half_range_block(x + i, n - i, tail);
+    for (int k = 0; k < 5; k++) {
+        uint16_t v = tail[k];
+        for (int j = 0; j < 16; j++)
+            v = k == 0 ? (lanes[0][j] > v ? lanes[0][j] : v) : (uint16_t)(v + lanes[k][j]);
+        out[k] = v;
+    }
+}
+#endif
+
+static HalfRange half_range(const uint16_t *x, Py_ssize_t n) {
+    HalfRange r = {0, 0, 0, 0, 0};
+    uint16_t b[5];
+#ifdef HAVE_F16C_CODE
+    const int vector = have_f16c();
+#endif
+    for (Py_ssize_t lo = 0; lo < n; lo += 1 << 15) {
+        const Py_ssize_t len = n - lo < (1 << 15) ? n - lo : (1 << 15);
+#ifdef HAVE_F16C_CODE
+        if (vector)
+            half_range_block_x16(x + lo, len, b);
+        else
+#endif
+            half_range_block(x + lo, len, b);
+        r.peak = b[0] > r.peak ? b[0] : r.peak;
+        r.nan += b[1];
+        r.inf += b[2];
+        r.saturated += b[3];
+        r.subnormal += b[4];
+    }
+    return r;
+}
+
+PyDoc_STRVAR(half_range_doc,
+"half_range(x) -> (peak_bits, nan, inf, saturated, subnormal) or None: over a C-contiguous aligned native fp16\n"
+"ndarray, the bits of max |finite x| and the counts of NaN, +-inf, +-65504 and nonzero subnormal values\n"
+"(mschecker.bisect.stats.Headroom's statistics); None for any other argument.");
+
+static PyObject *py_half_range(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "_fastfp16.half_range(x) takes 1 argument");
+        return NULL;
+    }
+    PyArrayObject *a = plain_array(args[0], NPY_HALF);
+    if (a == NULL)
+        Py_RETURN_NONE;
+    HalfRange r;
+    Py_BEGIN_ALLOW_THREADS
+    r = half_range((const uint16_t *)PyArray_DATA(a), PyArray_SIZE(a));
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(iKKKK)", (int)r.peak, (unsigned long long)r.nan, (unsigned long long)r.inf,
+                         (unsigned long long)r.saturated, (unsigned long long)r.subnormal);
+}
+
 static PyMethodDef methods[] = {
+    {"half_range", (PyCFunction)(void (*)(void))py_half_range, METH_FASTCALL, half_range_doc},
     {"softmax_fp32acc_shift", (PyCFunction)(void (*)(void))py_softmax_shift, METH_FASTCALL, softmax_shift_doc},
     {"softmax_fp32acc_divide", (PyCFunction)(void (*)(void))py_softmax_divide, METH_FASTCALL, softmax_divide_doc},
     {"cast", (PyCFunction)(void (*)(void))py_cast, METH_FASTCALL, cast_doc},

@@ -20,8 +20,10 @@ import numpy as np
 
 from ..compare import ToleranceRule, compare_arrays, json_float
 from ..dtypes import dtype_name, float_format
+from ..fastfp16 import fast_fp16
 
 
+_F16 = np.dtype(np.float16)
 BRIEF_CHUNK = 1 << 20  # elements per chunk of ErrorStats.brief (8 MB of float64 per scratch array)
 
 
@@ -116,8 +118,18 @@ class Headroom:
 
     @classmethod
     def of(cls, value: np.ndarray, hidden: int = 0, hidden_nan: int = 0) -> "Headroom":
-        """Counted over chunks of BRIEF_CHUNK elements (float32 scratch; every format fits float32 exactly)."""
+        """Counted over chunks of BRIEF_CHUNK elements (float32 scratch; every format fits float32 exactly); fp16
+        from its bits in one compiled pass where mschecker._fastfp16 is built (the same counts, ~15x faster: the SD
+        check measures every tensor of the run it judges, 268M-value attention tensors included)."""
         fmt = float_format(value.dtype)
+        if value.dtype == _F16:
+            fast = fast_fp16()
+            counts = fast.half_range(np.ascontiguousarray(value)) if fast is not None else None
+            if counts is not None:
+                peak_bits, nan, inf, sat, tiny = counts
+                peak = float(np.uint16(peak_bits).view(np.float16))
+                return cls(dtype_name(value.dtype), peak, peak / fmt.max, nan, inf, sat, int(hidden),
+                           tiny / value.size if value.size else 0.0, int(hidden_nan))
         flat = np.asarray(value).reshape(-1)
         two_byte = value.dtype.itemsize <= 2
         peak, nan, inf, sat, tiny = 0.0, 0, 0, 0, 0

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import onnx
+import pytest
 from onnx import helper
 
 from mschecker.bisect.islands import islands
@@ -93,3 +94,26 @@ def test_brief_stats_agree_with_the_full_ones():
     assert ErrorStats.brief(npu, ref, RULE).rel_l2 == math.inf and not ErrorStats.brief(npu, ref, RULE).passed
     same = np.array([np.nan, -np.inf, 1.0])
     assert ErrorStats.brief(same.astype(np.float16), same, RULE).passed
+
+
+@pytest.mark.parametrize("kind", ["bits", "normal", "huge", "tiny", "view", "rank0", "empty"])
+def test_fp16_headroom_compiled_route_counts_what_numpy_counts(kind, monkeypatch):
+    """Headroom.of of an fp16 tensor by _fastfp16.half_range (bits, one pass) equals the float32 chunked count
+    (MSCHECKER_NO_FASTFP16=1): peak, NaN, inf, +-65504 and subnormal counts, for every bit pattern class."""
+    pytest.importorskip("mschecker._fastfp16")
+    rng = np.random.default_rng(len(kind))
+    with np.errstate(over="ignore"):  # "huge" overflows to inf on purpose
+        x = _HEADROOM_CASES[kind](rng)
+    fast = Headroom.of(x)
+    monkeypatch.setenv("MSCHECKER_NO_FASTFP16", "1")
+    assert fast == Headroom.of(x)
+
+
+_HEADROOM_CASES = {
+    "bits": lambda rng: rng.integers(0, 65536, 40000, dtype=np.uint16).view(np.float16),
+    "normal": lambda rng: rng.standard_normal(33333).astype(np.float16),
+    "huge": lambda rng: np.clip(rng.standard_normal(5000) * 1e5, -7e4, 7e4).astype(np.float16),
+    "tiny": lambda rng: (rng.standard_normal(4097) * 1e-6).astype(np.float16),
+    "view": lambda rng: rng.integers(0, 65536, (300, 70), dtype=np.uint16).view(np.float16).T[::2],
+    "rank0": lambda rng: np.array(np.inf, np.float16),
+    "empty": lambda rng: np.zeros((0, 3), np.float16)}
