@@ -24,7 +24,7 @@ most of its time there. Every helper here computes exactly the same bits by anot
   of them and applied as a table lookup (identical by construction).
 
 Compiled loops: where the optional C extension mschecker._fastfp16 is built, `to_f16` / `to_f32` (C-contiguous
-arrays), `fp16_running_sum` (any row count, 32 rows interleaved) and `f16_binary` (shapes that fold to 3 dims:
+arrays and dense transposed views), `fp16_running_sum` (any row count, 32 rows interleaved) and `f16_binary` (shapes that fold to 3 dims:
 equal shapes, scalars, channel broadcasts) run there, and so do `lut_unary`'s lookups, softmax.softmax_fp16_fp16acc,
 the row passes of softmax.softmax_fp16_fp32acc (around numpy's own float32 exp) and the fp16 one-pass normalization
 of norms.normalize_rows. Conversions, binary ops and lookups allocate their results in C (numpy's C API), which
@@ -210,9 +210,9 @@ def as_f32(x: np.ndarray, storage: np.dtype = F32) -> np.ndarray:
         return to_f32(x)
     if x.flags.c_contiguous and x.flags.aligned:  # every route keeps (or gives) C order: the staged constants
         return x
-    c_order = np.dtype(storage) == F16 and x.size >= ORT_MIN_ELEMS  # to_f32's onnxruntime route
-    if x.flags.aligned and (x.flags.c_contiguous or (x.flags.f_contiguous and not c_order)):
-        return x  # astype(order="K") of an aligned C/F-contiguous array has its layout; so does the C-order route
+    c_order = np.dtype(storage) == F16 and x.size >= ORT_MIN_ELEMS  # to_f32's C-order route for large arrays
+    if x.flags.aligned and x.flags.f_contiguous and not c_order:
+        return x  # astype(order="K") of an aligned F-contiguous array has its layout
     return np.array(x, order="C") if c_order else x.astype(F32)  # fresh (aligned) copies, like to_f32's
 
 
@@ -381,8 +381,10 @@ def _f16_binary_c(fast, ufunc: np.ufunc, a: np.ndarray, b: np.ndarray) -> np.nda
         shape, plan = a.shape, ((1, 1, a.size), (0, 0, 1), (0, 0, 1))
     else:
         shape, plan = _broadcast_plan(a, b)
-    if plan is None or 0 in shape:
-        return np.empty(shape, F16) if plan is not None else None
+    if plan is None:
+        return None
+    if 0 in shape:
+        return np.empty(shape, F16)
     return fast.binary_new(_BINARY_OPS[ufunc], a, b, shape, *plan)  # None: an operand misaligned or byte-swapped
 
 
