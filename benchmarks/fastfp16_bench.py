@@ -2,9 +2,12 @@
 
 Kernels of the emulated NPU's high_performance mode, each timed on both routes (MSCHECKER_NO_FASTFP16=1 selects
 numpy's, read per call), best of --repeats after one warm-up call, with the outputs checked bit-identical:
-* softmax_fp16_fp16acc on (2, 8, 1024, 1024) fp16 (fp16 max, x - max, exp, sequential fp16 sum, divide);
+* softmax_fp16_fp16acc on (2, 8, 1024, 1024) fp16 (fp16 max, x - max, exp, sequential fp16 sum, divide), and
+  softmax_fp16_fp32acc on the same logits (float32 internals: two compiled passes around numpy's exp);
 * group_norm_fp16stats on (2, 320, 32, 32) fp16 with 32 groups (two sequential fp16 sums per row, fp16 ops);
 * fp16 Mul of (16, 1024, 1024) by a scalar, and fp16 Add of (2, 320, 32, 32) + (1, 320, 1, 1) (f16_binary);
+* fp16 -> fp32 of a transposed (2, 4096, 8, 40) view (a Transpose node's output; astype's layout below
+  ORT_MIN_ELEMS, here a C-order copy), and of a small one, (2, 16, 8, 8);
 * fp16_running_sum of 64 rows x 10240 (GroupNorm's shape), of 8 long rows (their chains run side by side) and of
   one row of 2^20 (one dependency chain: latency-bound on both routes).
 The ratio is numpy time / compiled time; the machine is shared, so both routes alternate within each repeat.
@@ -42,11 +45,16 @@ def cases(rng: np.random.Generator) -> dict:
     r64 = x_gn.reshape(64, -1)
     r1 = rng.standard_normal((1, 1 << 20)).astype(np.float16)
     r8 = rng.standard_normal((8, 1 << 17)).astype(np.float16)
+    view_big = rng.standard_normal((2, 4096, 8, 40)).astype(np.float16).transpose(0, 2, 1, 3)
+    view_small = rng.standard_normal((2, 16, 8, 8)).astype(np.float16).transpose(0, 2, 1, 3)
     return {
         "softmax_fp16_fp16acc (2,8,1024,1024)": lambda: softmax.softmax_fp16_fp16acc(x_sm),
         "group_norm_fp16stats (2,320,32,32) g32": lambda: norms.group_norm_fp16stats(x_gn, scale, bias, 32),
         "fp16 mul (16,1024,1024) * scalar": lambda: fastfp16.f16_binary(np.multiply, x_mul, s),
         "fp16 add (2,320,32,32) + (1,320,1,1)": lambda: fastfp16.f16_binary(np.add, x_gn, ch),
+        "softmax_fp16_fp32acc (2,8,1024,1024)": lambda: softmax.softmax_fp16_fp32acc(x_sm),
+        "to_f32 of a transposed (2,4096,8,40) view": lambda: fastfp16.to_f32(view_big),
+        "to_f32 of a transposed (2,16,8,8) view": lambda: fastfp16.to_f32(view_small),
         "fp16_running_sum 64 x 10240": lambda: fastfp16.fp16_running_sum(r64, 1),
         "fp16_running_sum 8 x 131072": lambda: fastfp16.fp16_running_sum(r8, 1),
         "fp16_running_sum 1 x 1048576": lambda: fastfp16.fp16_running_sum(r1, 1),
@@ -73,7 +81,8 @@ def run(repeats: int) -> dict:
                 if rep:  # the first round warms caches and builds lookup tables
                     best[route] = min(best[route], dt)
         os.environ.pop(ENV, None)
-        identical = bool(np.array_equal(outs["numpy"].view(np.uint16), outs["compiled"].view(np.uint16)))
+        a, b = outs["numpy"], outs["compiled"]
+        identical = a.dtype == b.dtype and a.strides == b.strides and a.tobytes() == b.tobytes()
         results[name] = {"numpy_ms": round(best["numpy"] * 1e3, 2), "compiled_ms": round(best["compiled"] * 1e3, 2),
                          "speedup": round(best["numpy"] / best["compiled"], 2), "bit_identical": identical}
         print(f"{name:42s} numpy {best['numpy'] * 1e3:9.2f} ms  compiled {best['compiled'] * 1e3:9.2f} ms"
