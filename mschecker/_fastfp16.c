@@ -945,6 +945,69 @@ static PyObject *py_cast(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return y;
 }
 
+/* A new C-order float32 copy of a plain fp16 array, or a new reference to a plain float32 one (what
+ * fastfp16.as_f32 returns for C-contiguous operands); NULL with no error when x is neither. */
+static PyObject *f32_operand(PyObject *x) {
+    PyArrayObject *a = plain_array(x, NPY_HALF);
+    if (a != NULL) {
+        PyObject *y = new_like(a, NPY_FLOAT);
+        if (y != NULL)
+            convert_to_f32((const uint16_t *)PyArray_DATA(a), (float *)PyArray_DATA((PyArrayObject *)y),
+                           PyArray_SIZE(a));
+        return y;
+    }
+    a = plain_array(x, NPY_FLOAT);
+    if (a == NULL)
+        return NULL;
+    Py_INCREF(x);
+    return x;
+}
+
+PyDoc_STRVAR(matmul_round_doc,
+"matmul_round(a, b, matmul) -> new fp16 array or None: fp16(matmul(float32(a), float32(b))) for C-contiguous\n"
+"aligned native fp16 or float32 operands (a float32 one is used as it is: a staged constant), the product\n"
+"rounded by the compiled conversion; the bits of optimized_kernels.matmul's whole-batch route in one call.\n"
+"None (nothing computed) when an operand is not such an array or the CPU lacks F16C.");
+
+static PyObject *py_matmul_round(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "_fastfp16.matmul_round(a, b, matmul) takes 3 arguments");
+        return NULL;
+    }
+    if (!have_f16c() || (plain_array(args[0], NPY_HALF) == NULL && plain_array(args[0], NPY_FLOAT) == NULL) ||
+        (plain_array(args[1], NPY_HALF) == NULL && plain_array(args[1], NPY_FLOAT) == NULL))
+        Py_RETURN_NONE;
+    PyObject *a32 = f32_operand(args[0]);
+    if (a32 == NULL)
+        return NULL;
+    PyObject *b32 = f32_operand(args[1]);
+    if (b32 == NULL) {
+        Py_DECREF(a32);
+        return NULL;
+    }
+    PyObject *r = PyObject_CallFunctionObjArgs(args[2], a32, b32, NULL);
+    Py_DECREF(a32);
+    Py_DECREF(b32);
+    if (r == NULL)
+        return NULL;
+    PyArrayObject *p = plain_array(r, NPY_FLOAT);
+    if (p == NULL) { /* not what np.matmul makes: the caller's own route decides */
+        Py_DECREF(r);
+        Py_RETURN_NONE;
+    }
+    PyObject *y = new_like(p, NPY_HALF);
+    if (y != NULL) {
+        const Py_ssize_t n = PyArray_SIZE(p);
+        const int release = n >= (1 << 15);
+        PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
+        convert_to_f16((const float *)PyArray_DATA(p), (uint16_t *)PyArray_DATA((PyArrayObject *)y), n);
+        if (release)
+            PyEval_RestoreThread(ts);
+    }
+    Py_DECREF(r);
+    return y;
+}
+
 /* n Python ints from a tuple of exactly n items into v; 0 with an exception set otherwise. */
 static int ssize_triple(PyObject *t, Py_ssize_t v[3], const char *what) {
     if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) {
@@ -1219,6 +1282,7 @@ static PyObject *py_half_range(PyObject *self, PyObject *const *args, Py_ssize_t
 }
 
 static PyMethodDef methods[] = {
+    {"matmul_round", (PyCFunction)(void (*)(void))py_matmul_round, METH_FASTCALL, matmul_round_doc},
     {"half_range", (PyCFunction)(void (*)(void))py_half_range, METH_FASTCALL, half_range_doc},
     {"softmax_fp32acc_shift", (PyCFunction)(void (*)(void))py_softmax_shift, METH_FASTCALL, softmax_shift_doc},
     {"softmax_fp32acc_divide", (PyCFunction)(void (*)(void))py_softmax_divide, METH_FASTCALL, softmax_divide_doc},

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..dtypes import bfloat16
 from ..reference.linalg import gemm_operands
-from ..fastfp16 import ORT_MIN_ELEMS, as_f32, astype, to_f16, to_f16_into, to_f32
+from ..fastfp16 import ORT_MIN_ELEMS, as_f32, astype, fast_fp16, to_f16, to_f16_into, to_f32
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -139,7 +139,9 @@ def _rounded_fp32_product(a, b, storage):
             or b.ndim != a.ndim \
             or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2] \
             or not (_upcast_is_c_order(a, storage) and _upcast_is_c_order(b, storage)):
-        return _round(_acc_fp32(a, b, storage), storage)
+        fast = fast_fp16() if storage == F16 else None
+        y = fast.matmul_round(a, b, np.matmul) if fast is not None else None  # the same calls, in one C call
+        return _round(_acc_fp32(a, b, storage), storage) if y is None else y
     (m, k), n = a.shape[-2:], b.shape[-1]
     per_matrix = 4 * (m * k + m * n + k * n)
     # the whole batch is one chunk: the same calls as the loop below would make, without its Python (the SD

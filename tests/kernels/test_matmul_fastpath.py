@@ -122,3 +122,27 @@ def test_chunked_matmul_bits_on_attention_sized_operands(shapes, transposed, chu
     got = mm.matmul_fp16_fp32acc(a, b)
     monkeypatch.setattr(mm, "_acc_fp32", whole_batch)
     assert _same_bits(got, _definition(a, b, np.float16))
+
+
+def test_compiled_matmul_round_is_the_whole_batch_route():
+    """_fastfp16.matmul_round (the small fp16 MatMul in one C call: upcast, numpy's matmul, rounding) gives the
+    bits of _round(_acc_fp32(a, b, F16), F16) for fp16 operands and float32 staged ones (used as they are), with
+    specials in both; it declines (None) what it does not take: views, other dtypes, a non-callable result."""
+    fast = pytest.importorskip("mschecker._fastfp16")
+    if not fast.F16C:
+        pytest.skip("the compiled MatMul route needs F16C")
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((2, 5, 7)) * 300).astype(np.float16)
+    a.flat[[0, 9, 20]] = [np.inf, np.nan, 65504]
+    w16 = (rng.standard_normal((7, 4)) * 0.5).astype(np.float16)
+    staged = w16.astype(np.float32)  # what the executor stages for a weight: float32 holding fp16 values
+    f16 = np.dtype(np.float16)
+    with np.errstate(all="ignore"):
+        for x, y in ((a, w16), (a, staged), (a[0], w16), (a, a.swapaxes(-1, -2).copy()), (a[0, 0], w16)):
+            got = fast.matmul_round(x, y, np.matmul)
+            assert _same_bits(got, mm._round(mm._acc_fp32(x, y, f16), f16))
+    assert fast.matmul_round(a.swapaxes(-1, -2), w16, np.matmul) is None
+    assert fast.matmul_round(a.astype(np.float64), w16, np.matmul) is None
+    assert fast.matmul_round(a, w16, lambda p, q: (p @ q).tolist()) is None
+    with pytest.raises(ValueError):
+        fast.matmul_round(a, a, np.matmul)  # numpy's own error for mismatched shapes
