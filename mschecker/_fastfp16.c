@@ -879,8 +879,8 @@ static PyObject *new_like(PyArrayObject *a, int type) {
     return PyArray_SimpleNew(PyArray_NDIM(a), PyArray_DIMS(a), type);
 }
 
-/* a as an aligned native-order ndarray of numpy type `type` whose elements fill one dense block in some axis order
- * (C-contiguous, or a transposed view of such an array), or NULL (no error set). */
+/* x as an aligned native-order ndarray of numpy type `type` (any strides: py_cast checks that its elements fill
+ * one dense block, same_element_layout), or NULL (no error set). */
 static PyArrayObject *dense_array(PyObject *x, int type) {
     if (!PyArray_Check(x))
         return NULL;
