@@ -21,8 +21,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-/* numpy's C API only for the allocating entry points (cast, binary_new, lut): an array made here costs ~0.1 us
- * where np.empty from Python costs ~0.4 us, much of a small fp16 node. */
+/* numpy's C API only for the entry points that return new arrays: an array made here costs ~0.1 us where np.empty
+ * from Python costs ~0.4 us, much of a small fp16 node. */
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 #include <math.h>
@@ -864,19 +864,12 @@ done:
 
 /* ------------------------------------------------------------------------------ entry points that allocate */
 
-/* x as a C-contiguous, aligned, native-order ndarray of numpy type `type`, or NULL (no error set). */
-static PyArrayObject *plain_array(PyObject *x, int type) {
-    if (!PyArray_Check(x))
-        return NULL;
-    PyArrayObject *a = (PyArrayObject *)x;
-    if (PyArray_TYPE(a) != type || !PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a))
-        return NULL;
-    return a;
-}
-
-/* A new C-order array of `type` with a's shape. */
-static PyObject *new_like(PyArrayObject *a, int type) {
-    return PyArray_SimpleNew(PyArray_NDIM(a), PyArray_DIMS(a), type);
+/* 1 when a METH_FASTCALL entry point got `want` arguments, else 0 with a TypeError naming the call. */
+static int arg_count(Py_ssize_t nargs, Py_ssize_t want, const char *call) {
+    if (nargs == want)
+        return 1;
+    PyErr_Format(PyExc_TypeError, "_fastfp16.%s takes %zd argument%s", call, want, want == 1 ? "" : "s");
+    return 0;
 }
 
 /* x as an aligned native-order ndarray of numpy type `type` (any strides: py_cast checks that its elements fill
@@ -888,6 +881,32 @@ static PyArrayObject *dense_array(PyObject *x, int type) {
     if (PyArray_TYPE(a) != type || !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a))
         return NULL;
     return a;
+}
+
+/* x as a C-contiguous, aligned, native-order ndarray of numpy type `type`, or NULL (no error set). */
+static PyArrayObject *plain_array(PyObject *x, int type) {
+    PyArrayObject *a = dense_array(x, type);
+    return a != NULL && PyArray_IS_C_CONTIGUOUS(a) ? a : NULL;
+}
+
+/* A new C-order array of `type` with a's shape. */
+static PyObject *new_like(PyArrayObject *a, int type) {
+    return PyArray_SimpleNew(PyArray_NDIM(a), PyArray_DIMS(a), type);
+}
+
+/* y = a converted in memory order (fp32 -> fp16 when to_half, else fp16 -> fp32; both arrays dense with the same
+ * element layout), the GIL released for large arrays. Returns y. */
+static PyObject *convert_array(PyArrayObject *a, PyObject *y, int to_half) {
+    const Py_ssize_t n = PyArray_SIZE(a);
+    const int release = n >= (1 << 15);
+    PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
+    if (to_half)
+        convert_to_f16((const float *)PyArray_DATA(a), (uint16_t *)PyArray_DATA((PyArrayObject *)y), n);
+    else
+        convert_to_f32((const uint16_t *)PyArray_DATA(a), (float *)PyArray_DATA((PyArrayObject *)y), n);
+    if (release)
+        PyEval_RestoreThread(ts);
+    return y;
 }
 
 /* Whether y (made by PyArray_NewLikeArray(a, NPY_KEEPORDER, ...), dense) puts every element of a at the same
@@ -910,10 +929,8 @@ PyDoc_STRVAR(cast_doc,
 "the source dtype filling one dense block (the caller converts another way).");
 
 static PyObject *py_cast(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "_fastfp16.cast(x, to_half) takes 2 arguments");
+    if (!arg_count(nargs, 2, "cast(x, to_half)"))
         return NULL;
-    }
     const int to_half = PyObject_IsTrue(args[1]);
     if (to_half < 0)
         return NULL;
@@ -931,30 +948,16 @@ static PyObject *py_cast(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             Py_RETURN_NONE;
         }
     }
-    if (y == NULL)
-        return NULL;
-    const Py_ssize_t n = PyArray_SIZE(a);
-    const int release = n >= (1 << 15);
-    PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
-    if (to_half)
-        convert_to_f16((const float *)PyArray_DATA(a), (uint16_t *)PyArray_DATA((PyArrayObject *)y), n);
-    else
-        convert_to_f32((const uint16_t *)PyArray_DATA(a), (float *)PyArray_DATA((PyArrayObject *)y), n);
-    if (release)
-        PyEval_RestoreThread(ts);
-    return y;
+    return y == NULL ? NULL : convert_array(a, y, to_half);
 }
 
 /* A new C-order float32 copy of a plain fp16 array, or a new reference to a plain float32 one (what
- * fastfp16.as_f32 returns for C-contiguous operands); NULL with no error when x is neither. */
+ * fastfp16.as_f32 returns for C-contiguous operands); NULL with no error set when x is neither. */
 static PyObject *f32_operand(PyObject *x) {
     PyArrayObject *a = plain_array(x, NPY_HALF);
     if (a != NULL) {
         PyObject *y = new_like(a, NPY_FLOAT);
-        if (y != NULL)
-            convert_to_f32((const uint16_t *)PyArray_DATA(a), (float *)PyArray_DATA((PyArrayObject *)y),
-                           PyArray_SIZE(a));
-        return y;
+        return y == NULL ? NULL : convert_array(a, y, 0);
     }
     a = plain_array(x, NPY_FLOAT);
     if (a == NULL)
@@ -970,20 +973,17 @@ PyDoc_STRVAR(matmul_round_doc,
 "None (nothing computed) when an operand is not such an array or the CPU lacks F16C.");
 
 static PyObject *py_matmul_round(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "_fastfp16.matmul_round(a, b, matmul) takes 3 arguments");
+    if (!arg_count(nargs, 3, "matmul_round(a, b, matmul)"))
         return NULL;
-    }
-    if (!have_f16c() || (plain_array(args[0], NPY_HALF) == NULL && plain_array(args[0], NPY_FLOAT) == NULL) ||
-        (plain_array(args[1], NPY_HALF) == NULL && plain_array(args[1], NPY_FLOAT) == NULL))
+    if (!have_f16c())
         Py_RETURN_NONE;
     PyObject *a32 = f32_operand(args[0]);
-    if (a32 == NULL)
-        return NULL;
-    PyObject *b32 = f32_operand(args[1]);
-    if (b32 == NULL) {
-        Py_DECREF(a32);
-        return NULL;
+    PyObject *b32 = a32 == NULL ? NULL : f32_operand(args[1]);
+    if (b32 == NULL) { /* an error, or an operand it does not take (no error set: None) */
+        Py_XDECREF(a32);
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
     }
     PyObject *r = PyObject_CallFunctionObjArgs(args[2], a32, b32, NULL);
     Py_DECREF(a32);
@@ -996,14 +996,8 @@ static PyObject *py_matmul_round(PyObject *self, PyObject *const *args, Py_ssize
         Py_RETURN_NONE;
     }
     PyObject *y = new_like(p, NPY_HALF);
-    if (y != NULL) {
-        const Py_ssize_t n = PyArray_SIZE(p);
-        const int release = n >= (1 << 15);
-        PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
-        convert_to_f16((const float *)PyArray_DATA(p), (uint16_t *)PyArray_DATA((PyArrayObject *)y), n);
-        if (release)
-            PyEval_RestoreThread(ts);
-    }
+    if (y != NULL)
+        convert_array(p, y, 1);
     Py_DECREF(r);
     return y;
 }
@@ -1024,14 +1018,13 @@ static int ssize_triple(PyObject *t, Py_ssize_t v[3], const char *what) {
 
 PyDoc_STRVAR(binary_new_doc,
 "binary_new(op, a, b, shape, d, a_strides, b_strides) -> new fp16 array of `shape`, or None\n"
-"`binary` into a new C-order array: a and b C-contiguous aligned native fp16 ndarrays, d / a_strides / b_strides\n"
-"the collapsed plan (3 ints each, prod(d) == prod(shape)). None when an operand is not such an array.");
+"op: 0 add, 1 subtract, 2 multiply, 3 divide; a and b C-contiguous aligned native fp16 ndarrays; d / a_strides /\n"
+"b_strides the collapsed plan (3 ints each, element strides, 0 broadcasts; prod(d) == prod(shape)). None when an\n"
+"operand is not such an array. NaN results carry this loop's payload (positions exact).");
 
 static PyObject *py_binary_new(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "_fastfp16.binary_new takes 7 arguments");
+    if (!arg_count(nargs, 7, "binary_new"))
         return NULL;
-    }
     const long op = PyLong_AsLong(args[0]);
     if (op == -1 && PyErr_Occurred())
         return NULL;
@@ -1081,10 +1074,8 @@ PyDoc_STRVAR(lut_doc,
 "None when x or the table is not such an array.");
 
 static PyObject *py_lut(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "_fastfp16.lut(x, table) takes 2 arguments");
+    if (!arg_count(nargs, 2, "lut(x, table)"))
         return NULL;
-    }
     PyArrayObject *a = plain_array(args[0], NPY_HALF);
     if (a == NULL || !PyArray_Check(args[1]))
         Py_RETURN_NONE;
@@ -1127,10 +1118,8 @@ static PyObject *py_lut(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * whose last axis is the row; 0 with an exception when they are not. */
 static int softmax_operands(PyObject *const *args, Py_ssize_t nargs, int tin, int tout, PyArrayObject **a,
                             PyArrayObject **b, Py_ssize_t *rows, Py_ssize_t *n) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "_fastfp16.softmax_fp32acc_*: takes 2 arrays");
+    if (!arg_count(nargs, 2, "softmax_fp32acc_*"))
         return 0;
-    }
     *a = plain_array(args[0], tin);
     *b = plain_array(args[1], tout);
     if (*a == NULL || *b == NULL || PyArray_NDIM(*a) < 1 || PyArray_SIZE(*a) != PyArray_SIZE(*b) ||
@@ -1266,10 +1255,8 @@ PyDoc_STRVAR(half_range_doc,
 "(mschecker.bisect.stats.Headroom's statistics); None for any other argument.");
 
 static PyObject *py_half_range(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "_fastfp16.half_range(x) takes 1 argument");
+    if (!arg_count(nargs, 1, "half_range(x)"))
         return NULL;
-    }
     PyArrayObject *a = plain_array(args[0], NPY_HALF);
     if (a == NULL)
         Py_RETURN_NONE;

@@ -409,7 +409,8 @@ def test_c_binary_new_checks_its_plan():
 def test_c_lut_is_take(table_dtype):
     """lut(x, table) == np.take(table, x.view(uint16)) for 1-, 2- and 4-byte tables over every fp16 pattern (rank 0
     too); None for a table it cannot index (wrong length, 8-byte entries) or an x with strides."""
-    table = (np.random.default_rng(1).standard_normal(65536) * 100).astype(table_dtype)
+    values = np.random.default_rng(1).standard_normal(65536) * 100
+    table = values > 0 if table_dtype is np.bool_ else values.astype(table_dtype)  # booleans of both values
     x = ALL_F16.reshape(256, 256)
     y = C.lut(x, table)
     assert y.dtype == table.dtype and y.shape == x.shape
