@@ -489,6 +489,41 @@ static void norm_rows_onepass(const uint16_t *src, Py_ssize_t rows, Py_ssize_t n
     }
 }
 
+/* optimized_kernels/norms.py's fp16 affine step in place over rows of n = cg * hw fp16 values: y = fp16(fp16(y * s)
+ * + b) (no bias: fp16(y * s)), s and b the channel's values (float32 holding fp16 values), the channel of element
+ * j of row r being (r % groups) * cg + j / hw as in norm_rows_twopass; numpy's float16 multiply and add (a float32
+ * operation rounded once: rnd16 in float32, the last rounding by the row's conversion). buf: n floats. */
+KERNEL_CLONES
+static void affine_rows_f16(uint16_t *y, Py_ssize_t rows, Py_ssize_t groups, Py_ssize_t cg, Py_ssize_t hw,
+                            const float *scale, const float *bias, float *restrict buf) {
+    const Py_ssize_t n = cg * hw;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        uint16_t *yr = y + r * n;
+        const float *s = scale + (r % groups) * cg, *b = bias == NULL ? NULL : bias + (r % groups) * cg;
+        convert_to_f32(yr, buf, n);
+        if (hw == 1) { /* LayerNorm: one channel per element, a loop that vectorizes */
+            if (b == NULL)
+                for (Py_ssize_t j = 0; j < n; j++)
+                    buf[j] = buf[j] * s[j];
+            else
+                for (Py_ssize_t j = 0; j < n; j++)
+                    buf[j] = rnd16(buf[j] * s[j]) + b[j];
+        } else {
+            for (Py_ssize_t c = 0; c < cg; c++) {
+                float *bc_row = buf + c * hw;
+                const float sc = s[c];
+                if (b == NULL)
+                    for (Py_ssize_t t = 0; t < hw; t++)
+                        bc_row[t] = bc_row[t] * sc;
+                else
+                    for (Py_ssize_t t = 0; t < hw; t++)
+                        bc_row[t] = rnd16(bc_row[t] * sc) + b[c];
+            }
+        }
+        convert_to_f16(buf, yr, n);
+    }
+}
+
 enum { OP_ADD = 0, OP_SUB = 1, OP_MUL = 2, OP_DIV = 3 };
 
 /* One innermost loop of `binary_new`: n elements, operand strides ia, ib (elements; 0 = broadcast). */
@@ -589,26 +624,35 @@ static uint32_t binary_row(int op, const uint16_t *a, Py_ssize_t ia, const uint1
 /* numpy's float32 pairwise sum (FLOAT_pairwise_sum in numpy/_core/src/umath/loops_utils.h.src): the order in which
  * np.add.reduce adds a contiguous row (eight running partial sums in blocks of up to 128, halves above), so
  * that the sum has numpy's bits; tests/kernels/test_fastfp16.py compares them for every row length to 1,100. */
-static float pairwise_sum_f32(const float *a, Py_ssize_t n) {
+static inline float pairwise_block_f32(const float *a, Py_ssize_t n) {
     if (n < 8) {
         float res = 0.f;
         for (Py_ssize_t i = 0; i < n; i++)
             res += a[i];
         return res;
     }
-    if (n <= 128) {
-        float r[8];
+    float r[8];
+    for (int k = 0; k < 8; k++)
+        r[k] = a[k];
+    Py_ssize_t i;
+    for (i = 8; i < n - (n % 8); i += 8)
         for (int k = 0; k < 8; k++)
-            r[k] = a[k];
-        Py_ssize_t i;
-        for (i = 8; i < n - (n % 8); i += 8)
-            for (int k = 0; k < 8; k++)
-                r[k] += a[i + k];
-        float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; i++)
-            res += a[i];
-        return res;
-    }
+            r[k] += a[i + k];
+    float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; i++)
+        res += a[i];
+    return res;
+}
+
+static float pairwise_split_f32(const float *a, Py_ssize_t n);
+
+/* Inline for rows of up to 128 (one block): compiled into each caller's clone, so that an AVX2 loop does not call
+ * into legacy-SSE code per row (a transition that cost ~150 ns per row on this machine's CPU). */
+static inline float pairwise_sum_f32(const float *a, Py_ssize_t n) {
+    return n <= 128 ? pairwise_block_f32(a, n) : pairwise_split_f32(a, n);
+}
+
+static float pairwise_split_f32(const float *a, Py_ssize_t n) {
     Py_ssize_t n2 = n / 2;
     n2 -= n2 % 8;
     return pairwise_sum_f32(a, n2) + pairwise_sum_f32(a + n2, n - n2);
@@ -676,6 +720,71 @@ static void softmax_divide_rows(float *e, Py_ssize_t rows, Py_ssize_t n, uint16_
             er[j] = er[j] / s;
         convert_to_f16(er, out + r * n, n);
     }
+}
+
+/* ------------------------------------------------------ LayerNorm / GroupNorm with float32 two-pass statistics */
+
+/* np.add.reduce's float32 sum of a contiguous row: its identity +0 plus the pairwise sum (the +0 makes a row of
+ * -0 sum to +0, as numpy's does). */
+static inline float reduce_sum_f32(const float *a, Py_ssize_t n) {
+    return 0.0f + pairwise_sum_f32(a, n);
+}
+
+/* optimized_kernels/norms.py's float32 two-pass normalization followed by its affine step (stats_twopass,
+ * normalize_rows, _affine), numpy's bits. Per row r of n = cg * hw values (x fp16 or float32, upcast exactly):
+ * mean = reduce_sum(x) / n, d = x - mean, var = reduce_sum(d * d) / n, rstd = 1 / sqrt(var + eps),
+ * y = d * rstd * scale[c] (+ bias[c] when there is a bias: adding 0 would turn -0 into +0), c = (r % groups) * cg
+ * + j / hw the channel of the row's element j (LayerNorm: groups = hw = 1); every step one float32 operation in
+ * numpy's order; x, y fp16 (half) or float32, y rounded once. buf: 2n floats.
+ * Returns 0 (out incomplete) when a row's mean, var or rstd is not finite: numpy's route then makes NaNs whose
+ * payloads depend on operand order, which this loop does not promise. With those finite, and scale and bias
+ * finite (the caller checks), no NaN and no float32 overflow arises (|d * rstd| <= sqrt(n)). */
+KERNEL_CLONES
+static int norm_rows_twopass(const void *x, int half, Py_ssize_t rows, Py_ssize_t groups, Py_ssize_t cg,
+                             Py_ssize_t hw, const float *scale, const float *bias, float eps, void *out, float *buf) {
+    const Py_ssize_t n = cg * hw;
+    const float nf = (float)n;
+    float *restrict d = buf, *restrict y = buf + n;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        if (half)
+            convert_to_f32((const uint16_t *)x + r * n, d, n);
+        else
+            memcpy(d, (const float *)x + r * n, (size_t)n * sizeof(float));
+        const float mean = reduce_sum_f32(d, n) / nf;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            d[j] = d[j] - mean;
+            y[j] = d[j] * d[j];
+        }
+        const float var = reduce_sum_f32(y, n) / nf;
+        const float rstd = 1.0f / sqrtf(var + eps);
+        if (!isfinite(mean) || !isfinite(var) || !isfinite(rstd))
+            return 0;
+        float *dst = half ? y : (float *)out + r * n;
+        const float *s = scale + (r % groups) * cg, *b = bias == NULL ? NULL : bias + (r % groups) * cg;
+        if (hw == 1) { /* LayerNorm: one channel per element, a loop that vectorizes */
+            if (b == NULL)
+                for (Py_ssize_t j = 0; j < n; j++)
+                    dst[j] = (d[j] * rstd) * s[j];
+            else
+                for (Py_ssize_t j = 0; j < n; j++)
+                    dst[j] = (d[j] * rstd) * s[j] + b[j];
+        } else for (Py_ssize_t c = 0; c < cg; c++) {
+            const float sc = s[c];
+            const float *dc = d + c * hw;
+            float *yc = dst + c * hw;
+            if (b == NULL) {
+                for (Py_ssize_t t = 0; t < hw; t++)
+                    yc[t] = (dc[t] * rstd) * sc;
+            } else {
+                const float bc = b[c];
+                for (Py_ssize_t t = 0; t < hw; t++)
+                    yc[t] = (dc[t] * rstd) * sc + bc;
+            }
+        }
+        if (half)
+            convert_to_f16(y, (uint16_t *)out + r * n, n);
+    }
+    return 1;
 }
 
 /* ---------------------------------------------------------------------------------------------- Python API */
@@ -1168,6 +1277,146 @@ static PyObject *py_softmax_divide(PyObject *self, PyObject *const *args, Py_ssi
     Py_RETURN_NONE;
 }
 
+/* A per-channel operand of the fused norms (scale, bias) as `count` float32 values in dst (exact): a C-contiguous
+ * aligned native array of that size, fp16 or (unless half_only) float32, every value finite unless any_value.
+ * 0 (no error set) otherwise. */
+static int channel_values(PyObject *v, Py_ssize_t count, int half_only, int any_value, float *dst) {
+    PyArrayObject *a = plain_array(v, NPY_HALF);
+    PyArrayObject *f = a == NULL && !half_only ? plain_array(v, NPY_FLOAT) : NULL;
+    if ((a == NULL && f == NULL) || PyArray_SIZE(a != NULL ? a : f) != count)
+        return 0;
+    if (a != NULL)
+        convert_to_f32((const uint16_t *)PyArray_DATA(a), dst, count);
+    else
+        memcpy(dst, PyArray_DATA(f), (size_t)count * sizeof(float));
+    for (Py_ssize_t i = 0; !any_value && i < count; i++)
+        if (!isfinite(dst[i]))
+            return 0;
+    return 1;
+}
+
+/* The operands of a fused norm call: x (rows of n = cg * hw values), its groups, the per-channel scale and bias as
+ * float32 (bias NULL: none), a scratch row pair (buf, 2n floats) and the result y, all in one work allocation. */
+typedef struct {
+    PyArrayObject *x;
+    int half;
+    Py_ssize_t rows, groups, cg, hw, n;
+    float *work, *scale, *bias, *buf;
+    PyObject *y;
+} NormCall;
+
+/* Parses (x, groups, hw, scale, bias) of norm_twopass / norm_onepass. Returns 1 with c filled (work and y
+ * allocated: norm_call_end frees them), 0 with an exception set, -1 when the call is declined (the caller returns
+ * None: nothing allocated). half_only: x, scale and bias must be fp16; any_value: scale and bias may hold non-finite
+ * values. */
+static int norm_call(PyObject *const *args, int half_only, int any_value, NormCall *c) {
+    const Py_ssize_t groups = PyLong_AsSsize_t(args[1]), hw = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred())
+        return 0;
+    PyArrayObject *xh = plain_array(args[0], NPY_HALF);
+    c->x = xh != NULL || half_only ? xh : plain_array(args[0], NPY_FLOAT);
+    if (c->x == NULL || !PyArray_Check(args[3]) || groups < 1 || hw < 1)
+        return -1;
+    const Py_ssize_t channels = PyArray_SIZE((PyArrayObject *)args[3]), size = PyArray_SIZE(c->x);
+    const Py_ssize_t cg = channels / groups;
+    if (cg == 0 || channels % groups || hw > size / cg) /* hw > size / cg: no whole row (and cg * hw could overflow) */
+        return -1;
+    c->half = xh != NULL;
+    c->groups = groups, c->cg = cg, c->hw = hw, c->n = cg * hw;
+    if (size % c->n)
+        return -1;
+    c->rows = size / c->n;
+    c->work = PyMem_Malloc((size_t)(2 * channels + 2 * c->n) * sizeof(float));
+    if (c->work == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    c->scale = c->work, c->bias = args[4] == Py_None ? NULL : c->work + channels, c->buf = c->work + 2 * channels;
+    if (!channel_values(args[3], channels, half_only, any_value, c->scale) ||
+        (c->bias != NULL && !channel_values(args[4], channels, half_only, any_value, c->bias))) {
+        PyMem_Free(c->work);
+        return -1;
+    }
+    c->y = new_like(c->x, PyArray_TYPE(c->x));
+    if (c->y == NULL) {
+        PyMem_Free(c->work);
+        return 0;
+    }
+    return 1;
+}
+
+/* The GIL released around a norm loop over a large x. */
+static PyThreadState *norm_release(const NormCall *c) {
+    return PyArray_SIZE(c->x) >= (1 << 15) ? PyEval_SaveThread() : NULL;
+}
+
+/* Frees c's work; returns c->y when ok, else None (c->y dropped). */
+static PyObject *norm_call_end(NormCall *c, PyThreadState *ts, int ok) {
+    if (ts != NULL)
+        PyEval_RestoreThread(ts);
+    PyMem_Free(c->work);
+    if (ok)
+        return c->y;
+    Py_DECREF(c->y);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(norm_twopass_doc,
+"norm_twopass(x, groups, hw, scale, bias, eps) -> new array or None: optimized_kernels.norms' float32 two-pass\n"
+"normalization and affine step (stats_twopass, normalize_rows, _affine) in one pass per row, numpy's bits, in\n"
+"x's dtype (fp16 or float32) and shape. x holds rows of n = cg * hw values (cg = scale.size // groups); row r is\n"
+"normalized on its own and its element j takes scale[(r % groups) * cg + j // hw] and the same of bias (None: no\n"
+"bias). LayerNorm: groups = hw = 1, scale of the row's size; GroupNorm: x (N, C, ...), hw the spatial size.\n"
+"eps: float32(eps) is added to the variance. None (nothing computed) when x, scale or bias is not a C-contiguous\n"
+"aligned native fp16 or float32 array, the sizes do not fit, scale or bias holds a non-finite value or a row's\n"
+"statistics are not finite (the caller takes numpy's route, whose NaN payloads this loop does not reproduce).");
+
+static PyObject *py_norm_twopass(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!arg_count(nargs, 6, "norm_twopass(x, groups, hw, scale, bias, eps)"))
+        return NULL;
+    const double eps = PyFloat_AsDouble(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    NormCall c;
+    const int got = norm_call(args, 0, 0, &c);
+    if (got <= 0)
+        return got == 0 ? NULL : Py_NewRef(Py_None);
+    PyThreadState *ts = norm_release(&c);
+    const int ok = norm_rows_twopass(PyArray_DATA(c.x), c.half, c.rows, c.groups, c.cg, c.hw, c.scale, c.bias,
+                                     (float)eps, PyArray_DATA((PyArrayObject *)c.y), c.buf);
+    return norm_call_end(&c, ts, ok);
+}
+
+PyDoc_STRVAR(norm_onepass_doc,
+"norm_onepass(x, groups, hw, scale, bias, n_bits, eps_bits) -> new fp16 array or None: optimized_kernels.norms'\n"
+"fp16 one-pass normalization (norm_rows_onepass's fp16 operations) followed by its fp16 affine step,\n"
+"fp16(fp16(z * scale) + bias) (no bias: the product), for fp16 x, scale and bias, with norm_twopass's rows\n"
+"and channels; n_bits and eps_bits are the fp16 values numpy makes of the row length and epsilon. NaN where\n"
+"the numpy route has NaN (payloads: this module's). None when an operand is not such an array or the sizes do\n"
+"not fit.");
+
+static PyObject *py_norm_onepass(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!arg_count(nargs, 7, "norm_onepass(x, groups, hw, scale, bias, n_bits, eps_bits)"))
+        return NULL;
+    const unsigned long n_bits = PyLong_AsUnsignedLong(args[5]), eps_bits = PyLong_AsUnsignedLong(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (n_bits > 0xFFFFu || eps_bits > 0xFFFFu) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.norm_onepass: n_bits and eps_bits are fp16 bit patterns");
+        return NULL;
+    }
+    NormCall c;
+    const int got = norm_call(args, 1, 1, &c);
+    if (got <= 0)
+        return got == 0 ? NULL : Py_NewRef(Py_None);
+    PyThreadState *ts = norm_release(&c);
+    uint16_t *y = (uint16_t *)PyArray_DATA((PyArrayObject *)c.y);
+    norm_rows_onepass((const uint16_t *)PyArray_DATA(c.x), c.rows, c.n, h2f((uint16_t)n_bits),
+                      h2f((uint16_t)eps_bits), y);
+    affine_rows_f16(y, c.rows, c.groups, c.cg, c.hw, c.scale, c.bias, c.buf);
+    return norm_call_end(&c, ts, 1);
+}
+
 /* Range statistics of n fp16 values from their bits: the largest finite magnitude's bits and the counts of NaN,
  * inf, values at +-65504 and nonzero subnormals. Integer work only (AVX2 where the CPU has it). */
 typedef struct {
@@ -1273,6 +1522,8 @@ static PyMethodDef methods[] = {
     {"half_range", (PyCFunction)(void (*)(void))py_half_range, METH_FASTCALL, half_range_doc},
     {"softmax_fp32acc_shift", (PyCFunction)(void (*)(void))py_softmax_shift, METH_FASTCALL, softmax_shift_doc},
     {"softmax_fp32acc_divide", (PyCFunction)(void (*)(void))py_softmax_divide, METH_FASTCALL, softmax_divide_doc},
+    {"norm_twopass", (PyCFunction)(void (*)(void))py_norm_twopass, METH_FASTCALL, norm_twopass_doc},
+    {"norm_onepass", (PyCFunction)(void (*)(void))py_norm_onepass, METH_FASTCALL, norm_onepass_doc},
     {"cast", (PyCFunction)(void (*)(void))py_cast, METH_FASTCALL, cast_doc},
     {"binary_new", (PyCFunction)(void (*)(void))py_binary_new, METH_FASTCALL, binary_new_doc},
     {"lut", (PyCFunction)(void (*)(void))py_lut, METH_FASTCALL, lut_doc},

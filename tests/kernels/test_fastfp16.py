@@ -346,6 +346,142 @@ def test_planted_fp32_statistics_are_caught_by_the_norm_bit_check(monkeypatch):
     assert not same_bits(compiled, fp32_stats)
 
 
+# ------------------------------------------------------------- fused norms (statistics and affine step, one call)
+def _norm_both_routes(kernel, x, *args, **kw):
+    """(compiled, numpy) results of one of optimized_kernels.norms' public kernels; the compiled route must really
+    answer (a test of it must not pass on the numpy route twice)."""
+    from mschecker.optimized_kernels import norms as N
+
+    answered = []
+    real = N._compiled_norm
+
+    def spy(*a):
+        y = real(*a)
+        answered.append(y is not None)
+        return y
+    with np.errstate(all="ignore"), pytest.MonkeyPatch.context() as m:
+        m.setattr(N, "_compiled_norm", spy)
+        compiled = kernel(x, *args, **kw)
+        m.setenv("MSCHECKER_NO_FASTFP16", "1")
+        numpy_route = kernel(x, *args, **kw)
+    return compiled, numpy_route, answered[0] if answered else False
+
+
+def _norm_operands(shape, dtype, scale, offset, seed, channels):
+    rng = np.random.default_rng(seed)
+    with np.errstate(over="ignore"):
+        x = (rng.standard_normal(shape) * scale + offset).astype(dtype)
+    return x, rng.standard_normal(channels).astype(dtype), rng.standard_normal(channels).astype(dtype)
+
+
+# row lengths around numpy's pairwise-sum unroll (8) and block (128) boundaries, and a long row (halves)
+NORM_ROWS = [(3, 1), (5, 7), (4, 8), (4, 9), (2, 16, 32), (6, 127), (6, 128), (6, 129), (2, 300), (1, 1100), (64, 768)]
+
+
+@pytest.mark.parametrize("shape", NORM_ROWS)
+@pytest.mark.parametrize("dtype", [F16, F32])
+@pytest.mark.parametrize("scale,offset", [(1.0, 0.0), (30.0, 1.0), (0.01, 0.0), (300.0, -1000.0)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_c_layer_norm_twopass_is_its_numpy_definition(shape, dtype, scale, offset, with_bias):
+    """norm_twopass (float32 two-pass statistics and affine step, one compiled pass per row) has the numpy route's
+    bits: numpy's pairwise sum order, its +0 start (a row of -0 sums to +0), float32(eps), the bias added only when
+    there is one (adding 0 would turn -0 into +0), one rounding to fp16 at the end."""
+    from mschecker.optimized_kernels import norms as N
+
+    x, s, b = _norm_operands(shape, dtype, scale, offset, len(shape) * 1000 + shape[-1], shape[-1])
+    compiled, numpy_route, answered = _norm_both_routes(N.layer_norm_fp32stats_twopass, x, s, b if with_bias else None)
+    assert answered and same_bits(compiled, numpy_route)
+
+
+@pytest.mark.parametrize("shape", NORM_ROWS)
+@pytest.mark.parametrize("scale,offset", [(1.0, 0.0), (30.0, 1.0), (300.0, -1000.0), (3000.0, 100.0)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_c_layer_norm_onepass_is_its_numpy_definition(shape, scale, offset, with_bias):
+    """norm_onepass (fp16 one-pass statistics, then the fp16 affine step: the product rounded to fp16 before the
+    bias is added) against the numpy route, bit for bit; x^2 overflow (|x| >= 256) makes NaN rows, at the same
+    places (payloads: this module's, as in every compiled fp16 route)."""
+    from mschecker.optimized_kernels import norms as N
+
+    x, s, b = _norm_operands(shape, F16, scale, offset, len(shape) * 1000 + shape[-1] + 7, shape[-1])
+    compiled, numpy_route, answered = _norm_both_routes(N.layer_norm_fp16stats, x, s, b if with_bias else None)
+    assert answered and same_or_both_nan(compiled, numpy_route)
+
+
+@pytest.mark.parametrize("kernel", ["group_norm_fp32stats_twopass", "group_norm_fp16stats"])
+@pytest.mark.parametrize("dtype", [F16, F32])
+@pytest.mark.parametrize("shape,groups", [((2, 32, 8, 8), 8), ((1, 4, 3), 2), ((2, 6, 5, 5), 3), ((2, 8), 4),
+                                          ((2, 8), 8), ((1, 64, 16, 16), 32), ((2, 4, 3, 2, 2), 1)])
+def test_c_group_norm_is_its_numpy_definition(kernel, dtype, shape, groups):
+    """GroupNorm through the same compiled loops: row r = (batch, group), element j of it takes channel
+    (r % groups) * C/groups + j // (spatial size); one group, one channel per group, rank 2 and rank 5."""
+    from mschecker.optimized_kernels import norms as N
+
+    fn = getattr(N, kernel)
+    x, s, b = _norm_operands(shape, dtype, 3.0, 1.0, sum(shape) + groups, shape[1])
+    compiled, numpy_route, answered = _norm_both_routes(fn, x, s, b, groups)
+    assert answered == (dtype == F16 or kernel.endswith("twopass"))  # one-pass fp16 statistics take fp16 x only
+    assert same_or_both_nan(compiled, numpy_route)
+
+
+@pytest.mark.parametrize("case", ["inf", "nan", "constant_row_eps0", "scale_inf", "all_negative_zero"])
+def test_c_layer_norm_twopass_special_rows(case):
+    """What the float32 two-pass loop declines (a row whose mean, variance or rstd is not finite, a non-finite scale)
+    goes to the numpy route whole, NaN payloads included; a row of -0 stays compiled and keeps numpy's zero signs."""
+    from mschecker.optimized_kernels import norms as N
+
+    x, s, b = _norm_operands((6, 40), F16, 2.0, 0.0, 11, 40)
+    eps = 1e-5
+    if case == "inf":
+        x[2, 5] = np.inf
+    elif case == "nan":
+        x[4, 0] = np.nan
+    elif case == "constant_row_eps0":
+        x[1] = 3.0
+        eps = 0.0
+    elif case == "scale_inf":
+        s[7] = np.inf
+    else:
+        x[3] = -0.0
+    for bias in (b, None):
+        compiled, numpy_route, answered = _norm_both_routes(N.layer_norm_fp32stats_twopass, x, s, bias, epsilon=eps)
+        assert answered == (case == "all_negative_zero")
+        assert same_bits(compiled, numpy_route)
+
+
+def test_c_norms_decline_what_they_cannot_read():
+    """Not C-contiguous, misaligned, another dtype, sizes that do not make whole rows or groups: None, nothing
+    computed (the kernels then take the numpy route)."""
+    x = np.ones((4, 8), F16)
+    s = np.ones(8, F16)
+    assert C.norm_twopass(x, 1, 1, s, None, 1e-5) is not None
+    assert C.norm_onepass(x, 1, 1, s, None, 0x4800, 0x00A8) is not None
+    for args in [(x[:, ::2], 1, 1, s[:4], None), (_misaligned(x), 1, 1, s, None), (x.astype(np.float64), 1, 1, s, None),
+                 (x, 1, 1, np.ones(3, F16), None), (x, 3, 1, s, None), (x, 1, 1, s, np.ones(7, F16)),
+                 (x, 1, 1, s[::-1], None), (x, 1, 64, s, None), (x, 0, 1, s, None), (x, 1, 0, s, None),
+                 (np.ones((0, 8), F16), 1, 1, s, None)]:
+        assert C.norm_twopass(*args, 1e-5) is None, args
+        assert C.norm_onepass(*args, 0x4800, 0x00A8) is None, args
+    assert C.norm_onepass(x.astype(F32), 1, 1, s, None, 0x4800, 0x00A8) is None  # fp16 statistics take fp16 only
+    assert C.norm_onepass(x, 1, 1, s.astype(F32), None, 0x4800, 0x00A8) is None
+    with pytest.raises(ValueError):
+        C.norm_onepass(x, 1, 1, s, None, 0x10000, 0)
+
+
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=4, max_side=12), data=st.data(),
+       kernel=st.sampled_from(["layer_norm_fp32stats_twopass", "layer_norm_fp16stats"]))
+def test_fused_layer_norm_any_shape_and_axis(shape, data, kernel):
+    """The public LayerNorm kernels over any rank and normalized axes (scale of x.shape[axis:]): the compiled
+    route's bits are the numpy route's."""
+    from mschecker.optimized_kernels import norms as N
+
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    x, _, _ = _norm_operands(shape, F16, 4.0, 0.5, sum(shape) * 7 + axis, 1)
+    rng = np.random.default_rng(len(shape))
+    s, b = (rng.standard_normal(shape[axis:]).astype(F16) for _ in range(2))
+    compiled, numpy_route, answered = _norm_both_routes(getattr(N, kernel), x, s, b, axis=axis)
+    assert answered and same_or_both_nan(compiled, numpy_route)
+
+
 # ------------------------------------------------------------------------- entry points that allocate
 def _misaligned(x: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of x whose data starts one byte into a buffer (not aligned for its dtype)."""
