@@ -1060,12 +1060,33 @@ static PyObject *py_cast(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return y == NULL ? NULL : convert_array(a, y, to_half);
 }
 
-/* A new C-order float32 copy of a plain fp16 array, or a new reference to a plain float32 one (what
- * fastfp16.as_f32 returns for C-contiguous operands); NULL with no error set when x is neither. */
-static PyObject *f32_operand(PyObject *x) {
-    PyArrayObject *a = plain_array(x, NPY_HALF);
+/* The float32 operand np.matmul gets on the Python route (fastfp16.as_f32 of an fp16 array, to_f32's layout): a new
+ * float32 copy of an aligned native fp16 array, in C order when it is C-contiguous or holds at least c_order_from
+ * elements (to_f32 copies a large array to C order first), else in astype's layout (order K) when its elements fill
+ * one dense block (a transposed view); or a new reference to a C-contiguous float32 array (a staged constant, used
+ * as it is). NULL with no error set when x is none of these (another layout: the Python route decides). */
+static PyObject *f32_operand(PyObject *x, Py_ssize_t c_order_from) {
+    PyArrayObject *a = dense_array(x, NPY_HALF);
     if (a != NULL) {
-        PyObject *y = new_like(a, NPY_FLOAT);
+        PyObject *y;
+        if (PyArray_IS_C_CONTIGUOUS(a)) {
+            y = new_like(a, NPY_FLOAT);
+        } else if (PyArray_SIZE(a) >= c_order_from) {
+            PyArrayObject *c = (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
+            if (c == NULL)
+                return NULL;
+            y = new_like(c, NPY_FLOAT);
+            if (y != NULL)
+                convert_array(c, y, 0);
+            Py_DECREF(c);
+            return y;
+        } else {
+            y = PyArray_NewLikeArray(a, NPY_KEEPORDER, PyArray_DescrFromType(NPY_FLOAT), 0); /* steals the descr */
+            if (y != NULL && !same_element_layout(a, (PyArrayObject *)y)) {
+                Py_DECREF(y);
+                return NULL;
+            }
+        }
         return y == NULL ? NULL : convert_array(a, y, 0);
     }
     a = plain_array(x, NPY_FLOAT);
@@ -1076,18 +1097,23 @@ static PyObject *f32_operand(PyObject *x) {
 }
 
 PyDoc_STRVAR(matmul_round_doc,
-"matmul_round(a, b, matmul) -> new fp16 array or None: fp16(matmul(float32(a), float32(b))) for C-contiguous\n"
-"aligned native fp16 or float32 operands (a float32 one is used as it is: a staged constant), the product\n"
-"rounded by the compiled conversion; the bits of optimized_kernels.matmul's whole-batch route in one call.\n"
-"None (nothing computed) when an operand is not such an array or the CPU lacks F16C.");
+"matmul_round(a, b, matmul, c_order_from) -> new fp16 array or None: fp16(matmul(float32(a), float32(b))) with\n"
+"the operands upcast as optimized_kernels.matmul's whole-batch route upcasts them (fastfp16.as_f32: an fp16\n"
+"operand in astype's layout, or in C order from c_order_from elements on (fastfp16.ORT_MIN_ELEMS), as to_f32\n"
+"gives it; a C-contiguous float32 one used as it is: a staged constant), the product rounded by the compiled\n"
+"conversion: that route's calls and bits in one call. None (nothing computed) when an operand is not such an\n"
+"array or the CPU lacks F16C.");
 
 static PyObject *py_matmul_round(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (!arg_count(nargs, 3, "matmul_round(a, b, matmul)"))
+    if (!arg_count(nargs, 4, "matmul_round(a, b, matmul, c_order_from)"))
+        return NULL;
+    const Py_ssize_t c_order_from = PyLong_AsSsize_t(args[3]);
+    if (c_order_from == -1 && PyErr_Occurred())
         return NULL;
     if (!have_f16c())
         Py_RETURN_NONE;
-    PyObject *a32 = f32_operand(args[0]);
-    PyObject *b32 = a32 == NULL ? NULL : f32_operand(args[1]);
+    PyObject *a32 = f32_operand(args[0], c_order_from);
+    PyObject *b32 = a32 == NULL ? NULL : f32_operand(args[1], c_order_from);
     if (b32 == NULL) { /* an error, or an operand it does not take (no error set: None) */
         Py_XDECREF(a32);
         if (PyErr_Occurred())

@@ -140,7 +140,7 @@ def _rounded_fp32_product(a, b, storage):
             or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2] \
             or not (_upcast_is_c_order(a, storage) and _upcast_is_c_order(b, storage)):
         fast = fast_fp16() if storage == F16 else None
-        y = fast.matmul_round(a, b, np.matmul) if fast is not None else None  # the same calls, in one C call
+        y = fast.matmul_round(a, b, np.matmul, ORT_MIN_ELEMS) if fast is not None else None  # one C call, same calls
         return _round(_acc_fp32(a, b, storage), storage) if y is None else y
     (m, k), n = a.shape[-2:], b.shape[-1]
     per_matrix = 4 * (m * k + m * n + k * n)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mschecker import fastfp16 as H
 from mschecker.dtypes import bfloat16
 from mschecker.optimized_kernels import matmul as mm
 
@@ -127,7 +128,8 @@ def test_chunked_matmul_bits_on_attention_sized_operands(shapes, transposed, chu
 def test_compiled_matmul_round_is_the_whole_batch_route():
     """_fastfp16.matmul_round (the small fp16 MatMul in one C call: upcast, numpy's matmul, rounding) gives the
     bits of _round(_acc_fp32(a, b, F16), F16) for fp16 operands and float32 staged ones (used as they are), with
-    specials in both; it declines (None) what it does not take: views, other dtypes, a non-callable result."""
+    specials in both; it declines (None) what it does not take: gapped views, other dtypes, staged views, a
+    non-array result."""
     fast = pytest.importorskip("mschecker._fastfp16")
     if not fast.F16C:
         pytest.skip("the compiled MatMul route needs F16C")
@@ -136,13 +138,49 @@ def test_compiled_matmul_round_is_the_whole_batch_route():
     a.flat[[0, 9, 20]] = [np.inf, np.nan, 65504]
     w16 = (rng.standard_normal((7, 4)) * 0.5).astype(np.float16)
     staged = w16.astype(np.float32)  # what the executor stages for a weight: float32 holding fp16 values
-    f16 = np.dtype(np.float16)
+    f16, c_order_from = np.dtype(np.float16), H.ORT_MIN_ELEMS
     with np.errstate(all="ignore"):
-        for x, y in ((a, w16), (a, staged), (a[0], w16), (a, a.swapaxes(-1, -2).copy()), (a[0, 0], w16)):
-            got = fast.matmul_round(x, y, np.matmul)
+        for x, y in ((a, w16), (a, staged), (a[0], w16), (a, a.swapaxes(-1, -2).copy()), (a[0, 0], w16),
+                     (a.swapaxes(-1, -2), a), (a, a.swapaxes(-1, -2))):
+            got = fast.matmul_round(x, y, np.matmul, c_order_from)
             assert _same_bits(got, mm._round(mm._acc_fp32(x, y, f16), f16))
-    assert fast.matmul_round(a.swapaxes(-1, -2), w16, np.matmul) is None
-    assert fast.matmul_round(a.astype(np.float64), w16, np.matmul) is None
-    assert fast.matmul_round(a, w16, lambda p, q: (p @ q).tolist()) is None
+    assert fast.matmul_round(a[:, :, ::2], w16[::2], np.matmul, c_order_from) is None  # gapped: not one dense block
+    assert fast.matmul_round(a, staged.T.copy().T, np.matmul, c_order_from) is None  # staged, F order
+    assert fast.matmul_round(a.astype(np.float64), w16, np.matmul, c_order_from) is None
+    assert fast.matmul_round(a, w16, lambda p, q: (p @ q).tolist(), c_order_from) is None
     with pytest.raises(ValueError):
-        fast.matmul_round(a, a, np.matmul)  # numpy's own error for mismatched shapes
+        fast.matmul_round(a, a, np.matmul, c_order_from)  # numpy's own error for mismatched shapes
+
+
+@pytest.mark.parametrize("case", ["q_kt", "p_v", "permuted", "large_view", "large_both"])
+def test_compiled_matmul_round_upcasts_in_the_python_routes_layout(case):
+    """The float32 operands the compiled route hands np.matmul have the strides fastfp16.as_f32 gives the Python
+    route (BLAS may sum in another order for another layout): a small transposed view stays transposed (astype's
+    order K), one of ORT_MIN_ELEMS elements or more is copied to C order (to_f32's route for large arrays)."""
+    fast = pytest.importorskip("mschecker._fastfp16")
+    if not fast.F16C:
+        pytest.skip("the compiled MatMul route needs F16C")
+    rng = np.random.default_rng(8)
+
+    def f16(*shape):
+        return rng.standard_normal(shape).astype(np.float16)
+    x, y = {"q_kt": (f16(2, 4, 16, 8), f16(2, 4, 16, 8).swapaxes(-1, -2)),
+            "p_v": (f16(2, 4, 16, 16), f16(2, 16, 4, 8).transpose(0, 2, 1, 3)),
+            "permuted": (f16(8, 3, 2, 5).transpose(2, 1, 3, 0), f16(3, 8, 4)),
+            "large_view": (f16(2, 64, 40).swapaxes(-1, -2), f16(2, 64, 24)),
+            "large_both": (f16(2, 64, 40).swapaxes(-1, -2), f16(2, 40, 64).swapaxes(-1, -2))}[case]
+    seen = []
+
+    def spy(p, q):
+        seen.append((p.shape, p.strides, q.shape, q.strides))
+        return np.matmul(p, q)
+    got = fast.matmul_round(x, y, spy, H.ORT_MIN_ELEMS)
+    f16dt = np.dtype(np.float16)
+    px, py = H.as_f32(x, f16dt), H.as_f32(y, f16dt)
+    assert seen == [(px.shape, px.strides, py.shape, py.strides)]
+    if case == "permuted":  # np.matmul's product of this layout is not C-contiguous: the caller's route rounds it
+        assert got is None
+    else:
+        assert _same_bits(got, mm._round(mm._acc_fp32(x, y, f16dt), f16dt))
+
+
