@@ -108,7 +108,7 @@ def test_permuted_views_keep_astypes_bits_and_a_fixed_layout(shape):
     NaN payloads included; the layout is astype's (order K, strides of length-1 axes too) below ORT_MIN_ELEMS and C
     order from there on every route (the onnxruntime route's copy; the compiled route copies to C order first), as
     matmul._upcast_is_c_order relies on: a layout decides which BLAS path, and so which bits, a later matmul takes.
-    A flipped view (negative strides) too."""
+    fastfp16.astype keeps astype's layout at every size. A flipped view (negative strides) and a gapped slice too."""
     n = int(np.prod(shape))
     h = ALL_F16[np.arange(n) * 263 % ALL_F16.size].reshape(shape)  # every 263rd pattern: NaNs and infs among them
     f = np.random.default_rng(n).integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
@@ -120,8 +120,16 @@ def test_permuted_views_keep_astypes_bits_and_a_fixed_layout(shape):
             layout = want.strides if n < H.ORT_MIN_ELEMS else np.ascontiguousarray(want).strides
             assert got.strides == layout, (perm, got.strides, layout)
             assert np.array_equal(np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+            with np.errstate(all="ignore"):
+                kept = H.astype(x, dst)  # astype's layout at every size (the attention kernels' upcasts)
+            assert kept.strides == want.strides, (perm, kept.strides, want.strides)
+            assert np.array_equal(np.ascontiguousarray(kept).view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
     flipped = h[::-1].transpose(1, 0, *range(2, len(shape)))
     assert np.array_equal(H.to_f32(flipped).view(np.uint32), flipped.astype(np.float32).view(np.uint32))
+    for view in (flipped, h[..., ::2]):  # negative strides, a gapped slice: numpy's astype, its layout
+        got, want = H.astype(view, np.float32), view.astype(np.float32)
+        assert got.strides == want.strides
+        assert np.array_equal(np.ascontiguousarray(got).view(np.uint32), np.ascontiguousarray(want).view(np.uint32))
 
 
 def test_to_f16_into_is_astype_in_place(f32_samples):
