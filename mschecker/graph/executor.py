@@ -391,14 +391,17 @@ class Executor:
             env[m.name] = x
         return env
 
-    def _execute(self, step: Step, args: list, reuse: bool = True) -> dict[str, np.ndarray]:
-        """One node: float inputs rounded to the node dtype, the op, outputs finished by the policy.
+    def _execute(self, step: Step, args: list, reuse: bool = True,
+                 into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """One node: float inputs rounded to the node dtype, the op, outputs finished by the policy; returns the
+        outputs by name, written into `into` when given (run() passes its env: no dict per node).
 
         `args` holds the input values by position (None for absent optional inputs); rounded inputs replace their
         entries. Everything that does not depend on values was decided at plan time (Step.convert, slots,
         round_to, finish): this is the per-node cost of the executor, so it stays a few dict-free lines.
         reuse: the caller is run(), whose env dict and `args` are the only holders of the tensors it passes, so
-        a dying input referenced by nothing else may receive the op's result (Step.donate, _reusable)."""
+        a dying input referenced by nothing else may receive the op's result (Step.donate, _reusable; a small
+        input is not worth the reference count, and is ruled out before that call)."""
         dtype = step.ctx.dtype
         for k in step.convert:
             x = args[k]
@@ -408,7 +411,7 @@ class Executor:
         out = None
         if reuse:
             for k in step.donate:
-                if _reusable(args, k):
+                if args[k].size >= REUSE_MIN_ELEMENTS and _reusable(args, k):
                     out = args[k]
                     break
         try:
@@ -426,7 +429,7 @@ class Executor:
             raise ExecutionError(f"{self.where}: node {step.label!r} ({step.node.op_type}) failed on inputs "
                                  f"[{shapes}]: {type(exc).__name__}: {exc}") from exc
         values = result if isinstance(result, (tuple, list)) else (result,)
-        out = {}
+        out = {} if into is None else into
         round_to, finish = step.round_to, step.finish
         for k, name in step.slots:
             value = values[k] if k < len(values) else None
@@ -491,16 +494,21 @@ class Executor:
         # CLI's one-line error contract)
         with np.errstate(all="ignore"):
             for s, step in enumerate(self.steps):
-                # With a capture hook, no in-place reuse: the hook may keep a tensor in a way the reference
-                # count cannot tell from the run's own holders (a weak reference, a buffer export, a C extension).
-                if step.folded is not None:
-                    produced = dict(step.folded)
+                if capture is None:  # the outputs go straight into env
+                    if step.folded is not None:
+                        env.update(step.folded)
+                    else:
+                        execute(step, [env[key] for key in step.reads], True, env)
                 else:
-                    produced = execute(step, [env[key] for key in step.reads], capture is None)
-                env.update(produced)
-                if capture is not None and lo <= s <= hi:
-                    _hand_over(capture, rx, step.node, produced)
-                del produced
+                    # With a capture hook, no in-place reuse: the hook may keep a tensor in a way the reference
+                    # count cannot tell from the run's own holders (a weak reference, a buffer export, a C
+                    # extension).
+                    produced = dict(step.folded) if step.folded is not None \
+                        else execute(step, [env[key] for key in step.reads], False)
+                    env.update(produced)
+                    if lo <= s <= hi:
+                        _hand_over(capture, rx, step.node, produced)
+                    del produced
                 for name in step.frees:
                     env.pop(name, None)
                 if progress is not None:
