@@ -144,18 +144,8 @@ static void h2f_row(float *restrict dst, const uint16_t *restrict src, int n) {
     for (int j = 0; j < n; j++) dst[j] = h2f(src[j]);
 }
 
-/* Step-major tile[j][k] = rows[k * stride + j] for k < nl, j < steps (the lanes from nl on are left as they
- * are: zeros in a partial block). */
 static inline void transpose_in(float *restrict tile, const float *restrict rows, Py_ssize_t stride, int steps,
-                                int nl) {
-    if (nl == LANES) {
-        for (int j = 0; j < steps; j++)
-            for (int k = 0; k < LANES; k++) tile[j * LANES + k] = rows[k * stride + j];
-    } else {
-        for (int j = 0; j < steps; j++)
-            for (int k = 0; k < nl; k++) tile[j * LANES + k] = rows[k * stride + j];
-    }
-}
+                                int nl);
 
 /* Sums of `rows` rows of n fp16 elements, element (r, j) at src[r * sr + j * sj]; out[r] = the fp16 sum.
  * A sum starts from -0: -0 + x == x for every x (+0 included), so the first add is exact, as numpy's accumulate
@@ -296,6 +286,63 @@ static int have_f16c(void) {
 static int have_f16c(void) { return 0; }
 #endif
 
+#ifdef HAVE_F16C_CODE
+/* tile[j][k] = rows[k * stride + j] for every lane k < LANES and j < steps - steps % 8, by 8 x 8 register
+ * transposes (pure data movement); returns the steps done. */
+VECTOR_TARGET static int transpose_lanes_x8(float *tile, const float *rows, Py_ssize_t stride, int steps) {
+    const int done = steps - steps % 8;
+    for (int k0 = 0; k0 < LANES; k0 += 8) {
+        const float *r = rows + k0 * stride;
+        for (int j0 = 0; j0 < done; j0 += 8) {
+            const __m256 r0 = _mm256_loadu_ps(r + j0), r1 = _mm256_loadu_ps(r + stride + j0),
+                         r2 = _mm256_loadu_ps(r + 2 * stride + j0), r3 = _mm256_loadu_ps(r + 3 * stride + j0),
+                         r4 = _mm256_loadu_ps(r + 4 * stride + j0), r5 = _mm256_loadu_ps(r + 5 * stride + j0),
+                         r6 = _mm256_loadu_ps(r + 6 * stride + j0), r7 = _mm256_loadu_ps(r + 7 * stride + j0);
+            const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+                         t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+                         t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+                         t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+            const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),
+                         s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),
+                         s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
+                         s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2)),
+                         s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)),
+                         s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2)),
+                         s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)),
+                         s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+            float *d = tile + j0 * LANES + k0;
+            _mm256_storeu_ps(d, _mm256_permute2f128_ps(s0, s4, 0x20));
+            _mm256_storeu_ps(d + LANES, _mm256_permute2f128_ps(s1, s5, 0x20));
+            _mm256_storeu_ps(d + 2 * LANES, _mm256_permute2f128_ps(s2, s6, 0x20));
+            _mm256_storeu_ps(d + 3 * LANES, _mm256_permute2f128_ps(s3, s7, 0x20));
+            _mm256_storeu_ps(d + 4 * LANES, _mm256_permute2f128_ps(s0, s4, 0x31));
+            _mm256_storeu_ps(d + 5 * LANES, _mm256_permute2f128_ps(s1, s5, 0x31));
+            _mm256_storeu_ps(d + 6 * LANES, _mm256_permute2f128_ps(s2, s6, 0x31));
+            _mm256_storeu_ps(d + 7 * LANES, _mm256_permute2f128_ps(s3, s7, 0x31));
+        }
+    }
+    return done;
+}
+#endif
+
+/* Step-major tile[j][k] = rows[k * stride + j] for k < nl, j < steps (the lanes from nl on are left as they
+ * are: zeros in a partial block); a full block of lanes by register transposes where the CPU has AVX2. */
+static inline void transpose_in(float *restrict tile, const float *restrict rows, Py_ssize_t stride, int steps,
+                                int nl) {
+    if (nl == LANES) {
+        int j0 = 0;
+#ifdef HAVE_F16C_CODE
+        if (have_f16c())
+            j0 = transpose_lanes_x8(tile, rows, stride, steps);
+#endif
+        for (int j = j0; j < steps; j++)
+            for (int k = 0; k < LANES; k++) tile[j * LANES + k] = rows[k * stride + j];
+    } else {
+        for (int j = 0; j < steps; j++)
+            for (int k = 0; k < nl; k++) tile[j * LANES + k] = rows[k * stride + j];
+    }
+}
+
 static uint32_t convert_to_f32(const uint16_t *h, float *o, Py_ssize_t n) {
 #ifdef HAVE_F16C_CODE
     if (have_f16c())
@@ -351,7 +398,15 @@ VECTOR_TARGET static Py_ssize_t normalize_row_x8(const uint16_t *x, Py_ssize_t n
     __m256 ln;
     Py_ssize_t j = 0;
     for (; j + 8 <= n; j += 8) {
-        const __m256 d = _mm256_sub_ps(h2f_x8(_mm_loadu_si128((const __m128i *)(x + j)), &ln), mv);
+        const __m128i xh = _mm_loadu_si128((const __m128i *)(x + j));
+        /* plain F16C conversions; a block that meets a NaN anywhere is redone with this module's NaN bits */
+        const __m256 dp = _mm256_sub_ps(_mm256_cvtph_ps(xh), mv);
+        const __m256 yp = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtps_ph(dp, _MM_FROUND_TO_NEAREST_INT)), rv);
+        if (!_mm256_movemask_ps(_mm256_cmp_ps(yp, yp, _CMP_UNORD_Q))) {
+            _mm_storeu_si128((__m128i *)(y + j), _mm256_cvtps_ph(yp, _MM_FROUND_TO_NEAREST_INT));
+            continue;
+        }
+        const __m256 d = _mm256_sub_ps(h2f_x8(xh, &ln), mv);
         const __m256 dr = h2f_x8(f2h_x8(d, &ln), &ln); /* rnd16(x - mean) */
         _mm_storeu_si128((__m128i *)(y + j), f2h_x8(_mm256_mul_ps(dr, rv), &ln));
     }
