@@ -384,7 +384,7 @@ class Executor:
         for m in metas:
             x = np.asarray(feeds[m.name])
             if is_float(x.dtype):
-                with np.errstate(over="ignore"):
+                with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf; a signalling NaN stays NaN
                     x = x.astype(self.policy.input_dtype(x.dtype), copy=False)
             elif m.dtype is not None and x.dtype != m.dtype:
                 x = x.astype(m.dtype)

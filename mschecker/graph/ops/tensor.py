@@ -27,12 +27,54 @@ def size(ctx, attrs, x):
     return np.array(x.size, dtype=np.int64)
 
 
+def _constant_ints(ctx, key: str, x) -> list[int]:
+    """_ints(x), remembered per node for a read-only x (the executor's constants, the same array every run: the
+    shape operand of most Reshapes); a writeable array is read again on every call."""
+    hit = ctx.state.get(key)
+    if hit is not None and hit[0] is x:
+        return hit[1]
+    values = _ints(x)
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        ctx.state[key] = (x, values)  # holding x keeps its identity from being reused by another array
+    return values
+
+
 @register("Reshape")
 def reshape(ctx, attrs, x, shape):
-    dims = _ints(shape)
+    dims = _constant_ints(ctx, "reshape_dims", shape)
     if 0 in dims and not attrs.get("allowzero", 0):
         dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
     return x.reshape(dims)
+
+
+@register("Slice", exact_inputs=(1, 2, 3, 4))
+def slice_(ctx, attrs, x, starts=None, ends=None, axes=None, steps=None):
+    """ONNX Slice as one basic-indexing view. Python's slice normalization is ONNX's rule: a negative start or end
+    has the axis length added, then start is clamped to [0, dim] ([0, dim - 1] for a negative step) and end to
+    [0, dim] ([-1, dim - 1], i.e. "before the first element", for a negative step); a zero step is an error."""
+    if ctx.opset < 10:  # starts / ends / axes were attributes
+        starts, ends, axes = attrs.get("starts"), attrs.get("ends"), attrs.get("axes")
+    else:
+        starts, ends = _ints(starts), _ints(ends)
+        axes = None if axes is None else _ints(axes)
+        steps = None if steps is None else _ints(steps)
+    if len(starts) != len(ends) or (axes is not None and len(axes) != len(starts)) \
+            or (steps is not None and len(steps) != len(starts)):
+        raise ValueError(f"Slice node {ctx.node.name!r}: starts, ends, axes and steps differ in length")
+    index = [slice(None)] * x.ndim
+    for i, (start, end) in enumerate(zip(starts, ends)):
+        axis = axes[i] if axes is not None else i
+        if not -x.ndim <= axis < x.ndim:
+            raise ValueError(f"Slice node {ctx.node.name!r}: axis {axis} out of range for rank {x.ndim}")
+        index[axis] = slice(start, end, None if steps is None else steps[i])
+    return x[tuple(index)]
+
+
+@register("Trilu", exact_inputs=(1,))
+def trilu(ctx, attrs, x, k=None):
+    """The upper (upper=1, the default) or lower triangle of the last two axes from diagonal k, the rest zeros."""
+    k = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
+    return np.triu(x, k) if attrs.get("upper", 1) else np.tril(x, k)
 
 
 @register("Flatten")
@@ -98,17 +140,32 @@ def split(ctx, attrs, x, split=None):
 
 @register("Gather")
 def gather(ctx, attrs, x, indices):
+    """np.take in its default 'raise' mode is ONNX Gather: indices in [-n, n - 1], a negative one counting from the
+    end, anything else an error (numpy's IndexError, reported here with the node)."""
     axis = int(attrs.get("axis", 0))
-    n = x.shape[axis]
-    idx = np.asarray(indices)
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        raise ValueError(f"Gather node {ctx.node.name!r}: index out of range for axis of size {n}")
-    return np.take(x, np.where(idx < 0, idx + n, idx), axis=axis)
+    try:
+        return np.take(x, indices, axis=axis)
+    except IndexError as exc:
+        raise ValueError(f"Gather node {ctx.node.name!r}: index out of range for axis of size "
+                         f"{x.shape[axis]} ({exc})") from None
+
+
+def _broadcast_shape(a: tuple[int, ...], b: list[int], where: str) -> tuple[int, ...]:
+    """np.broadcast_shapes(a, b) for two shapes (its general machinery costs ~5 us per call)."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), [1] * (n - len(b)) + list(b)
+    out = []
+    for p, q in zip(a, b):
+        if p != q and p != 1 and q != 1:
+            raise ValueError(f"{where}: shapes {a} and {tuple(b)} do not broadcast")
+        out.append(q if p == 1 else p)
+    return tuple(out)
 
 
 @register("Expand")
 def expand(ctx, attrs, x, shape):
-    return np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(_ints(shape))))
+    return np.broadcast_to(x, _broadcast_shape(x.shape, _constant_ints(ctx, "expand_shape", shape),
+                                               f"Expand node {ctx.node.name!r}"))
 
 
 @register("Tile")
