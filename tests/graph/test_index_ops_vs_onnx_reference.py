@@ -210,3 +210,17 @@ def test_reshape_remembers_only_a_read_only_shape():
     assert fn(ctx, {}, x, live).shape == (4, 3)
     live[:] = [6, 2]
     assert fn(ctx, {}, x, live).shape == (6, 2)
+
+
+def test_trilu_mask_follows_the_shape_and_k_of_each_run():
+    """The per-node triangle mask is rebuilt when a run brings another (rows, cols, k): one executor, three runs."""
+    node = h.make_node("Trilu", ["x", "k"], ["y"], upper=0)
+    vin = [h.make_tensor_value_info("x", T.FLOAT, ["a", "b", "c"]), h.make_tensor_value_info("k", T.INT64, [])]
+    model = h.make_model(h.make_graph([node], "g", vin, [h.make_tensor_value_info("y", T.FLOAT, None)]),
+                         opset_imports=[h.make_opsetid("", 14)])
+    ex, ref = Executor(model, ReferencePolicy()), ReferenceEvaluator(model)
+    for shape, k in (((2, 4, 5), 0), ((2, 4, 5), -1), ((1, 6, 3), 2)):
+        inputs = {"x": _data(shape, k + 5), "k": np.array(k, np.int64)}
+        with np.errstate(invalid="ignore"):
+            want = ref.run(None, inputs)[0].astype(np.float64)
+        assert _same(ex.run(inputs)["y"], want), (shape, k)

@@ -72,9 +72,20 @@ def slice_(ctx, attrs, x, starts=None, ends=None, axes=None, steps=None):
 
 @register("Trilu", exact_inputs=(1,))
 def trilu(ctx, attrs, x, k=None):
-    """The upper (upper=1, the default) or lower triangle of the last two axes from diagonal k, the rest zeros."""
+    """The upper (upper=1, the default) or lower triangle of the last two axes from diagonal k, the rest zeros:
+    np.triu / np.tril's own where() with their triangle mask, which is kept per node for its (rows, cols, k)
+    (building it is most of np.tril's ~8 us on an attention mask)."""
     k = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
-    return np.triu(x, k) if attrs.get("upper", 1) else np.tril(x, k)
+    if x.ndim < 2:
+        raise ValueError(f"Trilu node {ctx.node.name!r}: needs rank >= 2, got shape {x.shape}")
+    upper = bool(attrs.get("upper", 1))
+    key = (x.shape[-2], x.shape[-1], k)
+    hit = ctx.state.get("trilu_mask")
+    if hit is None or hit[0] != key:
+        # np.triu keeps what np.tri(k - 1) does not cover, np.tril what np.tri(k) covers
+        hit = ctx.state["trilu_mask"] = (key, np.tri(*key[:2], k=k - 1 if upper else k, dtype=bool))
+    zero = np.zeros(1, x.dtype)
+    return np.where(hit[1], zero, x) if upper else np.where(hit[1], x, zero)
 
 
 @register("Flatten")
