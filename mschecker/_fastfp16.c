@@ -4,7 +4,9 @@
  * - running_sum: np.add.accumulate(x, dtype=float16)[-1] along a row (fp32 add, rounded to fp16 after every add);
  * - softmax_fp16acc: softmax_fp16_fp16acc_numpy along a contiguous last axis;
  * - binary_new: numpy's float16 add / subtract / multiply / divide (float32 operation of the two upcast operands,
- *   rounded once: 24 >= 2*11 + 2 significand bits, so the double rounding is innocuous, Figueroa 1995).
+ *   rounded once: 24 >= 2*11 + 2 significand bits, so the double rounding is innocuous, Figueroa 1995);
+ * - norm_twopass / norm_onepass: optimized_kernels/norms.py's LayerNorm / GroupNorm (statistics, normalization and
+ *   affine step) for float32 two-pass and fp16 one-pass statistics.
  * NaN payloads are the one thing not reproduced (numpy's own fp16 NaN payloads depend on the layout its SIMD loops
  * see, so they are not a function of the element): binary_new writes every result, NaNs with the payload this
  * loop's float32 arithmetic gives; softmax reports a row with NaN or +inf (or of -inf only)

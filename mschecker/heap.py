@@ -8,10 +8,13 @@ the emulated NPU took 45-47 s with glibc's defaults and 28 s with freed memory k
 `python benchmarks/executor_bench.py --graphs sd15`). onnxruntime's CPU arena does the same for its own tensors.
 
 keep_freed_memory() turns glibc's mmap path off (M_MMAP_MAX = 0: large blocks come from the heap and are reused)
-and raises the trim threshold (M_TRIM_THRESHOLD: the heap's free top is given back only above 2 GiB). Process-wide,
-so the CLI applies it, not the library; a user who set glibc's own MALLOC_MMAP_MAX_ / MALLOC_TRIM_THRESHOLD_
-variables keeps them. Elsewhere than glibc on Linux it does nothing. The price: the resident set stays at the
-peak of the run between runs (it would reach it again on the next run anyway).
+and turns trimming off (M_TRIM_THRESHOLD = -1, "disables trimming completely", mallopt(3): the heap's free top is
+never given back). A threshold of 2 GiB (mallopt's largest positive int) was not enough: the float64 reference's
+64x64 step frees more than that at the top of its heap between blocks (2 GiB attention tensors), and faulted it
+back in on every run: 35.5 s per step at 2 threads, 25.1 s with trimming off, its softmaxes 9.5 -> 2.7 s.
+Process-wide, so the CLI applies it, not the library; a user who set glibc's own MALLOC_MMAP_MAX_ /
+MALLOC_TRIM_THRESHOLD_ variables keeps them. Elsewhere than glibc on Linux it does nothing. The price: the resident
+set stays at the peak of the run between runs (it would reach it again on the next run anyway).
 """
 from __future__ import annotations
 
@@ -19,14 +22,14 @@ import ctypes
 import os
 import sys
 
-M_TRIM_THRESHOLD = -1
+M_TRIM_THRESHOLD = -1  # mallopt's parameter numbers
 M_MMAP_MAX = -4
-TRIM_THRESHOLD_BYTES = 2 ** 31 - 1  # an int: mallopt's limit
+NEVER_TRIM = -1  # the M_TRIM_THRESHOLD value that disables trimming (glibc reads it as SIZE_MAX)
 USER_VARIABLES = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
 
 #: The same setting as glibc's own environment variables, read when a process starts: for subprocesses that are
 #: not the CLI (the benchmarks give it to every runner they time, onnxruntime's included)
-KEEP_FREED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD_BYTES)}
+KEEP_FREED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(NEVER_TRIM)}
 
 _applied = False
 
@@ -45,5 +48,5 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    _applied = mallopt(M_MMAP_MAX, 0) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
+    _applied = mallopt(M_MMAP_MAX, 0) == 1 and mallopt(M_TRIM_THRESHOLD, NEVER_TRIM) == 1
     return _applied
