@@ -795,7 +795,8 @@ static inline float reduce_sum_f32(const float *a, Py_ssize_t n) {
  * numpy's order; x, y fp16 (half) or float32, y rounded once. buf: 2n floats.
  * Returns 0 (out incomplete) when a row's mean, var or rstd is not finite: numpy's route then makes NaNs whose
  * payloads depend on operand order, which this loop does not promise. With those finite, and scale and bias
- * finite (the caller checks), no NaN and no float32 overflow arises (|d * rstd| <= sqrt(n)). */
+ * finite (the caller checks), no NaN arises: d * rstd is finite (|d * rstd| <= sqrt(n)), its product with a finite
+ * scale at worst +-inf, and a finite bias added to that keeps it. */
 KERNEL_CLONES
 static int norm_rows_twopass(const void *x, int half, Py_ssize_t rows, Py_ssize_t groups, Py_ssize_t cg,
                              Py_ssize_t hw, const float *scale, const float *bias, float eps, void *out, float *buf) {

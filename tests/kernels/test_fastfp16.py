@@ -448,6 +448,18 @@ def test_c_layer_norm_twopass_special_rows(case):
         assert same_bits(compiled, numpy_route)
 
 
+def test_c_layer_norm_twopass_product_overflowing_float32():
+    """float32 x with a scale near float32's maximum: the product overflows to +-inf on both routes (the compiled
+    route answers: no NaN can arise from finite statistics, scale and bias), the same bits."""
+    from mschecker.optimized_kernels import norms as N
+
+    x, _, b = _norm_operands((4, 24), F32, 3.0, 0.0, 5, 24)
+    s = np.full(24, 3e38, F32)
+    s[::3] = -2e38
+    compiled, numpy_route, answered = _norm_both_routes(N.layer_norm_fp32stats_twopass, x, s, b)
+    assert answered and np.isinf(compiled).any() and same_bits(compiled, numpy_route)
+
+
 def test_c_norms_decline_what_they_cannot_read():
     """Not C-contiguous, misaligned, another dtype, sizes that do not make whole rows or groups: None, nothing
     computed (the kernels then take the numpy route)."""
