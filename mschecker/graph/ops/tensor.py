@@ -152,13 +152,12 @@ def split(ctx, attrs, x, split=None):
 @register("Gather")
 def gather(ctx, attrs, x, indices):
     """np.take in its default 'raise' mode is ONNX Gather: indices in [-n, n - 1], a negative one counting from the
-    end, anything else an error (numpy's IndexError, reported here with the node)."""
-    axis = int(attrs.get("axis", 0))
+    end, anything else an error (numpy's IndexError, which names the index, the axis and its size, reported here
+    with the node)."""
     try:
-        return np.take(x, indices, axis=axis)
+        return np.take(x, indices, axis=int(attrs.get("axis", 0)))
     except IndexError as exc:
-        raise ValueError(f"Gather node {ctx.node.name!r}: index out of range for axis of size "
-                         f"{x.shape[axis]} ({exc})") from None
+        raise ValueError(f"Gather node {ctx.node.name!r}: {exc}") from None
 
 
 def _broadcast_shape(a: tuple[int, ...], b: list[int], where: str) -> tuple[int, ...]:
