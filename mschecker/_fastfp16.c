@@ -1129,13 +1129,11 @@ static PyObject *f32_operand(PyObject *x, Py_ssize_t c_order_from) {
         PyObject *y;
         if (PyArray_IS_C_CONTIGUOUS(a)) {
             y = new_like(a, NPY_FLOAT);
-        } else if (PyArray_SIZE(a) >= c_order_from) {
-            PyArrayObject *c = (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
+        } else if (PyArray_SIZE(a) >= c_order_from) { /* the C-order copy, then the C-contiguous case */
+            PyObject *c = PyArray_NewCopy(a, NPY_CORDER);
             if (c == NULL)
                 return NULL;
-            y = new_like(c, NPY_FLOAT);
-            if (y != NULL)
-                convert_array(c, y, 0);
+            y = f32_operand(c, c_order_from);
             Py_DECREF(c);
             return y;
         } else {

@@ -123,14 +123,17 @@ def _has_nan(x: np.ndarray) -> bool:
 C_CAST_MAX = 16384
 
 
+def _cast_module(x: np.ndarray):
+    """The compiled module when its conversion loop takes an array of x's size (see C_CAST_MAX), else None."""
+    fast = fast_fp16()
+    return fast if fast is not None and (fast.F16C or x.size < C_CAST_MAX) else None
+
+
 def _compiled_cast(x: np.ndarray, src: np.dtype):
-    """The compiled module when x (of dtype src) takes its conversion loop, else None."""
+    """The compiled module when x (of dtype src) takes its conversion loop in place, else None."""
     if x.dtype != src or not x.flags.c_contiguous:
         return None
-    fast = fast_fp16()
-    if fast is None or not (fast.F16C or x.size < C_CAST_MAX):
-        return None
-    return fast
+    return _cast_module(x)
 
 
 def _numpy_cast(x: np.ndarray, dst: np.dtype) -> np.ndarray:
@@ -147,8 +150,8 @@ def _convert(x, src: np.dtype, dst: np.dtype) -> np.ndarray:
     onnxruntime for a large array the loop cannot take (an array holding NaN then by numpy), numpy for the rest."""
     if type(x) is not np.ndarray:
         x = np.asarray(x)
-    fast = fast_fp16()
-    if fast is not None and (fast.F16C or x.size < C_CAST_MAX):
+    fast = _cast_module(x)
+    if fast is not None:
         if x.size >= ORT_MIN_ELEMS and x.dtype == src and not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)  # the onnxruntime route's C-order copy, converted here
         y = fast.cast(x, dst is F16)  # numpy's bits (NaN payloads too) and astype's layout; None: not a dense src
@@ -179,8 +182,8 @@ def astype(x: np.ndarray, dtype) -> np.ndarray:
     if dtype == F32 and x.dtype == F16 or dtype == F16 and x.dtype == F32:
         if x.flags.c_contiguous:
             return to_f32(x) if dtype == F32 else to_f16(x)
-        fast = fast_fp16()
-        if fast is not None and (fast.F16C or x.size < C_CAST_MAX):
+        fast = _cast_module(x)
+        if fast is not None:
             y = fast.cast(x, dtype == F16)  # None: not one dense block (a gapped slice): numpy converts it
             if y is not None:
                 return y

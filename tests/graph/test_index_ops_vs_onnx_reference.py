@@ -117,10 +117,8 @@ def test_planted_slice_clamp_ignoring_the_step_sign_is_caught():
     """The obvious hand-written clamp (end into [0, dim] whatever the step) differs from onnx.reference on a
     negative step running to the front: the comparison above would see it."""
     x = np.arange(6, dtype=np.float32)
-    want = ReferenceEvaluator(_model(h.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"]),
-                                     {"x": x, "s": np.array([4]), "e": np.array([-100]), "a": np.array([0]),
-                                      "st": np.array([-1])}, 18)).run(
-        None, {"x": x, "s": np.array([4]), "e": np.array([-100]), "a": np.array([0]), "st": np.array([-1])})[0]
+    inputs = {"x": x, "s": np.array([4]), "e": np.array([-100]), "a": np.array([0]), "st": np.array([-1])}
+    want = ReferenceEvaluator(_model(h.make_node("Slice", list(inputs), ["y"]), inputs, 18)).run(None, inputs)[0]
     planted = x[slice(4, max(0, min(-100 + 6, 6)), -1)]  # end clamped to 0: drops element 0
     assert not _same(planted, want) and _same(x[4::-1], want)
 
