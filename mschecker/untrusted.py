@@ -4,7 +4,8 @@ Why: a model is untrusted input, and its names reach the terminal, CI logs and r
 (`[/bold]x` raises MarkupError; `[link=...]` plants a hyperlink), a raw ANSI escape (recolours or clears the
 terminal, hides lines in CI logs), a newline (breaks the one-line error contract) or a bidi override must show up
 as the characters it is, not act. `plain` makes every control character visible as a Python-style escape (so two
-names stay distinguishable), `markup` additionally escapes Rich markup for strings Rich will parse.
+names stay distinguishable), `markup` additionally escapes Rich markup for strings Rich will parse, `plot_text`
+additionally escapes matplotlib's one markup, `$...$` mathtext (`$\\frac{1}{$` raises ValueError when drawn).
 """
 from __future__ import annotations
 
@@ -29,3 +30,9 @@ def markup(text) -> str:
     from rich.markup import escape
 
     return escape(plain(text))
+
+
+def plot_text(text) -> str:
+    """`plain(text)` with every `$` escaped: matplotlib draws it as written (no mathtext, no parse error, and no
+    "Glyph 27 missing from font" warning for a raw control character)."""
+    return plain(text).replace("$", r"\$")

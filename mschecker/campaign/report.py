@@ -4,7 +4,7 @@ matplotlib plots over the run history.
 Names in cells come from campaign files and models (prompts, tensor names, block names): untrusted text. Rich
 output goes through mschecker.untrusted.markup (control characters shown as escapes, Rich markup escaped, so
 `[/bold]x` prints as itself), the HTML through html.escape of the same plain text; plots get plain text
-(matplotlib parses no markup except `$...$` mathtext, which `_plot_text` neutralises).
+(matplotlib parses no markup except `$...$` mathtext, which `untrusted.plot_text` neutralises).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..untrusted import markup, plain as _plain
+from ..untrusted import markup, plain as _plain, plot_text as _plot_text
 from .compare import BETTER, SAME, WORSE, CellComparison, Comparison
 from .store import CellRecord, Store
 
@@ -191,10 +191,6 @@ def history_series(store: Store, campaign: str, last: int = HISTORY_RUNS) -> tup
             agg = max(values) if kind == "kernels" else sum(values) / len(values)
             series.setdefault(kind, {}).setdefault(group, {})[run.run_id] = agg
     return [r.run_id for r in runs], series
-
-
-def _plot_text(text: str) -> str:
-    return _plain(text).replace("$", r"\$")
 
 
 def _png(fig) -> str:
