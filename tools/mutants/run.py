@@ -12,6 +12,9 @@ A patch is a unified diff against HEAD (`git diff` output). Its first line(s) st
     #                      6 verdict edge; 0 none of these)
     # what: drops the final rounding to fp16 (returns the fp32 quotient)
     # tests: tests/kernels/test_emulation.py tests/kernels/test_contracts.py   (optional: the tests to run first)
+    # suite: tests/sd/test_scheduler.py tests/sd/test_scheduler_configs.py  (optional: for a mutant of a module
+    #                      the kernel tests do not judge (campaign, bisect, sd, golden store, compare, knobs): these
+    #                      paths replace DEFAULT_TESTS and `mschecker kernels` is skipped; `# tests:` still go first)
 `git apply` ignores the header. A mutant is killed when the tests fail (pytest exit 1) or `mschecker kernels`
 exits 1; a mutant whose patch does not apply, or whose run errors otherwise (exit >= 2), is reported as broken.
 Runs take minutes per mutant on two cores: this is a documented command and a slow-marked test
@@ -78,6 +81,16 @@ def header(patch: Path) -> dict:
     return meta
 
 
+def selection(meta: dict) -> tuple[list[str], bool]:
+    """(the pytest paths, whether `mschecker kernels` runs) for a mutant's header: its `# tests:` first, then its
+    `# suite:` paths when it has them (a non-kernel module's own tests; `mschecker kernels` skipped), else
+    DEFAULT_TESTS and `mschecker kernels`."""
+    first = meta.get("tests", "").split()
+    suite = meta.get("suite", "").split()
+    rest = suite or DEFAULT_TESTS
+    return first + [t for t in rest if t not in first], not suite
+
+
 def make_tree(dest: Path) -> None:
     """A detached worktree of HEAD at dest, with the checkout's compiled extensions."""
     subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(dest), "HEAD"], cwd=ROOT, check=True)
@@ -91,9 +104,22 @@ def drop_tree(dest: Path) -> None:
     shutil.rmtree(dest, ignore_errors=True)
 
 
-def run_mutant(patch: Path | None, timeout: int) -> dict:
-    """Run the suite on HEAD with `patch` applied (None: unmutated, the baseline) and classify the outcome."""
-    meta = header(patch) if patch else {"name": "baseline"}
+def baseline_meta(patches: list[Path]) -> dict:
+    """The baseline's selection: every test the selected mutants run (DEFAULT_TESTS and `mschecker kernels` as
+    soon as one of them has no `# suite:`)."""
+    metas = [header(p) for p in patches]
+    paths: list[str] = []
+    for m in metas:
+        paths += [t for t in selection(m)[0] if t not in paths]
+    if not metas or any(not m.get("suite") for m in metas):
+        return {"name": "baseline", "tests": " ".join(paths)}
+    return {"name": "baseline", "suite": " ".join(paths)}
+
+
+def run_mutant(patch: Path | None, timeout: int, meta: dict | None = None) -> dict:
+    """Run the suite on HEAD with `patch` applied (None: unmutated, the baseline, `meta` its selection) and
+    classify the outcome."""
+    meta = header(patch) if patch else (meta or {"name": "baseline"})
     tmp = Path(tempfile.mkdtemp(prefix=f"mutant-{meta['name']}-"))
     tree = tmp / "repo"
     start = time.time()
@@ -104,11 +130,11 @@ def run_mutant(patch: Path | None, timeout: int) -> dict:
                                  text=True)
         if applied.returncode:
             return {**meta, "verdict": "broken", "detail": applied.stderr.strip()[:300], "seconds": 0.0}
-        first = meta.get("tests", "").split()
-        tests = first + [t for t in DEFAULT_TESTS if t not in first]
-        steps = [("pytest", [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]),
-                 ("mschecker kernels", [sys.executable, "-c", "import sys; from mschecker.cli import main; "
-                                        "sys.exit(main(['kernels']))"])]
+        tests, run_kernels = selection(meta)
+        steps = [("pytest", [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests])]
+        if run_kernels:
+            steps.append(("mschecker kernels", [sys.executable, "-c", "import sys; from mschecker.cli import main; "
+                                                "sys.exit(main(['kernels']))"]))
         for label, cmd in steps:
             try:
                 proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
@@ -144,7 +170,7 @@ def main(argv=None) -> int:
             print(f"{p.stem:40s} class {m.get('class', '?')}  {m.get('module', '?')}: {m.get('what', '')}")
         return 0
     if not args.skip_baseline:
-        base = run_mutant(None, args.timeout)
+        base = run_mutant(None, args.timeout, baseline_meta(patches))
         print(f"baseline (no mutant): {base['verdict']} by {base.get('by', '-')} ({base.get('seconds', 0):.0f} s)",
               flush=True)
         if base["verdict"] != "survived":
