@@ -8,7 +8,9 @@ model is checked with onnxruntime. Nothing here writes a file: report.write_outp
 
 Verdicts and exit codes: PASS (0) the model meets the tolerance as given; FIXED (0) a fix was found and its
 proof re-run passed on every sample; FAIL (1) no configuration within the budget passes (or, with device dumps,
-the dumped outputs miss the tolerance: dumps localize, they cannot test a fix).
+the dumped outputs miss the tolerance: dumps localize, they cannot test a fix). With device dumps a PASS needs
+every graph output's dump: a folder that gives no usable dump of any graph output (missing, misshaped), or
+misses one while everything dumped passes, is bad input (InputError, exit 2: no evidence for a verdict).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import onnx
 
 from ..compare import ToleranceRule
 from ..errors import InputError
+from ..untrusted import plain
 from ..graph.executor import Executor, node_label
 from ..graph.loader import LoadedModel, load_model
 from ..graph.policy import KernelUnavailable
@@ -78,7 +81,8 @@ class BisectResult:
     @property
     def verdict(self) -> str:
         if self.npu_side == "dump" or self.search is None:
-            return "PASS" if self.analysis.passed else "FAIL"
+            # a graph output nobody compared is no evidence of a pass (bisect_model refuses such a dump folder)
+            return "PASS" if self.analysis.passed and not self.analysis.unjudged_outputs else "FAIL"
         if self.search.baseline is not None and self.search.baseline.passed and self.analysis.passed:
             return "PASS"
         if self.recommendation is not None and self.proof is not None and self.proof.passed:
@@ -153,6 +157,7 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     result = BisectResult(str(loaded.path), base, rule, list(samples), analysis, ranking, timings=timings,
                           npu_side="dump" if dump else "emulator")
     if dump is not None:
+        _check_dump_evidence(npu_dump, analysis)
         return result
     t0 = time.perf_counter()
     evaluator = ModelEvaluator(loaded, base, list(samples), analysis, rule, budget, progress)
@@ -188,6 +193,24 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
                                                               [n.name for n in ranking])
         timings["onnx_check"] = time.perf_counter() - t0
     return result
+
+
+def _check_dump_evidence(folder, analysis: Analysis) -> None:
+    """InputError when the dumps cannot support a verdict: no graph output was compared at all, or one was not
+    while everything compared passes (a PASS on part of the outputs is no pass; a FAIL found on the dumped part
+    stands, the unjudged outputs listed in the report)."""
+    unjudged = analysis.unjudged_outputs
+    if not unjudged or (analysis.outputs and not analysis.passed):
+        return
+    coverage = analysis.dump
+    why = []
+    for name in unjudged:
+        note = next((m for m in coverage.misshaped if m.startswith(f"{name}: ")), None) if coverage else None
+        why.append(plain(name) + " " + (f"misshaped ({plain(note[len(name) + 2:])})" if note else "missing"))
+    head = "no dumped graph output to judge" if not analysis.outputs else \
+        "the dumped outputs pass, but not every graph output was dumped"
+    raise InputError(f"--npu-dump {plain(folder)}: {head}: {'; '.join(why)} (a verdict needs a "
+                     f"<output name>.npy of every graph output's shape)")
 
 
 def _as_given(analysis: Analysis, seconds: float) -> Evaluation:

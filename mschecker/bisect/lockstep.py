@@ -130,10 +130,18 @@ class Analysis:
     reference_outputs: list[dict[str, np.ndarray]]       # kept for the fix search's evaluations
     reference_ranges: dict[str, ReferenceRange]          # every float tensor's reference range
     dump: DumpCoverage | None = None
+    judgeable: list[str] = field(default_factory=list)   # graph outputs the reference produced with a value to
+                                                         # judge (non-empty float ones, and integer / bool ones)
 
     @property
     def passed(self) -> bool:
         return all(s.passed for s in self.outputs.values()) and not any(n.overflow for n in self.nodes)
+
+    @property
+    def unjudged_outputs(self) -> list[str]:
+        """Graph outputs with a value to judge that the NPU side never gave (a device dump missing or misshaped;
+        the emulator always gives them): the verdict has no evidence about them."""
+        return [n for n in self.judgeable if n not in self.outputs]
 
     def first_crossing(self, threshold: float) -> NodeRecord | None:
         """The first node (execution order) whose output overflows or whose relative L2 error exceeds
@@ -219,6 +227,7 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
     per_sample: list[dict[str, ErrorStats]] = []
     ref_outputs: list[dict[str, np.ndarray]] = []
     produced = {o for st in steps for o in st.outputs if o}
+    judgeable: dict[str, None] = {}
     for record, st in zip(records, steps):
         record.inputs = [i for i in dict.fromkeys(st.inputs) if i in produced]
     graph_outputs = set(reference.output_names)
@@ -252,6 +261,8 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
                 if rec is None:
                     rec = by_tensor[name] = OutputRecord(name, tuple(ref.shape), reference=rng)
                     record.outputs.append(rec)
+                if name in graph_outputs:
+                    judgeable[name] = None
                 if actual is None or not is_float(actual.dtype):
                     continue
                 where = f"{record.label} output {name!r}"
@@ -272,6 +283,8 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
             for name in graph_outputs.intersection(rout):
                 kept[name] = rout[name]
                 actual = nout.get(name)
+                if not is_float(np.asarray(rout[name]).dtype):
+                    judgeable[name] = None
                 if not is_float(np.asarray(rout[name]).dtype) and actual is not None:
                     # an integer / bool graph output (labels, indices): judged exactly like the float ones
                     err = ErrorStats.of(np.asarray(actual), np.asarray(rout[name]), rule, f"output {name!r}")
@@ -286,7 +299,8 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
         errors = [by_tensor[i].error.rel_l2 for i in record.inputs if i in by_tensor and by_tensor[i].error]
         record.inherited = max(errors, default=0.0)
     return Analysis(records, outputs, per_sample, ref_outputs, ranges,
-                    dump.coverage if dump is not None else None)
+                    dump.coverage if dump is not None else None,
+                    [n for n in reference.output_names if n in judgeable])
 
 
 def _reference_on_dumps(reference: Executor, k: int, step, rargs, dump: DumpFolder) -> dict | None:

@@ -1,6 +1,12 @@
 """The bisection's report: JSON document (schema in docs/BISECT.md), Rich console view, error-vs-depth plot,
-HTML page, and write_outputs, which puts every file into --out (each atomically; fix files only for a fix
-whose proof re-run passed: an unproven recommendation is never written or printed as a fix).
+HTML page, and write_outputs, which puts every file into --out as one set (writers.write_file_set: all staged in a
+hidden folder there, then moved in; bisect's own files from an earlier run that this run does not write are
+removed, so a PASS never sits next to an old fix; fix files only for a fix whose proof re-run passed: an
+unproven recommendation is never written or printed as a fix).
+
+Node, tensor and output names come from the model: untrusted. The console shows them through
+mschecker.untrusted.plain inside Text (control characters as escapes, markup inert), the plot through
+untrusted.plot_text (no mathtext), the HTML through html.escape.
 """
 from __future__ import annotations
 
@@ -9,20 +15,23 @@ import html
 import io
 import json
 import math
+import warnings
 from pathlib import Path
 
-from ..fsio import atomic_write_bytes, atomic_write_text, make_directory
+from ..compare import json_float
+from ..untrusted import plain, plot_text
 from .engine import BisectResult
 from .islands import islands
 from .search import members
-from ..compare import json_float
-from .writers import FILES, write_fix
+from .writers import FILES, fix_files, write_file_set
 
 SCHEMA_VERSION = 1
 PLOT_FILE = "error_by_depth.png"
 JSON_FILE = "bisect_report.json"
 HTML_FILE = "bisect_report.html"
 TOP = 10
+#: Every file bisect writes into --out: a run removes the ones it does not write this time (write_outputs).
+OWN_FILES = (*FILES.values(), PLOT_FILE, JSON_FILE, HTML_FILE)
 
 
 def _islands(result: BisectResult):
@@ -114,16 +123,16 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
     console = console or make_console()  # outside a terminal: wide, no escapes (names and numbers never cut)
     a, s = result.analysis, result.search
     style = {"PASS": "bold green", "FIXED": "bold yellow", "FAIL": "bold red"}[result.verdict]
-    console.print(Text.assemble(("bisect ", "bold"), (result.verdict, style), "  ", Text(result.model),
+    console.print(Text.assemble(("bisect ", "bold"), (result.verdict, style), "  ", Text(plain(result.model)),
                                 f"  profile {result.profile.name}  tolerance {result.rule.describe()}"))
     first = a.first_crossing(result.rule.rtol)
     if first is not None:
         why = "overflows" if first.overflow else f"breaks the tolerance (rel L2 {first.error:.3g})"
-        console.print(Text.assemble("first node past the threshold: ", (first.label, "bold"), f" {why}"))
+        console.print(Text.assemble("first node past the threshold: ", (plain(first.label), "bold"), f" {why}"))
     low = a.first_low_headroom()
     if low is not None and low is not first:
         head = _headroom_entry(low)
-        console.print(Text.assemble("first node near the format's max: ", (low.label, "bold"),
+        console.print(Text.assemble("first node near the format's max: ", (plain(low.label), "bold"),
                                     f" (max |x| = {head['fraction_of_max']:.3g} of the max)"
                                     if not low.overflow else " (overflows)"))
     table = Table(title="culprits by own error (own = the node on the reference's inputs)")
@@ -136,18 +145,19 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
     for rank, n in enumerate(result.ranking[:TOP], 1):
         head = max((o.headroom.fraction_of_max for o in n.outputs if o.headroom), default=0.0)
         att = attribution.get(n.name)
-        table.add_row(str(rank), Text(n.label), f"{n.own_error:.3g}", f"{n.inherited:.3g}", f"{n.error:.3g}",
+        table.add_row(str(rank), Text(plain(n.label)), f"{n.own_error:.3g}", f"{n.inherited:.3g}", f"{n.error:.3g}",
                       f"{head:.3g}",
                       "yes" if n.overflow else "", "yes" if n.name in culprit_names else "",
                       "" if att is None else f"{att.without_rel_l2:.3g}" + ("" if att.passes_without else " fail"))
     console.print(table)
     if a.dump is not None:
         d = a.dump
-        console.print(f"device dump {d.folder}: {len(d.matched)} tensors matched, {len(d.missing)} missing, "
-                      f"{len(d.extra)} extra, {len(d.misshaped)} misshaped")
+        console.print(Text(f"device dump {plain(d.folder)}: {len(d.matched)} tensors matched, "
+                           f"{len(d.missing)} missing, {len(d.extra)} extra, {len(d.misshaped)} misshaped"))
         for label, items in (("missing", d.missing), ("extra", d.extra), ("misshaped", d.misshaped)):
             if items:
-                console.print(Text(f"  {label}: " + ", ".join(items[:8]) + (" ..." if len(items) > 8 else "")))
+                console.print(Text(f"  {label}: " + ", ".join(plain(i) for i in items[:8])
+                                   + (" ..." if len(items) > 8 else "")))
     if s is not None:
         if s.baseline is not None and s.baseline.passed:
             line = "fix search: the profile as given passes (1 evaluation: the lockstep pass)"
@@ -168,17 +178,17 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
         rec = result.recommendation
         console.print(Text("fix (proven on every sample):", style="bold"))
         for e in rec.keep_dtype:
-            console.print(Text(f"  keep_dtype fp32: {e}"))
+            console.print(Text(f"  keep_dtype fp32: {plain(e)}"))
         for k, v in {**rec.by_op_type}.items():
-            console.print(Text(f"  op_precision_mode [ByOpType] {k}={v}"))
+            console.print(Text(f"  op_precision_mode [ByOpType] {plain(k)}={v}"))
         for k, v in rec.by_node.items():
-            console.print(Text(f"  op_precision_mode [ByNodeName] {k}={v}"))
+            console.print(Text(f"  op_precision_mode [ByNodeName] {plain(k)}={v}"))
         ba = Table(title="before / after (worst over samples)")
         for col in ("output", "rel L2 before", "rel L2 after", "max abs before", "max abs after", "after passes"):
             ba.add_column(col)
         for name, before in a.outputs.items():
             after = result.proof.outputs[name]
-            ba.add_row(Text(name), f"{before.rel_l2:.3g}", f"{after.rel_l2:.3g}", f"{before.max_abs or 0:.3g}",
+            ba.add_row(Text(plain(name)), f"{before.rel_l2:.3g}", f"{after.rel_l2:.3g}", f"{before.max_abs or 0:.3g}",
                        f"{after.max_abs or 0:.3g}", "yes" if after.passed else "no")
         console.print(ba)
         isl = _islands(result)
@@ -189,14 +199,15 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
             oc = result.onnx_check
             console.print(Text("patched ONNX on onnxruntime: " + (
                 f"{'meets' if oc.passed else 'MISSES'} the tolerance (worst rel L2 {oc.worst_rel_l2:.3g})"
-                if oc.ran else f"not run ({oc.error})")
+                if oc.ran else f"not run ({plain(oc.error)})")
                 + (f"; onnxruntime's fp16 kernels needed {len(oc.extra_fp32)} more node(s) in fp32: "
-                   + ", ".join(oc.extra_fp32[:6]) + (" ..." if len(oc.extra_fp32) > 6 else "")
+                   + ", ".join(plain(x) for x in oc.extra_fp32[:6]) + (" ..." if len(oc.extra_fp32) > 6 else "")
                    if oc.extra_fp32 else "")))
     elif s is not None and result.verdict == "FAIL" and s.best is not None:
-        console.print(Text(f"no passing configuration; closest: {s.best.config.describe()}, worst output rel L2 "
-                           f"{s.best.worst_rel_l2:.3g}, failing outputs {', '.join(s.best.failing_outputs) or '-'}, "
-                           f"overflowing nodes {', '.join(s.best.overflow_nodes[:5]) or '-'}"))
+        console.print(Text(plain(f"no passing configuration; closest: {s.best.config.describe()}, worst output "
+                                 f"rel L2 {s.best.worst_rel_l2:.3g}, failing outputs "
+                                 f"{', '.join(s.best.failing_outputs) or '-'}, "
+                                 f"overflowing nodes {', '.join(s.best.overflow_nodes[:5]) or '-'}")))
     if s is not None and s.rule_of_thumb is not None:
         t = s.rule_of_thumb
         mine = result.recommendation.changes if result.verdict == "FIXED" else None
@@ -204,7 +215,7 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
                       f"{'passes' if t.passed else 'fails'} (worst rel L2 {t.worst_rel_l2:.3g})"
                       + (f"; the minimal set found: {mine} change(s)" if mine is not None else ""))
     if files:
-        console.print(Text("written: " + ", ".join(files.values())))
+        console.print(Text("written: " + ", ".join(plain(f) for f in files.values())))
 
 
 # ------------------------------------------------------------------------------------------- plot
@@ -236,17 +247,19 @@ def plot_png(result: BisectResult) -> bytes:
     for n in marked[:12]:
         e = n.error if math.isfinite(n.error) else 1e3
         ax.scatter([n.index], [max(min(e, 1e3), 1e-12)], color="black", zorder=3, s=18)
-        ax.annotate(n.name[:28], (n.index, max(min(e, 1e3), 1e-12)), fontsize=7, rotation=30,
+        ax.annotate(plot_text(n.name[:28]), (n.index, max(min(e, 1e3), 1e-12)), fontsize=7, rotation=30,
                     xytext=(3, 4), textcoords="offset points")
     ax.set_yscale("log")
     ax.set_xlabel("node (execution order)")
     ax.set_ylabel("relative L2 error vs float64 (worst output, worst sample)")
-    ax.set_title(f"{Path(result.model).name}: error along graph depth ({result.profile.name}); "
-                 "culprits marked", fontsize=9)
+    ax.set_title(plot_text(f"{Path(result.model).name}: error along graph depth ({result.profile.name}); "
+                           "culprits marked"), fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    with warnings.catch_warnings():  # a name in a script the font lacks (CJK, emoji): a box in the PNG, no stderr
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+        fig.tight_layout()
+        fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()
 
@@ -287,17 +300,22 @@ table{{border-collapse:collapse}}</style></head><body>
 
 # ------------------------------------------------------------------------------------------- files
 def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_report: bool = False) -> dict:
-    """Everything into `out`: the plot always; the fix files when the verdict is FIXED (proven); the JSON and
-    HTML reports when asked. Returns kind -> path (also recorded in the JSON)."""
+    """Everything into `out` as one set (module docstring): the plot always; the fix files when the verdict is
+    FIXED (proven); the JSON and HTML reports when asked; bisect's files of an earlier run that this run does not
+    write are removed. Returns kind -> path (also recorded in the JSON). Every byte is built before the first
+    write, so a failure (an unplottable name, a full disk) leaves `out` as it was."""
     out = Path(out)
-    make_directory(out)
+    data: dict[str, bytes] = {}
     files: dict[str, str] = {}
     if result.verdict == "FIXED":
         fixed_profile = result.recommendation.profile(result.profile)
-        files.update(write_fix(out, result.recommendation, result.profile, fixed_profile, result.model,
-                               result.onnx_bytes if result.onnx_check and result.onnx_check.ran else None))
+        for kind, blob in fix_files(result.profile, fixed_profile, result.model,
+                                    result.onnx_bytes if result.onnx_check and result.onnx_check.ran
+                                    else None).items():
+            data[FILES[kind]] = blob
+            files[kind] = str(out / FILES[kind])
     png = plot_png(result)
-    atomic_write_bytes(out / PLOT_FILE, png)
+    data[PLOT_FILE] = png
     files["plot"] = str(out / PLOT_FILE)
     if json_report:
         files["json"] = str(out / JSON_FILE)
@@ -305,10 +323,23 @@ def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_
         files["html"] = str(out / HTML_FILE)
     doc = to_dict(result, files)
     if json_report:
-        atomic_write_text(out / JSON_FILE, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        data[JSON_FILE] = (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode("utf-8")
     if html_report:
-        atomic_write_text(out / HTML_FILE, render_html(doc, png))
+        data[HTML_FILE] = render_html(doc, png).encode("utf-8")
+    write_file_set(out, data, stale=OWN_FILES, prefix=".mschecker-bisect-")
     return files
 
 
-__all__ = ["FILES", "JSON_FILE", "HTML_FILE", "PLOT_FILE", "render_console", "to_dict", "write_outputs"]
+def output_targets(json_report: bool = False, html_report: bool = False) -> dict[str, str]:
+    """File name -> the flag that asks for it, of every file a run may write into --out (the command checks them
+    before the search: a directory in the way is exit 2 before minutes of work)."""
+    targets = {name: "--out" for name in (*FILES.values(), PLOT_FILE)}
+    if json_report:
+        targets[JSON_FILE] = "--json"
+    if html_report:
+        targets[HTML_FILE] = "--html"
+    return targets
+
+
+__all__ = ["FILES", "JSON_FILE", "HTML_FILE", "OWN_FILES", "PLOT_FILE", "output_targets", "render_console", "to_dict",
+           "write_outputs"]

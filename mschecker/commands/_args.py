@@ -195,3 +195,30 @@ def check_writable(path, flag: str) -> Path:
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot write in {path.parent} ({os_reason(exc)})") from None
     return path
+
+
+def check_writable_dir(path, flag: str) -> Path:
+    """Fail before any work when an output folder cannot be written: `path` exists and is not a folder, a part
+    of it is a file, or the folder (when it is still to be created: its nearest existing parent) is not writable
+    (read-only file system, permission denied). Creates nothing; the write itself still turns any OS fault into
+    one line."""
+    import os
+    import tempfile
+
+    from ..fsio import os_reason
+
+    path = Path(path)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: exists and is not a folder")
+    base = path
+    while not os.path.lexists(base) and base != base.parent:
+        base = base.parent
+    if not os.path.isdir(base):
+        raise UsageError(f"{flag} {path}: {base} is not a folder")
+    try:  # the OS's own answer: an unnamed file, gone when closed
+        with tempfile.TemporaryFile(dir=base):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write in {base} ({os_reason(exc)})") from None
+    return path
+

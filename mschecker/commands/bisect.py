@@ -14,7 +14,8 @@ import sys
 from ..graph.loader import load_model
 from ..npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
 from ..tensormeta import apply_overrides, tensor_meta
-from ._args import Parser, _float, _int, add_override_args, parse_dtypes, parse_shapes
+from ..errors import InputError, UsageError
+from ._args import Parser, _float, _int, add_override_args, check_writable_dir, parse_dtypes, parse_shapes
 
 
 def build_parser(prog: str = "mschecker bisect") -> Parser:
@@ -48,6 +49,7 @@ def main(argv: list[str]) -> int:
 
     args = build_parser().parse_args(argv)
     tolerance_rule(args.tolerance)  # a bad tolerance is reported before anything is loaded
+    check_out(args.out, json_report=args.json, html_report=args.html)  # before minutes of search, not after
     options = options_for(knobs_from_args(args))
     profile = apply_knobs(options.pop("profile", None), **options)
     model = load_model(args.model)
@@ -63,6 +65,25 @@ def main(argv: list[str]) -> int:
     files = write_outputs(result, args.out, json_report=args.json, html_report=args.html)
     render_console(result, files=files)
     return result.exit_code
+
+
+def check_out(out, *, json_report: bool = False, html_report: bool = False) -> None:
+    """UsageError (exit 2, nothing written) when --out cannot take the output set: not a folder, not writable,
+    or one of the names bisect writes there taken by a directory, FIFO or device (named by the flag asking
+    for that file)."""
+    from pathlib import Path
+
+    from ..bisect.report import output_targets
+    from ..fsio import check_write_target
+
+    folder = check_writable_dir(out, "--out")
+    if not Path(folder).is_dir():
+        return  # created by the write; nothing in it yet
+    for name, flag in output_targets(json_report, html_report).items():
+        try:
+            check_write_target(Path(folder) / name)
+        except InputError as exc:
+            raise UsageError(f"{flag} {exc}") from None
 
 
 class _progress:
