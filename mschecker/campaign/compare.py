@@ -30,6 +30,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from ..errors import InputError
 from .cells import FINISHED, STATUS_FAIL, STATUS_PASS
 from .store import CellRecord, Store
 
@@ -228,10 +229,14 @@ def compare_runs(store: Store, baseline_id: str, run_id: str, allow: dict[str, f
     campaign's."""
     store.run(baseline_id)  # InputError naming an unknown id
     run_info = store.run(run_id)
-    declared = run_info.spec.get("compare", {})
-    if allow is None:
-        allow = {k: float(v) for k, v in (declared.get("allow") or {}).items()}
-    patterns = list(declared.get("metrics") or ["*"])
+    try:  # the allowances and patterns stored with the run (spec_json): a tampered store is bad input
+        declared = run_info.spec.get("compare") or {}
+        if allow is None:
+            allow = {str(k): float(v) for k, v in (declared.get("allow") or {}).items()}
+        patterns = [str(p) for p in (declared.get("metrics") or ["*"])]
+    except (AttributeError, TypeError, ValueError):
+        raise InputError(f"store {store.path}: damaged (run {run_id!r}: runs.spec_json [compare] is not what a "
+                         f"campaign file declares)") from None
     base, run = _group(store.cells(baseline_id)), _group(store.cells(run_id))
     keys = list(dict.fromkeys([*run, *base]))
     cells = [compare_cell(base.get(k), run.get(k), allow, patterns) for k in keys]

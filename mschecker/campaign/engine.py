@@ -98,6 +98,31 @@ def check_address(address: str) -> None:
         raise InputError(f"--scheduler {address}: expected tcp://HOST:PORT or tls://HOST:PORT")
 
 
+LOOPBACK_ANY_PORT = "127.0.0.1:0"
+
+
+def probe_scheduler(address: str, timeout_s: float) -> None:
+    """Connect to a scheduler and complete Dask's handshake within `timeout_s` in all, or raise TimeoutError /
+    OSError. Why: `distributed.Client(address, timeout=...)` bounds the TCP connect but then waits for the
+    handshake reply without a bound (distributed.comm.core.connect: `await comm.read()`), so an endpoint that
+    accepts and never speaks (a firewall, the dashboard port, another service) would hang the run forever."""
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    args = Security().get_connection_args("client")  # the TLS settings a Client would use (dask config)
+
+    async def probe():
+        comm = await asyncio.wait_for(connect(address, timeout=timeout_s, **args), timeout_s)
+        await comm.close()
+
+    try:
+        asyncio.run(probe())
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"no Dask handshake from {address} within {timeout_s:g} s") from None
+
+
 class DaskEngine:
     """Context manager: a connected distributed.Client (and the LocalCluster it started, if any)."""
 
@@ -117,15 +142,22 @@ class DaskEngine:
         if cfg.scheduler:
             check_address(cfg.scheduler)
             try:
+                probe_scheduler(cfg.scheduler, cfg.connect_timeout_s)
                 self.client = Client(cfg.scheduler, timeout=cfg.connect_timeout_s, set_as_default=False)
             except (OSError, TimeoutError, ValueError) as exc:
                 raise InputError(f"--scheduler {cfg.scheduler}: cannot connect within {cfg.connect_timeout_s:g} s "
                                  f"({one_line(exc)})") from None
             return self
         n = cfg.workers or os.cpu_count() or 1
-        with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        # allowed-failures 0: a task is lost on the first worker death (see the module docstring). The scheduler
+        # always starts an HTTP server (Scheduler.__init__ calls start_http_server whatever dashboard_address
+        # says; None means Dask's default port 8787, and a second campaign on the machine then warns "Port 8787
+        # is already in use"): here it gets no routes, no dashboard, and an ephemeral port on the loopback.
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0, "distributed.scheduler.http.routes": [],
+                              "distributed.worker.http.routes": []}):
             # the scheduler's log lines about restarted or dead workers would repeat what the records say
             self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                        scheduler_kwargs={"dashboard": False, "dashboard_address": LOOPBACK_ANY_PORT},
                                         memory_limit=cfg.memory_limit, silence_logs=logging.CRITICAL)
             self.client = Client(self.cluster, set_as_default=False)
         return self
@@ -147,7 +179,10 @@ class DaskEngine:
 
     def ship(self, cells: list[Cell]) -> None:
         """Read every file the check cells read once and scatter it to every worker once (keyed by content).
-        Called before `run` (and before the run is begun in the store: an unreadable file is bad input)."""
+        Called before `run` and before the store is created or the run begun: an unreadable file is bad input.
+        The paths were checked when the campaign was validated (check_cell_files: the graph loader's external-data
+        rule, regular files only); they are checked again here, as they are read (mschecker.fsio.read_bytes)."""
+        from ..fsio import read_bytes
         from .shipping import bundle_digest, check_cell_files, file_digest
 
         for cell in cells:
@@ -155,12 +190,8 @@ class DaskEngine:
                 continue
             paths = [str(p) for p in check_cell_files(cell.params)]
             for p in paths:
-                if p not in self._contents:
-                    try:
-                        with open(p, "rb") as f:
-                            self._contents[p] = f.read()
-                    except OSError as exc:
-                        raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
+                if p not in self._contents:  # stat before open (a file swapped for a FIFO since validation)
+                    self._contents[p] = read_bytes(p, "file shipped to the workers:")
             digests = {p: file_digest(self._contents[p]) for p in paths}
             self._bundles[cell.task_key] = (bundle_digest(digests), paths)
         self._scatter(list(self._contents))

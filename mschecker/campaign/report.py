@@ -122,6 +122,13 @@ def render_run(summary, records: list[CellRecord], console: Console) -> None:
                       f"{markup(summary.run_id)} to run only those[/]")
 
 
+def _utc(t: float) -> str:
+    try:  # a tampered store's created_at (inf, 1e300) is shown as it is, not a crash
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+    except (OverflowError, ValueError, OSError):
+        return str(t)
+
+
 def render_history(store: Store, runs, console: Console) -> None:
     from .compare import cell_status
 
@@ -134,7 +141,7 @@ def render_history(store: Store, runs, console: Console) -> None:
             groups.setdefault(rec.key, []).append(rec)
         statuses = [cell_status(v) for v in groups.values()]
         table.add_row(markup(r.run_id), markup(r.campaign),
-                      time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created_at)), markup(r.status),
+                      _utc(r.created_at), markup(r.status),
                       str(len(statuses)), str(statuses.count("pass")), str(statuses.count("fail")),
                       str(sum(s not in ("pass", "fail") for s in statuses)))
     console.print(table)

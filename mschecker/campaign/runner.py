@@ -1,8 +1,9 @@
 """`campaign run` as a library call: expand the campaign, skip finished cells, run the rest on the engine, store
 every record as it arrives, then compare with the declared baseline.
 
-Order matters for "bad input writes nothing": the campaign file is validated first, a named baseline run must
-exist in an existing store, and the engine must connect before the store is created or a run is begun.
+Order matters for "bad input writes nothing": the campaign file is validated first (every check cell's files
+too: the external-data rule, regular files only), a named baseline run must exist in an existing store, the
+engine must connect and every shipped file must be read before the store is created or a run is begun.
 
 Exit code (`RunSummary.exit_code`), in this order:
   1  a cell regressed against the baseline (when the campaign declares one), or, without a baseline, a cell
@@ -103,14 +104,14 @@ def run_campaign(spec: CampaignSpec, store_path, config: EngineConfig, *, run_id
             store.run(baseline)
     t0 = time.perf_counter()
     with DaskEngine(config) as engine:
+        engine_info = engine.describe()
+        done = _finished(store_path, run_id)
+        todo = [c for c in cells if done.get(c.task_key) != c.spec_hash]
+        if spec.ship_files:  # before the store is created: a file that cannot be shipped is bad input
+            engine.ship(todo)
         with Store.open(store_path, create=True) as store:
             if baseline and baseline != BASELINE_PREVIOUS:
                 store.run(baseline)
-            engine_info = engine.describe()
-            done = store.finished(run_id)
-            todo = [c for c in cells if done.get(c.task_key) != c.spec_hash]
-            if spec.ship_files:
-                engine.ship(todo)
             resumed = store.begin_run(run_id, spec.name, spec.raw, spec.sha256, engine_info)
             if on_start:
                 on_start(len(todo), len(cells) - len(todo))
@@ -130,6 +131,15 @@ def run_campaign(spec: CampaignSpec, store_path, config: EngineConfig, *, run_id
                                  _statuses(store, run_id, cells), engine_info, time.perf_counter() - t0)
             _attach_baseline(summary, store, baseline)
     return summary
+
+
+def _finished(store_path: Path, run_id: str) -> dict[str, str]:
+    """{task key: spec hash} of the run's finished cells in an existing store ({} when there is none yet: the
+    store is created only once the engine is up and every shipped file was read)."""
+    if not store_path.exists():
+        return {}
+    with Store.open(store_path, create=True) as store:
+        return store.finished(run_id)
 
 
 def _statuses(store: Store, run_id: str, cells: list[Cell]) -> dict[str, str]:

@@ -16,36 +16,72 @@ from pathlib import Path
 from ..errors import InputError
 
 
+def _external_tensors(graph):
+    """Every tensor of a graph that can hold external data: initializers and tensor attributes, subgraphs too."""
+    tensors = list(graph.initializer)
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                tensors.append(a.t)
+            if a.HasField("g"):
+                tensors += _external_tensors(a.g)
+            for g in a.graphs:
+                tensors += _external_tensors(g)
+    return tensors
+
+
 def model_files(model: Path) -> list[Path]:
-    """The model file and the external-data files its initializers point to (relative to its folder)."""
-    import onnx
+    """The model file and the external-data files its tensors point to (relative to its folder).
+
+    Every location is checked by the graph loader's rule before any byte of it is read or shipped:
+    `read_model_proto` (the model a regular file, checked with stat: a FIFO or device is never opened) and
+    `safe_external_path` (not absolute, no `..`, no symlink out of the model's folder, a regular file). An
+    InputError names the model and the location; the campaign validator calls this, so a hostile model is bad
+    input (exit 2) before a cluster starts or a store is written."""
     from onnx.external_data_helper import uses_external_data
 
-    try:
-        proto = onnx.load(str(model), load_external_data=False)
-    except Exception as exc:  # noqa: BLE001 - a broken model is the cell's problem: it crashes with the reason
-        raise InputError(f"model {model}: onnx cannot read it ({str(exc).splitlines()[0][:200]})") from None
+    from ..graph.loader import read_model_proto, safe_external_path
+
+    proto = read_model_proto(model)
     out = [model]
-    tensors = list(proto.graph.initializer)
-    for node in proto.graph.node:
-        tensors += [a.t for a in node.attribute if a.HasField("t")]
-    for t in tensors:
+    for t in _external_tensors(proto.graph):
         if uses_external_data(t):
-            location = next((e.value for e in t.external_data if e.key == "location"), None)
-            if location:
-                path = model.parent / location
-                if path not in out:
-                    out.append(path)
+            location = next((e.value for e in t.external_data if e.key == "location"), "")
+            safe_external_path(model.parent, location, t.name, model)
+            path = model.parent / location
+            if path not in out:
+                out.append(path)
     return out
 
 
 def tensor_files(spec: Path) -> list[Path]:
-    """A tensor spec's files: a directory's regular files (recursively), or the file and its sidecar JSONs
-    (`x.bin.json`, `x.json`: mschecker.tensorio.sidecar_for reads either)."""
+    """A tensor spec's files: a directory's files (recursively), or the file and its sidecar JSONs (`x.bin.json`,
+    `x.json`: mschecker.tensorio.sidecar_for reads either). Each is checked with stat before anything reads it
+    (mschecker.fsio.check_readable: a regular file, never a FIFO, socket or device), and a directory's entry
+    must not resolve (through a symlink) outside the directory: InputError naming the file."""
+    from ..fsio import check_readable
+
     if spec.is_dir():
-        return sorted(p for p in spec.rglob("*") if p.is_file())
+        root = spec.resolve()
+        files = []
+        for p in sorted(spec.rglob("*")):
+            if p.is_dir():
+                continue
+            check_readable(p, f"file shipped from {spec}:")
+            target = p.resolve()
+            if root not in target.parents:
+                raise InputError(f"file shipped from {spec}: {p} resolves (through a symlink) to {target}, outside "
+                                 f"the folder")
+            files.append(p)
+        return files
+    check_readable(spec, "tensor file")
     sidecars = [spec.with_name(spec.name + ".json"), spec.with_suffix(".json")]
-    return [spec] + [s for s in dict.fromkeys(sidecars) if s != spec and s.is_file()]
+    out = [spec]
+    for s in dict.fromkeys(sidecars):
+        if s != spec and os.path.lexists(s):
+            check_readable(s, "sidecar")
+            out.append(s)
+    return out
 
 
 def check_cell_files(params: dict) -> list[Path]:

@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..commands._args import COUNT_MAX, ULP_MAX
 from ..errors import InputError
+from .shipping import check_cell_files
 
 DEVICES = ("ort", "reference", "npu")
 # Devices whose results are bit-for-bit reproducible (the graph executor's float64 reference and emulated NPU
@@ -38,6 +40,13 @@ DEVICES = ("ort", "reference", "npu")
 BIT_EXACT_DEVICES = frozenset({"reference", "npu"})
 DEFAULT_TIMEOUT_S = 3600.0
 DEFAULT_REPEATS = 3
+# Upper bounds on every number that sizes work (a value past them is a typo or hostile, and expanding it would
+# exhaust memory before anything runs): repeats are samples for a noise estimate, where a handful suffices;
+# examples and topk take the same bound as the kernels / check commands' flags (commands._args.COUNT_MAX);
+# seeds are numpy.random.RandomState seeds (the SD check's initial noise and synthetic weights), [0, 2**32 - 1];
+# SD steps are bounded by the scheduler's num_train_timesteps (the SD check's own rule, applied here).
+REPEATS_MAX = 1000
+SEED_MAX = 2**32 - 1
 BASELINE_PREVIOUS = "previous"
 
 _CAMPAIGN_KEYS = {"name": str, "baseline": str, "timeout_s": (int, float), "repeats": int, "ship_files": bool,
@@ -160,9 +169,7 @@ def parse_campaign(raw: dict, path: Path) -> CampaignSpec:
     if "name" not in head or not head["name"].strip():
         raise InputError(f"{where}: [campaign] name is missing (a non-empty string)")
     timeout = _timeout(head, DEFAULT_TIMEOUT_S, f"{where}: [campaign]")
-    repeats = head.get("repeats", DEFAULT_REPEATS)
-    if repeats < 1:
-        raise InputError(f"{where}: [campaign] repeats must be >= 1, got {repeats}")
+    repeats = _int_in(head, "repeats", DEFAULT_REPEATS, 1, REPEATS_MAX, f"{where}: [campaign]")
     compare = raw.get("compare", {})
     _known(compare, _COMPARE_KEYS, f"{where}: [compare]")
     allow = {}
@@ -196,6 +203,19 @@ def parse_campaign(raw: dict, path: Path) -> CampaignSpec:
     if not spec.blocks:
         raise InputError(f"{where}: declares no cells (add a [[check]], [[sd]] or [[kernels]] block)")
     return spec
+
+
+def _int_in(table: dict, key: str, default: int, lo: int, hi: int, where: str) -> int:
+    """An integer value (its type checked by _known) in [lo, hi]; InputError naming the key otherwise."""
+    value = table.get(key, default)
+    if not lo <= value <= hi:
+        raise InputError(f"{where}: {key} must be an integer in [{lo}, {hi}], got {_short_int(value)}")
+    return value
+
+
+def _short_int(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
 
 
 def _timeout(table: dict, default: float, where: str) -> float:
@@ -305,27 +325,40 @@ def _validate_check(block: dict, where: str, base: Path) -> dict:
         ToleranceRule.from_args(**tol)
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
+    if "ulp" in tol:
+        _int_in(tol, "ulp", 0, 0, ULP_MAX, f"{where}: tolerance")
     block["tolerance"] = dict(tol)
-    block["topk"] = block.get("topk", 5)
+    block["topk"] = _int_in(block, "topk", 5, 0, COUNT_MAX, where)
+    try:  # the model's external data by the graph loader's rule, every shipped file a regular file
+        check_cell_files(block)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
     return block
 
 
 def _validate_sd(block: dict, where: str, base: Path) -> dict:
     from ..sd.pipeline import STAGES
     from ..sd.presets import PRESETS
+    from ..sd.scheduler import make_scheduler
 
     block.setdefault("preset", "small")
     if block["preset"] not in PRESETS:
         raise InputError(f"{where}: preset {block['preset']!r} is not one of {', '.join(PRESETS)}")
     block["prompts"] = _list_of(block, "prompts", str, where, [])
     block["seeds"] = _list_of(block, "seeds", int, where, [0])
-    for key, lo in (("steps", 1), ("weights_seed", 0)):
-        if key in block and block[key] < lo:
-            raise InputError(f"{where}: {key} must be >= {lo}, got {block[key]}")
-    if any(s < 0 for s in block["seeds"]):
-        raise InputError(f"{where}: seeds must be >= 0")
+    for j, seed in enumerate(block["seeds"]):
+        if not 0 <= seed <= SEED_MAX:
+            raise InputError(f"{where}: seeds[{j}] must be an integer in [0, {SEED_MAX}], got {_short_int(seed)}")
+    _int_in(block, "weights_seed", 0, 0, SEED_MAX, where)
     if block.get("scheduler", "ddim") not in ("ddim", "euler"):
         raise InputError(f"{where}: scheduler must be \"ddim\" or \"euler\", got {block['scheduler']!r}")
+    steps = block.get("steps", 10)
+    if steps < 1:
+        raise InputError(f"{where}: steps must be >= 1, got {steps}")
+    try:  # the SD check's own rule: no more steps than the scheduler's num_train_timesteps
+        make_scheduler(block.get("scheduler", "ddim"), steps)
+    except InputError as exc:
+        raise InputError(f"{where}: steps: {exc}") from None
     for key in ("guidance_scale", "psnr_min"):
         if key in block and not math.isfinite(block[key]):
             raise InputError(f"{where}: {key} must be finite")
@@ -350,9 +383,7 @@ def _validate_kernels(block: dict, where: str, base: Path) -> dict:
         block["kernels"] = [k.name for k in resolve_kernels(names)]
     except KeyError as exc:
         raise InputError(f"{where}: kernels: {exc.args[0]}") from None
-    block["examples"] = block.get("examples", 20)
-    if block["examples"] < 1:
-        raise InputError(f"{where}: examples must be >= 1, got {block['examples']}")
+    block["examples"] = _int_in(block, "examples", 20, 1, COUNT_MAX, where)
     return block
 
 

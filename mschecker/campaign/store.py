@@ -16,6 +16,7 @@ A metric value NULL is NaN (SQLite has no NaN: it stores NaN as NULL); +-inf are
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
@@ -61,6 +62,65 @@ def _statements(db: sqlite3.Connection, script: str) -> None:
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1]
 SCHEMA_VERSION = len(MIGRATIONS)
 RUN_RUNNING, RUN_FINISHED, RUN_INTERRUPTED = "running", "finished", "interrupted"
+
+
+class Damaged(ValueError):
+    """A stored value that is not what the schema says (text where a number belongs, JSON that does not parse,
+    NULL in a required column): raised by the readers below, turned into one InputError by `_guarded`."""
+
+
+def _guarded(method):
+    """Every public Store method goes through this guard: a damaged or tampered store (pages of random bytes,
+    `runs.spec_json` not JSON, a metric stored as text, NULLs) is one InputError naming the store file and what
+    is wrong (exit 2), on every read and write after `open`, never a traceback. A store is a user file (CI keeps
+    it as an artifact), so what it holds is input like any other."""
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Damaged as exc:
+            raise InputError(f"store {self.path}: damaged ({exc})") from None
+        except sqlite3.DatabaseError as exc:  # malformed pages, datatype mismatch, missing tables or columns
+            raise InputError(f"store {self.path}: damaged or not readable ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    return guarded
+
+
+def _text(value, column: str, *, null: bool = False):
+    if value is None and null:
+        return None
+    if not isinstance(value, str):
+        raise Damaged(f"{column} is {_kind(value)}, expected text")
+    return value
+
+
+def _number(value, column: str, *, null: bool = False, integer: bool = False):
+    if value is None and null:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        raise Damaged(f"{column} is {_kind(value)}, expected {'an integer' if integer else 'a number'}")
+    return value
+
+
+def _json_object(value, column: str, *, null: bool = False) -> dict:
+    if value is None and null:
+        return {}
+    text = _text(value, column)
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:  # JSONDecodeError, and numbers of more than 4300 digits
+        raise Damaged(f"{column} is not JSON ({str(exc)[:80]})") from None
+    if not isinstance(obj, dict):
+        raise Damaged(f"{column} is JSON {type(obj).__name__}, expected an object")
+    return obj
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, (bytes, str)):
+        return f"{'a blob' if isinstance(value, bytes) else 'text'} {value[:30]!r}"
+    return f"{type(value).__name__} {value!r}"
 
 
 @dataclass
@@ -193,6 +253,7 @@ class Store:
             raise InputError(f"store {self.path}: cannot write ({exc})") from None
 
     # ----------------------------------------------------------------------------------------------- runs
+    @_guarded
     def begin_run(self, run_id: str, campaign: str, spec: dict, spec_sha256: str, engine: dict) -> bool:
         """Create the run, or mark an existing one as running again (resume). Returns True when resuming.
         InputError when the id belongs to another campaign."""
@@ -215,29 +276,37 @@ class Store:
         self._write(write)
         return existing is not None
 
+    @_guarded
     def end_run(self, run_id: str, status: str) -> None:
         self._write(lambda: self.db.execute("UPDATE runs SET status=?, finished_at=? WHERE run_id=?",
                                             (status, time.time(), run_id)))
 
+    @_guarded
     def run(self, run_id: str, *, missing_ok: bool = False) -> RunInfo | None:
         row = self.db.execute("SELECT run_id, campaign, spec_json, spec_sha256, created_at, finished_at, status, "
                               "engine_json FROM runs WHERE run_id=?", (run_id,)).fetchone()
         if row is None:
             if missing_ok:
                 return None
-            known = [r[0] for r in self.db.execute("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 5")]
+            known = [str(r[0]) for r in self.db.execute("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 5")]
             raise InputError(f"store {self.path}: no run {run_id!r}"
                              + (f" (latest: {', '.join(known)})" if known else " (the store holds no runs)"))
-        return RunInfo(row[0], row[1], json.loads(row[2]), row[3], row[4], row[5], row[6], json.loads(row[7] or "{}"))
+        where = f"run {str(row[0])[:60]!r}: runs."
+        return RunInfo(_text(row[0], where + "run_id"), _text(row[1], where + "campaign"),
+                       _json_object(row[2], where + "spec_json"), _text(row[3], where + "spec_sha256"),
+                       _number(row[4], where + "created_at"), _number(row[5], where + "finished_at", null=True),
+                       _text(row[6], where + "status"), _json_object(row[7], where + "engine_json", null=True))
 
+    @_guarded
     def runs(self, campaign: str | None = None, limit: int | None = None) -> list[RunInfo]:
         """Runs, newest first (of one campaign when given)."""
         sql = "SELECT run_id FROM runs" + (" WHERE campaign=?" if campaign else "") + " ORDER BY created_at DESC"
         args: tuple = (campaign,) if campaign else ()
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [self.run(r[0]) for r in self.db.execute(sql, args)]
+        return [self.run(r[0]) for r in self.db.execute(sql, args).fetchall()]
 
+    @_guarded
     def previous_run(self, run_id: str) -> RunInfo | None:
         """The newest finished run of the same campaign created before `run_id` (the "previous" baseline; an
         interrupted run is not a baseline)."""
@@ -248,14 +317,17 @@ class Store:
         return self.run(row[0]) if row else None
 
     # ---------------------------------------------------------------------------------------------- cells
+    @_guarded
     def finished(self, run_id: str) -> dict[str, str]:
         """{task key: spec_hash} of the cells of `run_id` that finished (pass or fail): a resume skips them."""
         from .cells import FINISHED
 
         rows = self.db.execute(f"SELECT cell_key, repeat, spec_hash FROM cells WHERE run_id=? AND status IN "
                                f"({','.join('?' * len(FINISHED))})", (run_id, *FINISHED))
-        return {f"{k}#{r}": h for k, r, h in rows}
+        return {f"{_text(k, 'cells.cell_key')}#{_number(r, 'cells.repeat', integer=True)}": _text(h, "cells.spec_hash")
+                for k, r, h in rows}
 
+    @_guarded
     def record_cell(self, run_id: str, cell: Cell, record: dict) -> None:
         """Insert or replace one cell sample and its metrics (one transaction)."""
         v = record.get("versions") or {}
@@ -275,24 +347,35 @@ class Store:
                                  for name, x in ((n, float(x)) for n, x in (record.get("metrics") or {}).items())])
         self._write(write)
 
+    @_guarded
     def cells(self, run_id: str) -> list[CellRecord]:
         """Every stored sample of a run, in key / repeat order."""
         metrics: dict[tuple, dict] = {}
         for key, rep, name, value in self.db.execute(
                 "SELECT cell_key, repeat, name, value FROM metrics WHERE run_id=?", (run_id,)):
-            metrics.setdefault((key, rep), {})[name] = math.nan if value is None else float(value)
+            value = _number(value, f"metrics.value of {str(name)[:60]!r} in cell {str(key)[:60]!r}", null=True)
+            metrics.setdefault((key, rep), {})[_text(name, "metrics.name")] = math.nan if value is None else float(value)
         out = []
         for row in self.db.execute(
                 "SELECT cell_key, repeat, kind, block, coords_json, spec_hash, device, bit_exact, status, reason, "
                 "wall_s, worker, peak_rss_bytes, mschecker_version, onnxruntime_version, numpy_version, "
                 "python_version, cpu_model, host, profile_hash, model_sha256, detail_json FROM cells "
                 "WHERE run_id=? ORDER BY rowid", (run_id,)):
-            versions = dict(zip(("mschecker", "onnxruntime", "numpy", "python", "cpu", "host"), row[13:19]))
-            out.append(CellRecord(run_id, row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6],
-                                  bool(row[7]), row[8], row[9] or "", row[10], row[11], row[12], versions, row[19],
-                                  row[20], json.loads(row[21] or "{}"), metrics.get((row[0], row[1]), {})))
+            w = f"cell {str(row[0])[:60]!r}: cells."
+            versions = {k: _text(v, w + k, null=True)
+                        for k, v in zip(("mschecker", "onnxruntime", "numpy", "python", "cpu", "host"), row[13:19])}
+            out.append(CellRecord(
+                run_id, _text(row[0], w + "cell_key"), _number(row[1], w + "repeat", integer=True),
+                _text(row[2], w + "kind"), _text(row[3], w + "block"), _json_object(row[4], w + "coords_json"),
+                _text(row[5], w + "spec_hash"), _text(row[6], w + "device"),
+                bool(_number(row[7], w + "bit_exact", integer=True)), _text(row[8], w + "status"),
+                _text(row[9], w + "reason", null=True) or "", _number(row[10], w + "wall_s", null=True),
+                _text(row[11], w + "worker", null=True), _number(row[12], w + "peak_rss_bytes", null=True, integer=True),
+                versions, _text(row[19], w + "profile_hash", null=True), _text(row[20], w + "model_sha256", null=True),
+                _json_object(row[21], w + "detail_json", null=True), metrics.get((row[0], row[1]), {})))
         return out
 
+    @_guarded
     def export_parquet(self, run_id: str, path) -> Path:
         """One row per (cell sample, metric) of a run as Parquet (needs pyarrow, not a dependency)."""
         try:

@@ -222,3 +222,28 @@ def check_writable_dir(path, flag: str) -> Path:
         raise UsageError(f"{flag} {path}: cannot write in {base} ({os_reason(exc)})") from None
     return path
 
+
+def bounded_int(flag: str, lo: int, hi: int):
+    """argparse type: an integer in [lo, hi] (a UsageError naming the flag and the range otherwise)."""
+    def conv(text):
+        try:
+            value = int(text)
+        except ValueError:  # includes numbers of more than 4300 digits
+            raise argparse.ArgumentTypeError(f"{flag} expects an integer, got {_short(text)}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{flag} expects an integer in [{lo}, {hi}], got {_short(text)}")
+        return value
+    return conv
+
+
+def bounded_float(flag: str, lo: float, hi: float):
+    """argparse type: a finite number in (lo, hi] (NaN and inf refused)."""
+    def conv(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {_short(text)}") from None
+        if not (math.isfinite(value) and lo < value <= hi):
+            raise argparse.ArgumentTypeError(f"{flag} expects a number in ({lo:g}, {hi:g}], got {_short(text)}")
+        return value
+    return conv

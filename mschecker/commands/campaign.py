@@ -18,22 +18,19 @@ import sys
 from rich.console import Console
 
 from ..errors import UsageError
-from ._args import Parser, check_writable
+from ._args import COUNT_MAX, Parser, bounded_float, bounded_int, check_writable
 
 DEFAULT_STORE = "mschecker-campaign.sqlite"
 ACTIONS = ("run", "compare", "history", "export")
 
 
-def _positive(flag: str, kind=int):
-    def conv(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise UsageError(f"{flag} expects a positive number, got {text!r}") from None
-        if not value > 0:
-            raise UsageError(f"{flag} expects a positive number, got {text!r}")
-        return value
-    return conv
+# --workers: each LocalCluster worker is a process with one thread and the whole of mschecker imported (~325 MB,
+# docs/CAMPAIGN.md), running CPU-bound cells; past 4 per core they only contend for the cores and memory, and a
+# typo (1000000000) would build that many worker specs before anything runs.
+WORKERS_MAX = 4 * (os.cpu_count() or 1)
+# --connect-timeout: an hour is past any real cluster's start; inf or NaN would reach Dask's time parser.
+CONNECT_TIMEOUT_MAX_S = 3600.0
+# --last: a count of runs, at most COUNT_MAX (the bound of every count flag; far inside SQLite's INTEGER).
 
 
 def _console() -> Console:
@@ -53,8 +50,8 @@ def run_main(argv: list[str]) -> int:
     p.add_argument("file", help="the campaign file (TOML)")
     p.add_argument("--scheduler", metavar="ADDR", help="an existing Dask scheduler (tcp://host:8786); default: a "
                                                         "local cluster with one worker per core")
-    p.add_argument("--workers", type=_positive("--workers"), metavar="N", help="local cluster size")
-    p.add_argument("--connect-timeout", type=_positive("--connect-timeout", float), default=5.0, metavar="S",
+    p.add_argument("--workers", type=bounded_int("--workers", 1, WORKERS_MAX), metavar="N", help="local cluster size")
+    p.add_argument("--connect-timeout", type=bounded_float("--connect-timeout", 0.0, CONNECT_TIMEOUT_MAX_S), default=5.0, metavar="S",
                    help="seconds to reach --scheduler (default 5)")
     p.add_argument("--run-id", metavar="ID", help="name of the run; an existing id resumes it (finished cells "
                                                  "are skipped)")
@@ -87,7 +84,32 @@ def run_main(argv: list[str]) -> int:
     if args.json:
         atomic_write_text(args.json, to_json(summary))
     print(f"run id: {summary.run_id} (store {args.store})")
+    if summary.exit_code == 3:
+        _say_incomplete(summary)
     return summary.exit_code
+
+
+def incomplete_line(summary) -> str:
+    """The one stderr line of an incomplete run (exit 3): how many cells did not finish, by status, the first
+    of their keys, and how to resume; so that CI can tell it from mschecker crashing (also exit 3)."""
+    unfinished = summary.unfinished
+    by_status: dict[str, int] = {}
+    for key in unfinished:
+        by_status[summary.statuses[key]] = by_status.get(summary.statuses[key], 0) + 1
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
+    shown = "; ".join(unfinished[:3]) + (f"; and {len(unfinished) - 3} more" if len(unfinished) > 3 else "")
+    return (f"campaign incomplete: {len(unfinished)} of {len(summary.statuses)} cell(s) did not finish ({counts}): "
+            f"{shown}; rerun with --run-id {summary.run_id} to run only those")
+
+
+def _say_incomplete(summary) -> None:
+    from ..untrusted import plain
+
+    try:
+        sys.stdout.flush()
+        print(f"mschecker: {plain(incomplete_line(summary))}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # stdout or stderr closed: the exit code still tells
+        pass
 
 
 class _CellProgress:
@@ -128,7 +150,7 @@ def compare_main(argv: list[str]) -> int:
     p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="the comparison as JSON (to PATH, or to "
                                                                        "stdout instead of the table)")
     p.add_argument("--html", metavar="PATH", help="an HTML page with plots over the run history")
-    p.add_argument("--last", type=_positive("--last"), default=10, metavar="N", help="runs in the history plots")
+    p.add_argument("--last", type=bounded_int("--last", 1, COUNT_MAX), default=10, metavar="N", help="runs in the history plots")
     p.add_argument("--all", action="store_true", help="list unchanged cells too")
     args = p.parse_args(argv)
     for flag in ("json", "html"):
@@ -157,7 +179,7 @@ def history_main(argv: list[str]) -> int:
     p = Parser(prog="mschecker campaign history", description="List the runs in a store, newest first.")
     _store_arg(p)
     p.add_argument("--campaign", metavar="NAME", help="only this campaign's runs")
-    p.add_argument("--last", type=_positive("--last"), default=20, metavar="N", help="how many runs (default 20)")
+    p.add_argument("--last", type=bounded_int("--last", 1, COUNT_MAX), default=20, metavar="N", help="how many runs (default 20)")
     args = p.parse_args(argv)
     from ..campaign.report import render_history
     from ..campaign.store import Store
