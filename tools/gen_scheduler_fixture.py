@@ -78,6 +78,25 @@ CASES = {
     "dpmpp_order3_12": ("DPMSolverMultistepScheduler", dict(SD15, solver_order=3), 12),
     "dpmpp_trailing_order1": ("DPMSolverMultistepScheduler", dict(SD15, solver_order=1,
                                                                   timestep_spacing="trailing"), 5),
+    # issue 28: configurations the cases above never reached (appended: the earlier cases keep their inputs)
+    # DPM-Solver++ with leading spacing and steps_offset=1, without Karras sigmas
+    "dpmpp_leading_offset1": ("DPMSolverMultistepScheduler", dict(SD15, timestep_spacing="leading"), 10),
+    # lower_order_final around diffusers' rule len(timesteps) < 15: with a nonzero final sigma (order 2) the last
+    # step is first order at 14 steps and second order at 15 and 16; order 3 drops to order 2 one step before
+    # the end at 14 only
+    "dpmpp_lof_sigma_min_14": ("DPMSolverMultistepScheduler", dict(SD15, final_sigmas_type="sigma_min"), 14),
+    "dpmpp_lof_sigma_min_15": ("DPMSolverMultistepScheduler", dict(SD15, final_sigmas_type="sigma_min"), 15),
+    "dpmpp_lof_sigma_min_16": ("DPMSolverMultistepScheduler", dict(SD15, final_sigmas_type="sigma_min"), 16),
+    "dpmpp_lof_order3_14": ("DPMSolverMultistepScheduler", dict(SD15, solver_order=3), 14),
+    "dpmpp_lof_order3_15": ("DPMSolverMultistepScheduler", dict(SD15, solver_order=3), 15),
+    "dpmpp_lof_order3_16": ("DPMSolverMultistepScheduler", dict(SD15, solver_order=3), 16),
+    # Euler / LMS initial latents (init_noise_sigma: sqrt(sigma_max^2 + 1) for leading, sigma_max otherwise)
+    "euler_leading_offset1": ("EulerDiscreteScheduler", dict(SD15, timestep_spacing="leading"), 10),
+    "euler_karras_leading": ("EulerDiscreteScheduler", dict(SD15, use_karras_sigmas=True,
+                                                            timestep_spacing="leading"), 7),
+    "lms_leading_offset1": ("LMSDiscreteScheduler", dict(SD15, timestep_spacing="leading"), 9),
+    "lms_trailing": ("LMSDiscreteScheduler", dict(SD15, timestep_spacing="trailing"), 6),
+    "euler_a_trailing": ("EulerAncestralDiscreteScheduler", dict(SD15, timestep_spacing="trailing"), 6),
 }
 
 
