@@ -304,7 +304,7 @@ class Store:
         args: tuple = (campaign,) if campaign else ()
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [self.run(r[0]) for r in self.db.execute(sql, args).fetchall()]
+        return [self.run(_text(r[0], "runs.run_id")) for r in self.db.execute(sql, args).fetchall()]
 
     @_guarded
     def previous_run(self, run_id: str) -> RunInfo | None:
@@ -378,15 +378,15 @@ class Store:
     @_guarded
     def export_parquet(self, run_id: str, path) -> Path:
         """One row per (cell sample, metric) of a run as Parquet (needs pyarrow, not a dependency)."""
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ModuleNotFoundError:
-            raise InputError("Parquet export needs pyarrow (pip install pyarrow)") from None
         rows = [{"run_id": c.run_id, "cell_key": c.key, "repeat": c.repeat, "kind": c.kind, "device": c.device,
                  "status": c.status, "metric": name, "value": value, "wall_s": c.wall_s,
                  "mschecker_version": c.versions.get("mschecker"), "profile_hash": c.profile_hash,
                  "model_sha256": c.model_sha256}
                 for c in self.cells(run_id) for name, value in (sorted(c.metrics.items()) or [(None, None)])]
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ModuleNotFoundError:
+            raise InputError("Parquet export needs pyarrow (pip install pyarrow)") from None
         pq.write_table(pa.Table.from_pylist(rows), str(path))
         return Path(path)
