@@ -182,3 +182,75 @@ def test_what_changed_between_the_runs_is_named(tmp_path):
         (c,) = cmp.cells
         assert c.verdict == SAME and c.changes == ["model sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb"]
         assert cmp.to_dict()["environment_changes"] == {"onnxruntime": {"baseline": ["1"], "run": ["1.99"]}}
+
+
+# ----------------------------------------------------------------- issue 28: bug classes the suite let through
+def test_cells_are_summarised_by_the_median_not_the_mean(tmp_path):
+    # mean 4.0, median 2.0: a mean would call the run (all 2.0) better
+    m = judge_metric("x.max_abs_err", [1.0, 2.0, 9.0], [2.0, 2.0, 2.0], bit_exact=False, allow=0.0)
+    assert m.baseline == 2.0 and m.run == 2.0 and m.verdict == SAME
+    even = judge_metric("x.max_abs_err", [1.0, 2.0, 4.0, 100.0], [3.0, 3.0], bit_exact=False, allow=0.0)
+    assert even.baseline == 3.0 and even.verdict == SAME
+
+
+def test_stored_repeats_are_summarised_by_their_median(tmp_path):
+    from pathlib import Path
+
+    raw = {"campaign": {"name": "nightly", "repeats": 3},
+           "check": [{"name": "m", "model": "../../golden/default/model.onnx", "golden": "../../golden/default/expected",
+                      "inputs": ["../../golden/default/x.bin", "../../golden/default/t.bin"]}]}
+    here = Path(__file__).resolve().parent
+    cells = cells_of(raw, here)
+
+    def samples(*values):
+        return {c.task_key: record("pass", {"logits.max_abs_err": v}) for c, v in zip(cells, values)}
+
+    with Store.open(tmp_path / "s.sqlite", create=True) as store:
+        add_run(store, "base", raw, here, samples(1.0, 1.0, 10.0), created_at=1.0)   # median 1, mean 4
+        add_run(store, "run", raw, here, samples(2.0, 2.0, 2.1), created_at=2.0)     # median 2, mean 2.03
+        (c,) = compare_runs(store, "base", "run").cells
+        (m,) = c.metrics
+        assert (m.baseline, m.run) == (1.0, 2.0) and m.noise == pytest.approx(9.0) and c.verdict == SAME
+        add_run(store, "tight", raw, here, samples(1.0, 1.0, 1.0), created_at=3.0)
+        add_run(store, "worse", raw, here, samples(1.5, 1.5, 40.0), created_at=4.0)  # median 1.5, mean 14.3
+        (w,) = compare_runs(store, "tight", "worse").cells
+        assert w.metrics[0].run == 1.5 and w.metrics[0].noise == pytest.approx(38.5) and w.verdict == SAME
+
+
+def test_allowance_is_the_runs_own_and_matches_the_short_name(tmp_path):
+    kern = cells_of(spec_raw(), tmp_path)[2].key
+    base_raw = spec_raw(allow={"error_ratio": 10.0})        # the baseline's campaign is not the one judged
+    run_raw = spec_raw(allow={"error_ratio": 0.5})          # by the part after the last dot
+    base = {kern: record("pass", {"fp16.error_ratio": 0.5})}
+    with _store(tmp_path, base, {kern: record("pass", {"fp16.error_ratio": 0.8})},
+                raw_run=run_raw, raw_base=base_raw) as store:
+        (c,) = compare_runs(store, "base", "run").cells
+        assert c.verdict == SAME and c.metrics[0].allow == 0.5
+    (tmp_path / "s.sqlite").unlink()
+    with _store(tmp_path, base, {kern: record("pass", {"fp16.error_ratio": 1.2})},
+                raw_run=run_raw, raw_base=base_raw) as store:
+        (c,) = compare_runs(store, "base", "run").cells
+        assert c.verdict == WORSE and c.metrics[0].allow == 0.5
+    (tmp_path / "s.sqlite").unlink()
+    full = spec_raw(allow={"fp16.error_ratio": 0.1, "error_ratio": 0.5})    # the full name wins
+    with _store(tmp_path, base, {kern: record("pass", {"fp16.error_ratio": 0.8})}, raw_run=full,
+                raw_base=full) as store:
+        (c,) = compare_runs(store, "base", "run").cells
+        assert c.verdict == WORSE and c.metrics[0].allow == 0.1
+
+
+def test_changed_cell_that_went_pass_to_fail_is_reported_so(tmp_path, capsys):
+    from mschecker.campaign.report import render_comparison
+    from mschecker.commands.campaign import _console
+
+    raw_run = spec_raw(steps=20)
+    sd910 = cells_of(raw_run, tmp_path)[0].key
+    with _store(tmp_path, {sd910: record("pass", {"image_psnr_db": 40.0})},
+                {sd910: record("fail", {"image_psnr_db": 20.0}, "PSNR 20 < 30")}, raw_run=raw_run) as store:
+        cmp = compare_runs(store, "base", "run")
+        (c,) = cmp.cells
+        assert (c.verdict, c.baseline_status, c.run_status) == (CHANGED, "pass", "fail")
+        assert not c.regressed and not cmp.regressed and c.metrics[0].verdict == WORSE
+        render_comparison(cmp, _console())
+    row = next(line for line in capsys.readouterr().out.splitlines() if "changed" in line)
+    assert row.index("pass") < row.index("fail")

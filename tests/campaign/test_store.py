@@ -128,3 +128,76 @@ def test_run_ids_and_previous_baseline(tmp_path):
             store.run("zz")
         with pytest.raises(InputError, match="belongs to campaign 'nightly', not 'other'"):
             store.begin_run("a", "other", {}, "", {})
+
+
+def test_previous_baseline_is_a_finished_earlier_run_of_the_same_campaign(tmp_path):
+    raw, other = spec_raw(), spec_raw(name="other")
+    with Store.open(tmp_path / "s.sqlite", create=True) as store:
+        add_run(store, "a", raw, tmp_path, {}, created_at=1.0)
+        add_run(store, "o", other, tmp_path, {}, created_at=2.0)                       # another campaign
+        add_run(store, "r", raw, tmp_path, {}, created_at=3.0, status="running")       # never ended
+        add_run(store, "i", raw, tmp_path, {}, created_at=4.0, status="interrupted")
+        add_run(store, "c", raw, tmp_path, {}, created_at=5.0)
+        add_run(store, "d", raw, tmp_path, {}, created_at=6.0)                         # later: not a baseline of c
+        add_run(store, "o2", other, tmp_path, {}, created_at=7.0)
+        assert store.previous_run("c").run_id == "a"
+        assert store.previous_run("d").run_id == "c"
+        assert store.previous_run("o2").run_id == "o"
+        assert store.previous_run("o") is None
+
+
+def test_resume_with_a_changed_spec_reruns_only_the_changed_cells(tmp_path, monkeypatch):
+    from mschecker.campaign import runner
+    from mschecker.campaign.spec import parse_campaign
+
+    class InProcessEngine:
+        """run_campaign's engine, in this process: every cell through cell_fn, in order."""
+
+        def __init__(self, config):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def describe(self):
+            return {"engine": "test", "workers": 1}
+
+        def ship(self, cells):
+            pass
+
+        def run(self, cells, run_id, *, on_result, cell_fn):
+            for cell in cells:
+                on_result(cell, cell_fn(cell, {}))
+
+    ran = []
+
+    def cell_fn(cell, local):
+        ran.append(cell.task_key)
+        return record("pass", {"x.error_ratio": float(cell.params["examples"])})
+
+    monkeypatch.setattr(runner, "DaskEngine", InProcessEngine)
+
+    def run(examples_exp: int, kernels=("softmax", "exp")):
+        raw = {"campaign": {"name": "n"},
+               "kernels": [{"name": "k", "kernels": list(kernels), "examples": 3},
+                           {"name": "e", "kernels": ["exp"], "examples": examples_exp}]}
+        ran.clear()
+        return runner.run_campaign(parse_campaign(raw, tmp_path / "c.toml"), tmp_path / "s.sqlite",
+                                   runner.EngineConfig(), run_id="r1", cell_fn=cell_fn)
+
+    first = run(3)
+    assert first.ran == 3 and first.skipped == 0 and not first.resumed
+    again = run(3)
+    assert again.ran == 0 and again.skipped == 3 and again.resumed
+    changed = run(5)                                # block e changed: its cell alone runs again
+    assert ran == ['e | kernel="exp"#0'] and changed.skipped == 2 and changed.resumed
+    grown = run(5, kernels=("softmax", "exp", "gelu"))
+    assert ran == ['k | kernel="gelu"#0'] and grown.skipped == 3
+    with Store.open(tmp_path / "s.sqlite") as store:
+        info = store.run("r1")
+        assert info.status == "finished" and info.spec["kernels"][1]["examples"] == 5
+        cells = {c.key: c for c in store.cells("r1")}
+        assert cells['e | kernel="exp"'].metrics == {"x.error_ratio": 5.0} and len(cells) == 4
