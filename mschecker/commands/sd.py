@@ -34,9 +34,10 @@ from ..npu.knobs import DEFAULT_PROFILE, add_npu_arguments, knobs_from_args
 from ..sd.folder import STAGES
 from ..sd.presets import PRESETS
 from ..sd.scheduler import SCHEDULERS
-from ._args import Parser
+from ._args import Parser, check_writable, check_writable_dir
 
 DEFAULT_PROMPT = "a photo of an astronaut riding a horse on the moon"
+SEED_MAX = 2**32 - 1  # numpy.random.RandomState(seed), as diffusers' ONNX pipeline draws the initial noise
 
 
 def build_parser() -> Parser:
@@ -56,7 +57,8 @@ def build_parser() -> Parser:
     p.add_argument("--prompt", default=DEFAULT_PROMPT)
     p.add_argument("--scheduler", choices=list(SCHEDULERS),
                    help="override the scheduler class (default: the folder's scheduler_config.json; ddim bundled)")
-    p.add_argument("--seed", type=_positive_int("--seed", minimum=0), default=0, help="initial-noise seed")
+    p.add_argument("--seed", type=_positive_int("--seed", minimum=0, maximum=SEED_MAX), default=0,
+                   help=f"initial-noise seed in [0, {SEED_MAX}] (numpy's RandomState takes 32 bits)")
     p.add_argument("--guidance-scale", type=_finite_float("--guidance-scale"), default=7.5)
     p.add_argument("--psnr-min", type=_finite_float("--psnr-min"), default=30.0, help="image PSNR threshold in dB (default 30)")
     add_npu_arguments(p, STAGES)
@@ -66,14 +68,16 @@ def build_parser() -> Parser:
     return p
 
 
-def _positive_int(flag: str, minimum: int = 1):
+def _positive_int(flag: str, minimum: int = 1, maximum: int | None = None):
     def parse(text: str) -> int:
         try:
             v = int(text)
-        except ValueError:
-            raise InputError(f"{flag} must be an integer, got {text!r}") from None
+        except ValueError:  # also a number of more than 4300 digits
+            raise InputError(f"{flag} must be an integer, got {text[:40]!r}") from None
         if v < minimum:
             raise InputError(f"{flag} must be >= {minimum}, got {v}")
+        if maximum is not None and v > maximum:
+            raise InputError(f"{flag} must be <= {maximum}, got {text[:40]}")
         return v
     return parse
 
@@ -120,13 +124,10 @@ def main(argv: list[str]) -> int:
     common = dict(knobs.pop(None))
     profile = common.pop("profile", DEFAULT_PROFILE)
     per_stage = knobs  # {stage: its own options}, a stage's "profile" among them
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a folder")
-    if args.json and Path(args.json).is_dir():
-        raise InputError(f"--json {args.json}: is a folder")
-    if args.json and not Path(args.json).resolve().parent.is_dir():
-        raise InputError(f"--json {args.json}: its folder does not exist")
+    # every output checked before minutes of work: a folder in the way, a missing or read-only folder
+    out = check_writable_dir(args.out, "--out")
+    if args.json:
+        check_writable(args.json, "--json")
     from ..npu import load_profile
 
     for name in {profile, *(o["profile"] for o in per_stage.values() if "profile" in o)}:

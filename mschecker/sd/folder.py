@@ -22,7 +22,6 @@ the tokenizer's ``model_max_length``, timestep rank > 1, inputs a SD 1.x/2.x UNe
 """
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -43,6 +42,13 @@ SCHEDULER_CONFIG = "scheduler/scheduler_config.json"
 UNET_ROLES = ("sample", "timestep", "encoder_hidden_states")
 DEFAULT_SCALING_FACTOR = 0.18215   # SD 1.x / 2.x VAE (diffusers' OnnxStableDiffusionPipeline hard-codes it)
 DEFAULT_LATENT_SIZE = 64           # diffusers' default height = width = 512 px, / 8
+# The VAE decodes latents / scaling_factor. Published VAEs use 0.13025 (SDXL) to 1.5305 (SD3); the range allows
+# two orders of magnitude around them and no more. Below 1e-3 the decoder's input leaves fp16 for ordinary
+# latents (|x| ~ 30 after denoising becomes 3e4 at 1e-3, past 65504 soon below it; 1e-300 makes every latent
+# inf even in float32); above 1e3 unit-variance latents shrink to ~1e-3 and below, toward fp16's subnormals
+# (6.1e-5), where the decoder's input keeps few significant bits. Outside it the run measures the factor, not
+# the pipeline.
+SCALING_FACTOR_RANGE = (1e-3, 1e3)
 
 
 @dataclass
@@ -97,10 +103,14 @@ class PipelineFiles:
     def read_json(self, name: str, optional: bool = False) -> dict:
         if optional and not self.exists(name):
             return {}
+        from ..schema import parse_json  # invalid JSON, and nesting past the parser's recursion limit: one line
+
         try:
-            doc = json.loads(self.read_bytes(name).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise InputError(f"{self.where(name)}: not valid JSON ({exc})") from None
+            text = self.read_bytes(name).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{self.where(name)}: not valid JSON (not UTF-8: invalid byte at offset "
+                             f"{exc.start})") from None
+        doc = parse_json(text, self.where(name))
         if not isinstance(doc, dict):
             raise InputError(f"{self.where(name)}: expected a JSON object")
         return doc
@@ -182,9 +192,15 @@ class SDPipeline:
                              f"{files.where(MODEL_FILES['text_encoder'])} takes {text_length} tokens")
         scheduler_config = files.read_json(SCHEDULER_CONFIG)
         scaling = configs["vae_decoder"].get("scaling_factor", DEFAULT_SCALING_FACTOR)
-        if not isinstance(scaling, (int, float)) or not np.isfinite(scaling) or scaling <= 0:
+        if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not np.isfinite(scaling) \
+                or scaling <= 0:
             raise InputError(f"{files.where('vae_decoder/config.json')}: scaling_factor {scaling!r} is not a positive "
                              "number")
+        lo, hi = SCALING_FACTOR_RANGE
+        if not lo <= scaling <= hi:
+            raise InputError(f"{files.where('vae_decoder/config.json')}: scaling_factor {scaling!r} is outside "
+                             f"[{lo:g}, {hi:g}] (published VAEs use 0.13 to 1.53; the decoder's input, latents / "
+                             f"scaling_factor, would leave fp16's range)")
         pipe = cls(name, files, stages, _load_tokenizer(files, text_length), scheduler_config, float(scaling),
                    latent_shape, text_length)
         # an unknown scheduler class or option fails here, before any model runs (50: diffusers' default steps)

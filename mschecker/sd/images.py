@@ -147,11 +147,24 @@ def _same_images(actual, expected) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------------------------- panels
-def difference_image(actual: np.ndarray, expected: np.ndarray, gain: float | None = None) -> tuple[np.ndarray, float]:
+def nan_pixels(decoded: np.ndarray) -> np.ndarray:
+    """(H, W) bool: the pixels of a (1, 3, H, W) VAE output with a NaN in any channel."""
+    return np.isnan(np.asarray(decoded, np.float64)).any(axis=1)[0]
+
+
+def difference_image(actual: np.ndarray, expected: np.ndarray, gain: float | None = None,
+                     undefined: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """|actual - expected| amplified to be visible: x gain (default: so the largest difference maps to 255,
-    at most x50 so that 1-level rounding noise does not look like a failure). Returns (uint8 image, gain)."""
+    at most x50 so that 1-level rounding noise does not look like a failure). Returns (uint8 image, gain).
+
+    ``undefined``: an (H, W) mask of pixels where either image was NaN before its uint8 rendering (which draws
+    NaN as 0). Their difference has no value: they are drawn 0, as the NaN image itself is, and left out of the
+    gain; without the mask |0 - reference| would show the reference image as the "difference" of a NaN image.
+    The panel's caller says NaN over it (side_by_side's nan_fractions)."""
     a, e = _same_images(actual, expected)
     d = np.abs(a - e)
+    if undefined is not None:
+        d[np.asarray(undefined, bool)] = 0.0
     if gain is None:
         top = float(d.max())
         gain = 1.0 if top == 0 else min(50.0, 255.0 / top)

@@ -4,9 +4,10 @@ Per-stage error is the relative Euclidean distance ||npu - ref|| / ||ref|| (scal
 latents of std 1-30 and the decoded image read on one axis), with max |err|, cosine and SNR beside it; the image
 row adds PSNR and SSIM of the uint8 images (mschecker.sd.images). Files (each written atomically; the set is
 staged in a hidden folder inside --out and moved in only once every file is written, so a failed write leaves
-nothing half-written):
+nothing half-written; this command's files of an earlier run that this run does not write are removed):
   <out>/sd_side_by_side.png  baseline | judged | amplified |difference| (then fixed NPU | its difference when a
-                             fix was found); a panel whose image holds NaN says so
+                             fix was found); a panel whose image holds NaN says so, and so does the difference
+                             panel where either side is NaN (drawn black there: the difference is undefined)
   <out>/sd_error_per_step.png  latent relative error after every step (log scale) of the judged side (and the
                                fixed NPU when the fix is before the VAE)
   <out>/<side>.image.npy     float32 (H, W, 3) in [0, 1] (diffusers' output_type="np"), for both sides
@@ -22,7 +23,7 @@ from pathlib import Path
 from ..compare import TensorComparison, json_safe
 from ..check_report import fmt_num
 from .check import SDCheck
-from .images import difference_image, figure_png, plot_series, side_by_side, write_atomic
+from .images import difference_image, figure_png, nan_pixels, plot_series, side_by_side, write_atomic
 
 SIDE_BY_SIDE, ERROR_PLOT = "sd_side_by_side.png", "sd_error_per_step.png"
 
@@ -157,18 +158,17 @@ def output_files(check: SDCheck) -> dict[str, bytes]:
 
     base, judged = check.sides
     ref, npu = check.reference.image, check.metrics.image
-    diff, gain = difference_image(npu, ref)
-
-    def nan_share(run):
-        return float(np.isnan(np.asarray(run.decoded, np.float64)).any(axis=1).mean())
+    ref_nan, npu_nan = nan_pixels(check.reference.decoded), nan_pixels(check.npu.decoded)
+    # where either side is NaN the difference is undefined: said so like a NaN image, never |0 - ref| = ref
+    diff, gain = difference_image(npu, ref, undefined=ref_nan | npu_nan)
     judged_label = side_label(check, judged)
     tiles, labels = [ref, npu, diff], [side_label(check, base), judged_label, f"|diff| x{gain:.3g}"]
-    nans = [nan_share(check.reference), nan_share(check.npu), 0.0]
+    nans = [float(ref_nan.mean()), float(npu_nan.mean()), float((ref_nan | npu_nan).mean())]
     if check.fix:
-        fixed_diff, fixed_gain = difference_image(check.fix.metrics.image, ref)
+        fixed_diff, fixed_gain = difference_image(check.fix.metrics.image, ref, undefined=ref_nan)
         tiles += [check.fix.metrics.image, fixed_diff]
         labels += ["npu + fix", f"|diff fix| x{fixed_gain:.3g}"]
-        nans += [0.0, 0.0]
+        nans += [0.0, float(ref_nan.mean())]
     files = {SIDE_BY_SIDE: figure_png(side_by_side(tiles, labels, nans))}
 
     def errors(m):
@@ -193,38 +193,34 @@ def output_files(check: SDCheck) -> dict[str, bytes]:
 
 
 def write_outputs(check: SDCheck, out_dir: str | Path) -> list[Path]:
-    """Every output file into ``out_dir`` (created): staged in a hidden folder there, then moved into place."""
+    """Every output file into ``out_dir`` (created) as one set (mschecker.bisect.writers.write_file_set: staged in a
+    hidden folder there, then moved into place); this command's files of an earlier run that this one does not
+    write (the latents of steps beyond this run's, a side not compared this time) are removed, other files are
+    left alone."""
     import os
-    import shutil
-    import tempfile
 
-    from ..errors import InputError
-    from ..fsio import make_directory, os_reason, remove_directories
+    from ..bisect.writers import write_file_set
 
     files = output_files(check)
     out = Path(out_dir)
-    created = make_directory(out)
-    stage = None
     try:
-        stage = Path(tempfile.mkdtemp(prefix=".mschecker-sd-", dir=out))
-        for name, data in files.items():
-            with open(stage / name, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        paths = []
-        for name in files:
-            os.replace(stage / name, out / name)
-            paths.append(out / name)
-        return paths
-    except OSError as exc:
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
-        remove_directories(created)
-        raise InputError(f"--out {out}: cannot write ({os_reason(exc)})") from None
-    finally:
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
+        stale = [n for n in os.listdir(out) if _OWN_FILE.match(n)] if out.is_dir() else []
+    except OSError:  # unlistable: nothing known to clear; the write reports its own faults
+        stale = []
+    return write_file_set(out, files, stale=stale, flag="--out", prefix=".mschecker-sd-")
+
+
+def _own_file_pattern():
+    import re
+
+    from .check import SIDES
+
+    sides = "|".join(re.escape(s) for s in SIDES)
+    return re.compile(rf"^(?:(?:{sides})\.(?:image|latents_step\d+)\.npy|{re.escape(SIDE_BY_SIDE)}|"
+                      rf"{re.escape(ERROR_PLOT)})$")
+
+
+_OWN_FILE = _own_file_pattern()
 
 
 def write_json(check: SDCheck, path: str | Path, extra: dict | None = None) -> Path:
