@@ -90,3 +90,50 @@ def test_bad_usage_is_one_line_exit_2(argv, fragment, capsys, tmp_path):
     assert cli.main(["kernels", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------------------------ --module
+def _user_module(tmp_path, monkeypatch, name: str, source: str) -> str:
+    """A user module in the current directory (which --module makes importable), sys.path restored after."""
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return name
+
+
+@pytest.mark.parametrize("source,fragment", [
+    ("import not_installed_dep_xyz\n", "no module named 'not_installed_dep_xyz'"),
+    ("from not_installed_dep_xyz.sub import thing\n", "no module named 'not_installed_dep_xyz'"),
+    ("from mschecker.testing import no_such_helper_xyz\n", "cannot import name 'no_such_helper_xyz'"),
+], ids=["missing-package", "missing-subpackage", "missing-name"])
+def test_a_user_module_whose_import_fails_is_exit_2_naming_it(source, fragment, tmp_path, monkeypatch, capsys):
+    """Issue 28 item 10 (audit K05): the user's module needs a package that is not installed: that is the user's
+    environment, not an mschecker bug (was exit 3, "internal error")."""
+    name = _user_module(tmp_path, monkeypatch, "brokenmod_" + str(abs(hash(source)) % 10**6), source)
+    assert cli.main(["kernels", "--module", name, "--kernel", "exp", "--examples", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--module {name}" in err and fragment in err and "internal" not in err, err
+
+
+def test_an_import_error_inside_mschecker_stays_internal(tmp_path, monkeypatch, capsys):
+    """A user module that calls into mschecker, where mschecker's own import fails: our bug, exit 3."""
+    import mschecker.testing as testing
+
+    ns: dict = {}
+    exec(compile("def _planted_broken_import():\n    import mschecker_internal_missing_xyz\n",
+                 testing.__file__, "exec"), ns)  # code that lives, for the traceback, in mschecker/testing.py
+    monkeypatch.setattr(testing, "_planted_broken_import", ns["_planted_broken_import"], raising=False)
+    name = _user_module(tmp_path, monkeypatch, "callsmschecker",
+                        "import mschecker.testing\nmschecker.testing._planted_broken_import()\n")
+    assert cli.main(["kernels", "--module", name, "--kernel", "exp", "--examples", "1"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error" in err
+
+
+def test_an_import_error_caused_by_ctrl_c_is_an_interrupt(tmp_path, monkeypatch, capsys):
+    name = _user_module(tmp_path, monkeypatch, "interruptedmod",
+                        "try:\n    raise KeyboardInterrupt\nexcept KeyboardInterrupt as e:\n"
+                        "    raise ImportError('initialization failed') from e\n")
+    assert cli.main(["kernels", "--module", name, "--kernel", "exp", "--examples", "1"]) == 130
+    assert "interrupted" in capsys.readouterr().err

@@ -39,7 +39,10 @@ def build_parser() -> Parser:
 
 
 def import_user_modules(names: list[str]) -> None:
-    """Import the modules that register user kernels; a module that is not found is bad input (exit 2)."""
+    """Import the modules that register user kernels. A module that is not found, or one whose own imports fail
+    (a package it needs is not installed, a name it imports does not exist), is bad input: exit 2, one line
+    naming the module and the failed import. An ImportError raised inside mschecker's own code (a bug of ours,
+    even when a user module triggered it) and one caused by a Ctrl-C stay what they are (exit 3, 130)."""
     import importlib
     import sys
 
@@ -48,10 +51,39 @@ def import_user_modules(names: list[str]) -> None:
     for name in names:
         try:
             importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+        except ImportError as exc:
+            if isinstance(exc, ModuleNotFoundError) and exc.name and \
+                    (name == exc.name or name.startswith(exc.name + ".")):
                 raise InputError(f"--module {name}: no module named {exc.name!r} on the Python path") from None
-            raise
+            if _raised_by_mschecker(exc) or _interrupted(exc):
+                raise
+            what = f"no module named {exc.name!r}" if isinstance(exc, ModuleNotFoundError) and exc.name else \
+                (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise InputError(f"--module {name}: importing it failed: {what} (is a package it needs installed in "
+                             f"this environment?)") from None
+
+
+def _raised_by_mschecker(exc: BaseException) -> bool:
+    """Whether the failing import statement is in mschecker's own code: the innermost frame of the traceback
+    outside importlib's machinery."""
+    import traceback
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen ")]
+    if not frames:
+        return False
+    origin = os.path.abspath(frames[-1].filename)
+    return origin.startswith(package) and origin != os.path.abspath(__file__)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _fmt(x: float) -> str:
