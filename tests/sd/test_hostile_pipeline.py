@@ -50,6 +50,14 @@ def test_deeply_nested_json_is_exit_2_naming_the_file(name, bundled_dir, tmp_pat
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("name", ["model_index.json", "vae_decoder/config.json"])
+def test_json_that_is_not_an_object_names_the_file(name, bundled_dir, tmp_path, capsys):
+    folder = copy_folder(bundled_dir, tmp_path / "pipe")
+    (folder / name).write_text("[1, 2]")
+    _one_line_exit_2(["sd", "--pipeline", str(folder), "--out", str(tmp_path / "o")], capsys,
+                     name, "expected a JSON object")
+
+
 def test_json_that_is_not_utf8_names_the_file(bundled_dir, tmp_path, capsys):
     folder = copy_folder(bundled_dir, tmp_path / "pipe")
     (folder / "model_index.json").write_bytes(b'{"a": "\xff"}')
