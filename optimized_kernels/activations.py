@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..reference import elementary as em
+
 from ..fastfp16 import lut_unary
 
 F16 = np.dtype(np.float16)
@@ -29,7 +31,7 @@ IGELU_A, IGELU_B = -0.2888, -1.769
 _NR_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
             -0.82215223, 0.17087277)
 # Taylor coefficients of 2^f = exp(f ln2) up to degree 4; on |f| <= 1/2 the truncation error is < 4e-5 relative.
-_EXP2_TAYLOR = tuple(float(np.log(2.0) ** k / np.prod(np.arange(1, k + 1))) for k in range(5))
+_EXP2_TAYLOR = tuple(float(em.log(2.0) ** k / np.prod(np.arange(1, k + 1))) for k in range(5))
 LOG2E = float(np.log2(np.e))
 # erf(x) = 2/sqrt(pi) * sum_k (-1)^k x^(2k+1) / (k! (2k+1)), used below |x| < 1/2 (truncation < 2e-8 relative).
 _ERF_TAYLOR = tuple(2.0 / np.sqrt(np.pi) * (-1.0) ** k / (float(np.prod(np.arange(1, k + 1))) * (2 * k + 1))
@@ -55,7 +57,7 @@ def erfc_nr(z: np.ndarray, dt=F32) -> np.ndarray:
     z = np.asarray(z, dtype=dt)
     a = np.abs(z)
     t = (dt.type(1) / (dt.type(1) + dt.type(0.5) * a)).astype(dt)
-    r = t * np.exp(-a * a + _horner(_NR_ERFC, t, dt))
+    r = t * em.exp(-a * a + _horner(_NR_ERFC, t, dt))
     return np.where(z < 0, dt.type(2) - r, r).astype(dt)
 
 
@@ -81,7 +83,7 @@ def gelu_tanh_formula(x: np.ndarray, dt=F32, cubic: float = GELU_TANH_CUBIC) -> 
     dt = np.dtype(dt)
     x = np.asarray(x, dtype=dt)
     t = dt.type(SQRT_2_OVER_PI) * (x + dt.type(cubic) * x * x * x)
-    y = dt.type(0.5) * x * (dt.type(1) + np.tanh(t))
+    y = dt.type(0.5) * x * (dt.type(1) + em.tanh(t))
     return _limits(x, y.astype(dt), -0.0)
 
 
@@ -108,7 +110,7 @@ def sigmoid_formula(x: np.ndarray, dt=F32) -> np.ndarray:
     """1/(1+e^-x) for x >= 0 and e^x/(1+e^x) for x < 0: exp never overflows, no cancellation."""
     dt = np.dtype(dt)
     x = np.asarray(x, dtype=dt)
-    e = np.exp(-np.abs(x)).astype(dt)
+    e = em.exp(-np.abs(x)).astype(dt)
     one = dt.type(1)
     return np.where(x >= 0, one / (one + e), e / (one + e)).astype(dt)
 
@@ -162,7 +164,7 @@ def silu_accurate(x):
 
 
 def exp_accurate(x):
-    return _accurate(lambda x, dt: np.exp(x).astype(dt), x)
+    return _accurate(lambda x, dt: em.exp(x).astype(dt), x)
 
 
 def erf_accurate(x):
@@ -170,7 +172,7 @@ def erf_accurate(x):
 
 
 def tanh_accurate(x):
-    return _accurate(lambda x, dt: np.tanh(x).astype(dt), x)
+    return _accurate(lambda x, dt: em.tanh(x).astype(dt), x)
 
 
 # ------------------------------------------------------------------------------------ GELU approximations
@@ -244,7 +246,7 @@ def bug_sigmoid_naive_fp16(x):
     the true value (>= 6e-8 down to x = -16.6) is representable."""
     x = np.asarray(x, dtype=F16)
     with np.errstate(all="ignore"):
-        return (F16.type(1) / (F16.type(1) + np.exp(-x))).astype(F16)
+        return (F16.type(1) / (F16.type(1) + em.exp(-x))).astype(F16)
 
 
 def bug_silu_naive_fp16(x):
@@ -275,7 +277,7 @@ def bug_tanh_exp_form_fp16(x):
     """Planted bug: tanh = (e^2x - 1)/(e^2x + 1) in fp16: e^2x overflows for x > 5.5 and gives inf/inf = NaN."""
     x = np.asarray(x, dtype=F16)
     with np.errstate(all="ignore"):
-        e = np.exp((F16.type(2) * x).astype(F16))
+        e = em.exp((F16.type(2) * x).astype(F16))
         return ((e - F16.type(1)) / (e + F16.type(1))).astype(F16)
 
 

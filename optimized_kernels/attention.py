@@ -23,6 +23,8 @@ import functools
 
 import numpy as np
 
+from ..reference import elementary as em
+
 from ..fastfp16 import astype
 from ..reference.attention import causal_keep, default_scale
 from .softmax import softmax_fp16_fp32acc, softmax_fp16_nomax, softmax_fp32
@@ -111,8 +113,8 @@ def attention_flash(q, k, v, mask=None, scale=None, causal=False, *, block_q: in
                 s = np.where(keep, s, -np.inf).astype(F32)
             m_new = np.maximum(m, np.max(s, axis=-1, keepdims=True))
             m_safe = np.where(np.isneginf(m_new), F32.type(0), m_new)  # a row with nothing kept yet stays at 0
-            p = np.exp(s - m_safe)
-            alpha = np.exp(m - m_safe)
+            p = em.exp(s - m_safe)
+            alpha = em.exp(m - m_safe)
             l = alpha * l + np.add.reduce(p, axis=-1, keepdims=True, dtype=F32)
             pv = np.matmul(p.astype(storage).astype(F32), v32[..., j0:j1, :])
             acc = (alpha * acc if rescale else acc) + pv

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..reference import elementary as em
+
 from .activations import _accurate, _limits
 from ..fastfp16 import lut_unary
 
@@ -36,14 +38,14 @@ def elu_formula(x, dt=F32, alpha: float = 1.0):
     """alpha * expm1(x) for x < 0, x otherwise."""
     dt = np.dtype(dt)
     x = np.asarray(x, dtype=dt)
-    return np.where(x < 0, dt.type(alpha) * np.expm1(np.minimum(x, dt.type(0))), x).astype(dt)
+    return np.where(x < 0, dt.type(alpha) * em.expm1(np.minimum(x, dt.type(0))), x).astype(dt)
 
 
 def selu_formula(x, dt=F32, alpha: float = SELU_ALPHA, gamma: float = SELU_GAMMA):
     """gamma * (alpha * expm1(x) for x <= 0, x otherwise): the inner value rounded, then the product."""
     dt = np.dtype(dt)
     x = np.asarray(x, dtype=dt)
-    inner = np.where(x <= 0, dt.type(alpha) * np.expm1(np.minimum(x, dt.type(0))), x).astype(dt)
+    inner = np.where(x <= 0, dt.type(alpha) * em.expm1(np.minimum(x, dt.type(0))), x).astype(dt)
     return (dt.type(gamma) * inner).astype(dt)
 
 
@@ -52,14 +54,14 @@ def celu_formula(x, dt=F32, alpha: float = 1.0):
     dt = np.dtype(dt)
     x = np.asarray(x, dtype=dt)
     z = (np.minimum(x, dt.type(0)) / dt.type(alpha)).astype(dt)
-    return np.where(x < 0, dt.type(alpha) * np.expm1(z), x).astype(dt)
+    return np.where(x < 0, dt.type(alpha) * em.expm1(z), x).astype(dt)
 
 
 def softplus_formula(x, dt=F32, threshold: float = SOFTPLUS_THRESHOLD):
     """x above the threshold, log1p(exp(x)) below it (exp(x) <= e^20 cannot overflow there)."""
     dt = np.dtype(dt)
     x = np.asarray(x, dtype=dt)
-    small = np.log1p(np.exp(np.minimum(x, dt.type(threshold))))
+    small = em.log1p(em.exp(np.minimum(x, dt.type(threshold))))
     return np.where(x > threshold, x, small).astype(dt)
 
 
@@ -67,7 +69,7 @@ def mish_formula(x, dt=F32):
     """x * tanh(softplus(x)) (ONNX's function body), each step rounded; -inf gives -0 (the limit)."""
     dt = np.dtype(dt)
     x = np.asarray(x, dtype=dt)
-    return _limits(x, (x * np.tanh(softplus_formula(x, dt))).astype(dt), -0.0)
+    return _limits(x, (x * em.tanh(softplus_formula(x, dt))).astype(dt), -0.0)
 
 
 def hard_sigmoid_formula(x, dt=F32, alpha: float = HARD_SIGMOID_ALPHA, beta: float = HARD_SIGMOID_BETA):
@@ -141,7 +143,7 @@ def elu_exp_minus_1(x, alpha: float = 1.0):
     """Elu's negative branch as alpha * (exp(x) - 1) in fp32 (the textbook form), rounded once to storage."""
 
     def formula(x, dt):
-        d = (np.exp(np.minimum(x, dt.type(0))) - dt.type(1)).astype(dt)
+        d = (em.exp(np.minimum(x, dt.type(0))) - dt.type(1)).astype(dt)
         return np.where(x < 0, dt.type(alpha) * d, x).astype(dt)
 
     return _accurate(formula, x)
@@ -153,7 +155,7 @@ def bug_elu_fp16_exp_minus_1(x, alpha: float = 1.0):
     (up to u16 = 4.9e-4 absolute) into a relative error of 4.9e-4 / |x| (e.g. Elu(-0.001) = -0.000977)."""
     x = np.asarray(x)
     with np.errstate(all="ignore"):
-        e = np.exp(np.minimum(x, x.dtype.type(0)).astype(F16))  # numpy's fp16 exp: fp32 exp, rounded to fp16
+        e = em.exp(np.minimum(x, x.dtype.type(0)).astype(F16))  # numpy's fp16 exp: fp32 exp, rounded to fp16
         d = (e - F16.type(1)).astype(F16).astype(F32)
         return np.where(x < 0, F32.type(alpha) * d, x.astype(F32)).astype(x.dtype)
 
@@ -165,7 +167,7 @@ def bug_selu_swapped_constants(x, alpha: float = SELU_GAMMA, gamma: float = SELU
 
 def bug_celu_times_alpha(x, alpha: float = 1.0):
     """Planted bug: Celu's exponent as x * alpha instead of x / alpha (the same for alpha = 1 only)."""
-    return _accurate(lambda x, dt: np.where(x < 0, dt.type(alpha) * np.expm1(np.minimum(x, dt.type(0))
+    return _accurate(lambda x, dt: np.where(x < 0, dt.type(alpha) * em.expm1(np.minimum(x, dt.type(0))
                                                                             * dt.type(alpha)), x).astype(dt), x)
 
 
@@ -174,7 +176,7 @@ def bug_softplus_fp16_overflow(x):
     Softplus returns inf where the true value is about x."""
     x = np.asarray(x)
     with np.errstate(all="ignore"):
-        return np.log1p(np.exp(x.astype(F16)).astype(F32)).astype(x.dtype)
+        return em.log1p(em.exp(x.astype(F16)).astype(F32)).astype(x.dtype)
 
 
 def bug_softplus_log_not_log1p(x):
@@ -183,8 +185,8 @@ def bug_softplus_log_not_log1p(x):
     fp16 the absolute error (<= 2^-24) stays under one fp16 subnormal step."""
 
     def formula(x, dt):
-        e = np.exp(np.minimum(x, dt.type(SOFTPLUS_THRESHOLD)))
-        return np.where(x > SOFTPLUS_THRESHOLD, x, np.log((dt.type(1) + e).astype(dt))).astype(dt)
+        e = em.exp(np.minimum(x, dt.type(SOFTPLUS_THRESHOLD)))
+        return np.where(x > SOFTPLUS_THRESHOLD, x, em.log((dt.type(1) + e).astype(dt))).astype(dt)
 
     return _accurate(formula, x)
 
@@ -195,7 +197,7 @@ def bug_mish_fast_fp16(x):
     x = np.asarray(x)
     with np.errstate(all="ignore"):
         h = x.astype(F16)
-        e = np.exp(h)
+        e = em.exp(h)
         n = (e * e + F16.type(2) * e).astype(F16)
         return (h * (n / (n + F16.type(2))).astype(F16)).astype(x.dtype)
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..reference import elementary as em
+
 QMAX = 127
 
 
@@ -52,7 +54,7 @@ def kl_threshold(values: np.ndarray, num_bins: int = 512, num_levels: int = 128)
         pn, qn = p / p.sum(), q / max(q.sum(), 1e-300)
         # Bins where P has mass and Q has none (outliers folded into bin i-1) get a tiny smoothed mass,
         # as MXNet's _smooth_distribution does.
-        kl = float(np.sum(pn * np.log(pn / np.maximum(qn, 1e-4 / i))))
+        kl = float(np.sum(pn * em.log(pn / np.maximum(qn, 1e-4 / i))))
         if kl < best_kl:
             best_i, best_kl = i, kl
     return (best_i + 0.5) * vmax / num_bins

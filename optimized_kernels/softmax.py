@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..reference import elementary as em
+
 from ..dtypes import bfloat16
 
 from ..threads import for_row_blocks
@@ -25,7 +27,7 @@ def _shifted_softmax(x: np.ndarray, axis: int, compute: np.dtype, out: np.dtype)
     x = np.asarray(x)
     xc = astype(x, compute)  # fastfp16.astype: astype's bits, compiled where the layout allows
     e = np.subtract(xc, np.max(xc, axis=axis, keepdims=True), out=None if xc is x else xc)
-    np.exp(e, out=e)
+    em.exp(e, out=e)
     s = np.add.reduce(e, axis=axis, keepdims=True, dtype=compute)
     return astype(np.divide(e, s, out=e), out)
 
@@ -61,7 +63,7 @@ def _softmax_fp32acc_c(fast, x: np.ndarray) -> np.ndarray | None:
         if not fast.softmax_fp32acc_shift(x2[a:b], z[a:b]):
             bad.append(a)
             return
-        np.exp(z[a:b], out=z[a:b])
+        em.exp(z[a:b], out=z[a:b])
         fast.softmax_fp32acc_divide(z[a:b], out[a:b])
     for_row_blocks(rows, x2.shape[0], n)
     return None if bad else out.reshape(x.shape)
@@ -72,7 +74,7 @@ def softmax_fp16_fp16acc_numpy(x: np.ndarray, axis: int = -1) -> np.ndarray:
     bit (and the path taken for inputs with inf/NaN, whose NaN payloads the fast route does not track)."""
     x = x.astype(np.float16)
     z = x - np.max(x, axis=axis, keepdims=True)
-    e = np.exp(z)
+    e = em.exp(z)
     # A running (recursive) fp16 sum, as a scalar vector loop would do it: the last partial sum is the total.
     s = np.take(np.add.accumulate(e, axis=axis, dtype=np.float16), [-1], axis=axis)
     return (e / s).astype(np.float16)
@@ -84,7 +86,7 @@ _EXP_FP16_AS_F32: list[np.ndarray] = []  # numpy's float16 exp of every fp16 bit
 def _exp_table() -> np.ndarray:
     if not _EXP_FP16_AS_F32:
         with np.errstate(all="ignore"):
-            _EXP_FP16_AS_F32.append(np.exp(np.arange(65536, dtype=np.uint16).view(np.float16)).astype(np.float32))
+            _EXP_FP16_AS_F32.append(em.exp(np.arange(65536, dtype=np.uint16).view(np.float16)).astype(np.float32))
     return _EXP_FP16_AS_F32[0]
 
 
@@ -169,5 +171,5 @@ def softmax_bug_no_final_rounding(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def softmax_fp16_nomax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Planted bug: no max subtraction before an fp16 exp."""
-    e = np.exp(x.astype(np.float16)).astype(np.float32)
+    e = em.exp(x.astype(np.float16)).astype(np.float32)
     return (e / np.sum(e, axis=axis, keepdims=True)).astype(np.float16)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
+from . import elementary
 from .exp64 import exp64, exp64_numpy, run_elementwise
 
 SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
@@ -43,7 +44,7 @@ def gelu(x: np.ndarray) -> np.ndarray:
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        t = SQRT_2_OVER_PI * (x + GELU_TANH_CUBIC * x**3)
+        t = SQRT_2_OVER_PI * (x + GELU_TANH_CUBIC * (x * x * x))  # not x**3: np.power follows the SIMD level
         y = x * sigmoid(2.0 * t)
     return _limits(x, y, -0.0, np.inf)
 
@@ -82,4 +83,5 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 
 def tanh(x: np.ndarray) -> np.ndarray:
-    return np.tanh(np.asarray(x, dtype=np.float64))
+    """reference/elementary.py's tanh (< 3.5 ulp; np.tanh's bits follow the CPU's SIMD level)."""
+    return elementary.tanh_64(x)

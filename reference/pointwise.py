@@ -15,14 +15,16 @@ are fp32 values) written in a form that stays accurate in float64 over the whole
 - mish: x tanh(softplus(x)), softplus as above; -inf -> -0 (the limit of x e^x; inf * 0 would be NaN).
 - softsign: x / (1 + |x|); +-inf -> +-1.
 - prelu: slope * x where x < 0, x elsewhere, slope broadcast unidirectionally to x (numpy's trailing-axes rule).
-NaN propagates everywhere. All of these use libm-free or glibc-deterministic float64 functions (exp64, expm1,
-log1p), so the goldens' bits are the same on every x86-64 CPU.
+NaN propagates everywhere. exp, expm1, log1p and tanh are this package's own (reference/exp64.py,
+reference/elementary.py: IEEE operations only), not numpy's, whose last bits follow the CPU's SIMD level: the
+goldens' bits are the same on every CPU.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .activations import _limits
+from .elementary import expm1_64 as expm1, log1p_64 as log1p, tanh_64 as tanh
 from .exp64 import exp64
 
 #: ONNX's attribute defaults, as the schema stores them (FLOAT attributes are fp32 values).
@@ -44,33 +46,33 @@ def _f64(x) -> np.ndarray:
 def elu(x: np.ndarray, alpha: float = ELU_ALPHA) -> np.ndarray:
     x = _f64(x)
     with np.errstate(invalid="ignore", over="ignore"):
-        return np.where(x < 0, alpha * np.expm1(np.minimum(x, 0.0)), x)
+        return np.where(x < 0, alpha * expm1(np.minimum(x, 0.0)), x)
 
 
 def selu(x: np.ndarray, alpha: float = SELU_ALPHA, gamma: float = SELU_GAMMA) -> np.ndarray:
     x = _f64(x)
     with np.errstate(invalid="ignore", over="ignore"):
-        return gamma * np.where(x <= 0, alpha * np.expm1(np.minimum(x, 0.0)), x)
+        return gamma * np.where(x <= 0, alpha * expm1(np.minimum(x, 0.0)), x)
 
 
 def celu(x: np.ndarray, alpha: float = CELU_ALPHA) -> np.ndarray:
     """max(0, x) + min(0, alpha (exp(x / alpha) - 1)); for alpha > 0 that is x (x >= 0) or alpha expm1(x / alpha)."""
     x = _f64(x)
     with np.errstate(invalid="ignore", over="ignore"):
-        return np.where(x < 0, alpha * np.expm1(np.minimum(x, 0.0) / alpha), x)
+        return np.where(x < 0, alpha * expm1(np.minimum(x, 0.0) / alpha), x)
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
     x = _f64(x)
     with np.errstate(invalid="ignore"):
-        y = np.maximum(x, 0.0) + np.log1p(exp64(-np.abs(x)))
+        y = np.maximum(x, 0.0) + log1p(exp64(-np.abs(x)))
     return np.where(np.isnan(x), x, y)
 
 
 def mish(x: np.ndarray) -> np.ndarray:
     x = _f64(x)
     with np.errstate(invalid="ignore"):
-        y = x * np.tanh(softplus(x))
+        y = x * tanh(softplus(x))
     return _limits(x, y, -0.0, np.inf)
 
 

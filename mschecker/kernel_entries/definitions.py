@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from ..reference import elementary as em
+
 from ..dtypes import bfloat16
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
@@ -71,7 +73,7 @@ def erfc_nr32(z):
     a = np.abs(z)
     t = (F32.type(1) / (F32.type(1) + (F32.type(0.5) * a).astype(F32))).astype(F32)
     arg = ((-a * a).astype(F32) + _poly(NR_ERFCC, t, F32)).astype(F32)
-    r = (t * np.exp(arg)).astype(F32)
+    r = (t * em.exp(arg)).astype(F32)
     return np.where(z < 0, (F32.type(2) - r).astype(F32), r)
 
 
@@ -85,7 +87,7 @@ def erf32(x):
 
 def sigmoid32(x):
     """e = exp(-|x|); 1/(1+e) for x >= 0, e/(1+e) below: no overflow, no cancellation."""
-    e = np.exp(-np.abs(x)).astype(F32)
+    e = em.exp(-np.abs(x)).astype(F32)
     den = (F32.type(1) + e).astype(F32)
     return np.where(x >= 0, F32.type(1) / den, e / den).astype(F32)
 
@@ -109,7 +111,7 @@ def gelu_tanh_sigmoid32(x):
 
 def gelu_tanh_textbook32(x):
     """0.5 x (1 + tanh(t)) as PyTorch/ONNX write it (the gelu kernel's fp16_tanh approximation)."""
-    one_plus = (F32.type(1) + np.tanh(_tanh_arg32(x))).astype(F32)
+    one_plus = (F32.type(1) + em.tanh(_tanh_arg32(x))).astype(F32)
     return _gelu_like_limit(x, ((F32.type(0.5) * x).astype(F32) * one_plus).astype(F32))
 
 
@@ -137,8 +139,8 @@ gelu_ibert = _fp32_elementwise(gelu_ibert32)
 sigmoid = _fp32_elementwise(sigmoid32)
 silu = _fp32_elementwise(silu32)
 erf = _fp32_elementwise(erf32)
-exp = _fp32_elementwise(lambda x: np.exp(x).astype(F32))
-tanh = _fp32_elementwise(lambda x: np.tanh(x).astype(F32))
+exp = _fp32_elementwise(lambda x: em.exp(x).astype(F32))
+tanh = _fp32_elementwise(lambda x: em.tanh(x).astype(F32))
 
 
 # -------------------------------------------------------------------------- activations (fp16 arithmetic)
@@ -199,7 +201,7 @@ def softmax_fp32_compute(x, axis=-1):
     x = np.asarray(x)
     with np.errstate(all="ignore"):
         x32 = _f32(x)
-        e = np.exp((x32 - np.max(x32, axis=axis, keepdims=True)).astype(F32)).astype(F32)
+        e = em.exp((x32 - np.max(x32, axis=axis, keepdims=True)).astype(F32)).astype(F32)
         s = np.add.reduce(e, axis=axis, keepdims=True, dtype=F32)
         return (e / s).astype(F32).astype(x.dtype)
 
@@ -217,7 +219,7 @@ def softmax_fp16_compute(x, axis=-1):
     """fp16 throughout: fp16 shift, numpy's fp16 exp, sequential fp16 sum, fp16 divide."""
     x = np.asarray(x, F16)
     with np.errstate(all="ignore"):
-        e = np.exp((x - np.max(x, axis=axis, keepdims=True)).astype(F16)).astype(F16)
+        e = em.exp((x - np.max(x, axis=axis, keepdims=True)).astype(F16)).astype(F16)
         return (e / _sequential_sum(e, axis, F16)).astype(F16)
 
 
@@ -517,8 +519,8 @@ def attention_flash(q, k, v, mask=None, scale=None, causal=False, block_q=64, bl
                     s = np.where(keep_causal[i0:i1, j0:j1], s, F32.type(-np.inf))
                 m_new = np.maximum(m, np.max(s, axis=-1, keepdims=True))
                 m_use = np.where(m_new == -np.inf, F32.type(0), m_new)
-                p = np.exp((s - m_use).astype(F32)).astype(F32)
-                alpha = np.exp((m - m_use).astype(F32)).astype(F32)
+                p = em.exp((s - m_use).astype(F32)).astype(F32)
+                alpha = em.exp((m - m_use).astype(F32)).astype(F32)
                 l = ((alpha * l).astype(F32) + np.add.reduce(p, axis=-1, keepdims=True, dtype=F32)).astype(F32)
                 acc = ((alpha * acc).astype(F32) + cube_fp32(p.astype(storage), v[..., j0:j1, :])).astype(F32)
                 m = m_new
@@ -553,7 +555,7 @@ def entropy_threshold(values, bins: int = 512, levels: int = 128) -> float:
         q = np.where(live, mass[group] / np.maximum(nonzero_bins[group], 1), 0.0)
         pn = p[live] / p[live].sum()
         qn = q[live] / max(q[live].sum(), 1e-300)
-        kl = float(np.sum(pn * np.log(pn / np.maximum(qn, 1e-4 / i))))
+        kl = float(np.sum(pn * em.log(pn / np.maximum(qn, 1e-4 / i))))
         if kl < best_kl:
             best, best_kl = i, kl
     return (best + 0.5) * top / bins
@@ -651,7 +653,7 @@ def _fp32_pointwise(formula):
 
 def _expm1_neg32(x):
     """expm1 of min(x, 0) in fp32 (the negative branch only ever sees x <= 0)."""
-    return np.expm1(np.where(x < 0, x, F32.type(0))).astype(F32)
+    return em.expm1(np.where(x < 0, x, F32.type(0))).astype(F32)
 
 
 def elu_expm1_32(x, alpha=1.0):
@@ -661,7 +663,7 @@ def elu_expm1_32(x, alpha=1.0):
 
 def elu_exp_minus_one_32(x, alpha=1.0):
     """x < 0: alpha * (exp(x) - 1): exp rounded to fp32, the subtraction rounded, the product rounded."""
-    e = np.exp(np.where(x < 0, x, F32.type(0))).astype(F32)
+    e = em.exp(np.where(x < 0, x, F32.type(0))).astype(F32)
     return np.where(x < 0, (F32.type(alpha) * (e - F32.type(1)).astype(F32)).astype(F32), x)
 
 
@@ -674,13 +676,13 @@ def selu32(x, alpha=ONNX_SELU_ALPHA, gamma=ONNX_SELU_GAMMA):
 def celu32(x, alpha=1.0):
     """x < 0: z = x / alpha rounded, alpha * expm1(z) with expm1 and the product rounded; x elsewhere."""
     z = (np.where(x < 0, x, F32.type(0)) / F32.type(alpha)).astype(F32)
-    return np.where(x < 0, (F32.type(alpha) * np.expm1(z).astype(F32)).astype(F32), x)
+    return np.where(x < 0, (F32.type(alpha) * em.expm1(z).astype(F32)).astype(F32), x)
 
 
 def softplus32(x):
     """x where x > 20, else log1p(exp(x)) with exp and log1p each rounded to fp32."""
-    e = np.exp(np.where(x > 20, F32.type(0), x)).astype(F32)
-    return np.where(x > 20, x, np.log1p(e).astype(F32))
+    e = em.exp(np.where(x > 20, F32.type(0), x)).astype(F32)
+    return np.where(x > 20, x, em.log1p(e).astype(F32))
 
 
 def hard_sigmoid32(x, alpha=ONNX_HARD_SIGMOID_ALPHA, beta=0.5):
@@ -739,7 +741,7 @@ def reduce_prod(acc):
 
 def mish32(x):
     """x * tanh(softplus32(x)): tanh rounded to fp32, the product rounded; -inf -> -0."""
-    y = (x * np.tanh(softplus32(x)).astype(F32)).astype(F32)
+    y = (x * em.tanh(softplus32(x)).astype(F32)).astype(F32)
     return np.where(x == -np.inf, F32.type(-0.0), y)
 
 

@@ -16,6 +16,7 @@ from onnx.reference import ReferenceEvaluator
 
 from mschecker.graph import Executor, ReferencePolicy
 from mschecker.npu import NpuPolicy, load_profile
+from mschecker.reference import elementary as em
 
 from ..graph.test_sd_ops_vs_onnx_reference import CASES
 
@@ -68,11 +69,18 @@ def test_high_performance_gelu_is_the_documented_approximation():
     assert err <= documented + 2.0**-11 * 20, (variant, err)
 
 
-@pytest.mark.parametrize("op,ufunc", [("Neg", np.negative), ("Sqrt", np.sqrt), ("Sin", np.sin), ("Log", np.log),
-                                      ("Reciprocal", np.reciprocal), ("Sign", np.sign), ("IsNaN", np.isnan)])
+def _sin_via_float64(x):
+    return em.rounded(np.sin, x)
+
+
+@pytest.mark.parametrize("op,ufunc", [("Neg", np.negative), ("Sqrt", np.sqrt), ("Sin", _sin_via_float64),
+                                      ("Log", em.log), ("Reciprocal", np.reciprocal), ("Sign", np.sign),
+                                      ("IsNaN", np.isnan)])
 def test_fp16_unary_op_is_numpys_ufunc_bit_for_bit(op, ufunc):
     """fp16 unary ops are answered from a table of their 65,536 results (ops/elementwise.py): under the fp16 NPU
-    profile, every fp16 pattern (NaN payloads included), shuffled and in a strided view, gives numpy's own bits."""
+    profile, every fp16 pattern (NaN payloads included), shuffled and in a strided view, gives the bits of the
+    op's definition: numpy's ufunc for the exact ones, the float64 evaluation rounded to float32 and then fp16
+    for Sin and Log (reference/elementary.py: numpy's own float32 sin/log bits follow the CPU's SIMD level)."""
     x = np.random.default_rng(7).permutation(np.arange(65536, dtype=np.uint16)).view(np.float16).reshape(256, 256)
     node = h.make_node(op, ["x"], ["y"])
     vout = [h.make_tensor_value_info("y", T.BOOL if op == "IsNaN" else T.FLOAT16, None)]
@@ -84,3 +92,21 @@ def test_fp16_unary_op_is_numpys_ufunc_bit_for_bit(op, ufunc):
             got, want = ex.run({"x": feed})["y"], ufunc(feed)
         assert got.dtype == want.dtype
         assert np.array_equal(np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+
+
+@pytest.mark.parametrize("ufunc", [np.sin, np.cos, np.log, np.exp, np.tanh, np.expm1, np.log1p])
+def test_fp16_transcendental_tables_are_within_one_ulp_of_numpys(ufunc):
+    """The portable fp16 transcendentals (float64, rounded to float32, then to fp16) and numpy's own fp16 loops
+    (float32 SIMD or libm, rounded to fp16) round the same function: they agree on every finite fp16 input but a
+    few near a rounding boundary, and there by one fp16 ULP."""
+    from mschecker.dtypes import ulp_distance
+
+    x = np.arange(65536, dtype=np.uint16).view(np.float16)
+    ours = {np.sin: _sin_via_float64, np.cos: lambda v: em.rounded(np.cos, v), np.log: em.log, np.exp: em.exp,
+            np.tanh: em.tanh, np.expm1: em.expm1, np.log1p: em.log1p}[ufunc]
+    with np.errstate(all="ignore"):
+        got, want = ours(x), ufunc(x)
+    both = np.isfinite(got) & np.isfinite(want)
+    assert (np.isfinite(got) == np.isfinite(want)).all()
+    assert ulp_distance(got[both], want[both]).max() <= 1
+    assert (got[both] != want[both]).sum() <= 64

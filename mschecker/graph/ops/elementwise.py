@@ -7,11 +7,14 @@ so these ops open no np.errstate of their own (~1 us each, per node).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .table import register
 from ...fastfp16 import f16_arith, lut_unary
 from ...dtypes import is_float
+from ...reference import elementary as em
 
 
 _F16 = np.dtype(np.float16)
@@ -74,8 +77,17 @@ def _unary(ufunc):
     return lambda ctx, attrs, x: fn(x)
 
 
-for _name, _uf in {"Neg": np.negative, "Sqrt": np.sqrt, "Sin": np.sin, "Cos": np.cos, "Abs": np.abs,
-                   "Floor": np.floor, "Ceil": np.ceil, "Log": np.log, "Reciprocal": np.reciprocal,
+def _via_float64(ufunc64):
+    """ufunc64 (a float64 function) evaluated in float64 and rounded to x's dtype (reference/elementary.py's
+    `rounded`): numpy's float32 sin and cos are its own SIMD code on AVX2/AVX-512 CPUs and libm's elsewhere, with
+    other last bits; float64 np.sin/np.cos are glibc's on every numpy SIMD level (measured, numpy 2.4)."""
+    fn = functools.partial(em.rounded, ufunc64)
+    fn.__name__ = getattr(ufunc64, "__name__", "via_float64")  # lut_unary names its table after the kernel
+    return fn
+
+
+for _name, _uf in {"Neg": np.negative, "Sqrt": np.sqrt, "Sin": _via_float64(np.sin), "Cos": _via_float64(np.cos),
+                   "Abs": np.abs, "Floor": np.floor, "Ceil": np.ceil, "Log": em.log, "Reciprocal": np.reciprocal,
                    "Sign": np.sign, "Not": np.logical_not, "IsNaN": np.isnan}.items():
     register(_name)(_unary(_uf))
 
