@@ -131,7 +131,12 @@ def run_mutant(patch: Path | None, timeout: int, meta: dict | None = None) -> di
         if applied.returncode:
             return {**meta, "verdict": "broken", "detail": applied.stderr.strip()[:300], "seconds": 0.0}
         tests, run_kernels = selection(meta)
-        steps = [("pytest", [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests])]
+        pytest = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+        first = meta.get("tests", "").split()
+        # the patch's own tests in a run of their own: pytest collects overlapping arguments (a file inside a
+        # directory also given) in tree order, so "first" in one command line does not mean run first
+        steps = [("pytest", pytest + first)] if first else []
+        steps.append(("pytest", pytest + tests))
         if run_kernels:
             steps.append(("mschecker kernels", [sys.executable, "-c", "import sys; from mschecker.cli import main; "
                                                 "sys.exit(main(['kernels']))"]))
