@@ -11,7 +11,10 @@ The suite passes when every correct variant passes and every planted bug is caug
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import tempfile
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
@@ -24,6 +27,47 @@ from .registry import Case, KernelInfo, Variant, get_kernel, registry
 BUG_SEARCH_FACTOR = 10
 VERDICT_PASS, VERDICT_FAIL = "pass", "FAIL"
 VERDICT_CAUGHT, VERDICT_MISSED = "bug caught", "BUG MISSED"
+
+
+@contextlib.contextmanager
+def reproducible_draws():
+    """Draw cases as a function of the strategy alone, writing nothing to disk.
+
+    hypothesis (>= 6.131) mixes into its draws, with probability 0.05 each, constants it collects from the
+    source of every "local" module (not site-packages, not stdlib) in sys.modules at the time, and caches them
+    in .hypothesis/constants/ under the current directory. So the cases of `mschecker kernels` depended on
+    whether mschecker was installed editable, on which modules happened to be imported (a user --module, a
+    campaign worker's imports) and wrote into the user's cwd; a derandomized run was not reproducible across
+    installs and processes. For the duration, the local pool is empty (hypothesis' fixed global constants
+    stay), its storage is a temporary folder, and the "random module used inside strategies" warning that
+    other threads' use of `random` (Dask's) triggers is not shown. The pool hooks are hypothesis internals:
+    where they are missing, only the storage and the warning are handled (tests/test_kernel_suite_draws.py
+    checks the draws do not depend on the loaded modules)."""
+    from hypothesis import configuration
+    from hypothesis.errors import HypothesisDeprecationWarning
+
+    try:
+        from hypothesis.internal.conjecture import providers
+        pool_hooks = callable(getattr(providers, "_get_local_constants", None)) \
+            and hasattr(providers, "CONSTANTS_CACHE") and hasattr(providers, "Constants")
+    except ImportError:  # pragma: no cover - a hypothesis without the constants pool
+        providers, pool_hooks = None, False
+    home = getattr(configuration, "_configuration__hypothesis_home_directory", None)
+    with tempfile.TemporaryDirectory(prefix="mschecker-hypothesis-") as tmp, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*random module.*", category=HypothesisDeprecationWarning)
+        configuration.set_hypothesis_home_dir(tmp)
+        if pool_hooks:
+            saved = providers._get_local_constants
+            empty = providers.Constants()
+            providers._get_local_constants = lambda: empty
+            providers.CONSTANTS_CACHE.cache.clear()
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(home)
+            if pool_hooks:
+                providers._get_local_constants = saved
+                providers.CONSTANTS_CACHE.cache.clear()
 
 
 def _settings(max_examples: int) -> settings:
@@ -41,7 +85,8 @@ def draw_cases(strategy, examples: int) -> list[Case]:
     def collect(case):
         cases.append(case)
 
-    collect()
+    with reproducible_draws():
+        collect()
     return cases[:examples]
 
 
@@ -144,7 +189,8 @@ def find_breaking_case(info: KernelInfo, bug: Variant, max_examples: int) -> Cas
             return False
 
     try:
-        return find(strategy, breaks, settings=_settings(max_examples))
+        with reproducible_draws():
+            return find(strategy, breaks, settings=_settings(max_examples))
     except NoSuchExample:
         return None
 
