@@ -27,7 +27,6 @@ BOS = vocab_size - 2, EOS = vocab_size - 1 (49406 / 49407 for the CLIP vocabular
 from __future__ import annotations
 
 import gzip
-import json
 import re
 import zlib
 from pathlib import Path
@@ -109,10 +108,9 @@ def _read_json(folder: Path, name: str, required: bool):
     path, text = _read_text(folder, name, required)
     if text is None:
         return path, None
-    try:
-        return path, json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
+    from ..schema import parse_json  # invalid JSON, and nesting past the parser's recursion limit: one line
+
+    return path, parse_json(text, str(path))
 
 
 def _token_entry(value, where: Path, key: str) -> tuple[str, bool]:
