@@ -17,6 +17,14 @@ is stored either way.
   worse  if improvement < -(noise + allow);  better if improvement > noise;  same otherwise.
 NaN counts as the worst value (a finite metric turning NaN is worse; NaN turning finite is better).
 
+Machine facts (mschecker.campaign.cells.MACHINE_FACTS, and the CPU model): a bit-exact cell whose status or any
+metric differs between the runs while its machine facts differ (BLAS library, version, core type or thread
+count, numpy's SIMD level, NPY_DISABLE_CPU_FEATURES / OPENBLAS_CORETYPE, CPU model; only facts recorded in both
+runs count) is judged as a non-bit-exact cell is (noise from its repeats, unmeasured with one sample, plus the
+declared allowance): `worse` (a regression, the machine change named in the reason) when a metric got worse
+beyond noise + allow or the status went pass -> fail, else `machine` ("differs only with the machine: BLAS core
+Haswell -> SkylakeX"), which is not a regression. With equal facts any change stays real.
+
 A cell is `worse` (a regression) when its status went pass -> fail or any metric is worse; `better` when it went
 fail -> pass or some metric improved and none got worse. A cell that did not finish in the run (crashed,
 timeout, killed) is reported with that status and is NOT a regression (a crash must never look like one; the run
@@ -37,6 +45,11 @@ from .store import CellRecord, Store
 HIGHER_IS_BETTER = ("psnr_db", "ssim", "cosine", "snr_db", "caught")
 WORSE, SAME, BETTER = "worse", "same", "better"
 CHANGED, NEW, MISSING, NO_BASELINE = "changed", "new", "missing", "no baseline"
+MACHINE = "machine"
+# (label, fact) of the machine facts compared per cell; "cpu" is in CellRecord.versions, the rest in .machine.
+MACHINE_LABELS = (("CPU", "cpu"), ("numpy SIMD", "numpy_simd"),
+                  ("NPY_DISABLE_CPU_FEATURES", "npy_disable_cpu_features"), ("BLAS library", "blas_library"), ("BLAS version", "blas_version"), ("BLAS core", "blas_coretype"),
+                  ("BLAS threads", "blas_threads"), ("OPENBLAS_CORETYPE", "openblas_coretype"))
 
 
 def higher_is_better(metric: str) -> bool:
@@ -78,6 +91,7 @@ class CellComparison:
     reason: str = ""
     metrics: list[MetricVerdict] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)   # inputs that differ: model sha256, profile hash
+    machine: list[str] = field(default_factory=list)   # machine facts that differ (bit-exact cells that moved)
 
     @property
     def regressed(self) -> bool:
@@ -92,7 +106,8 @@ class CellComparison:
         return {"key": self.key, "kind": self.kind, "block": self.block, "coords": self.coords,
                 "device": self.device, "baseline_status": self.baseline_status, "run_status": self.run_status,
                 "verdict": self.verdict, "regressed": self.regressed, "reason": self.reason,
-                "changes": self.changes, "metrics": [m.to_dict() for m in self.metrics]}
+                "changes": self.changes, "machine_changes": self.machine,
+                "metrics": [m.to_dict() for m in self.metrics]}
 
 
 @dataclass
@@ -173,6 +188,22 @@ def judge_metric(name: str, base: list[float], run: list[float], *, bit_exact: b
     return MetricVerdict(name, b, r, noise, allow, verdict, (len(base), len(run)), measured)
 
 
+def _fact(record: CellRecord, fact: str) -> str | None:
+    return record.versions.get(fact) if fact == "cpu" else record.machine.get(fact)
+
+
+def machine_changes(base: list[CellRecord], run: list[CellRecord]) -> list[str]:
+    """The machine facts that differ between a cell's baseline and run samples, e.g. "BLAS core Haswell ->
+    SkylakeX". A fact not recorded on one side (an older store) is not evidence of a difference."""
+    out = []
+    for label, fact in MACHINE_LABELS:
+        b = sorted({str(v) for v in (_fact(s, fact) for s in base) if v is not None})
+        r = sorted({str(v) for v in (_fact(s, fact) for s in run) if v is not None})
+        if b and r and b != r:
+            out.append(f"{label} {','.join(x or '(unset)' for x in b)} -> {','.join(x or '(unset)' for x in r)}")
+    return out
+
+
 def judged(name: str, patterns: list[str]) -> bool:
     """Whether `[compare] metrics` (fnmatch patterns, default ["*"]) selects the metric for the verdicts."""
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
@@ -202,24 +233,45 @@ def compare_cell(base: list[CellRecord] | None, run: list[CellRecord] | None,
         return out
     bit_exact = ref.bit_exact and base[0].bit_exact
     names = sorted({n for s in base + run for n in s.metrics if judged(n, patterns)})
-    for name in names:
-        bvals = [s.metrics[name] for s in base if name in s.metrics]
-        rvals = [s.metrics[name] for s in run if name in s.metrics]
-        if bvals and rvals:
-            out.metrics.append(judge_metric(name, bvals, rvals, bit_exact=bit_exact, allow=_allowance(name, allow)))
+    out.metrics = _judge_all(names, base, run, bit_exact, allow)
     if {s.spec_hash for s in base} != {s.spec_hash for s in run}:
         out.verdict, out.reason = CHANGED, "the cell's parameters changed (spec hash differs): not comparable"
         return out
+    moved = bs != rs or any(_moved(m) for m in out.metrics)
+    if bit_exact and moved:
+        out.machine = machine_changes(base, run)
+        if out.machine:  # judged as a non-bit-exact cell: the machine's BLAS order / SIMD dispatch is its noise
+            out.metrics = _judge_all(names, base, run, False, allow)
     verdicts = {m.verdict for m in out.metrics}
+    also = f" (the machine differs too: {'; '.join(out.machine)})" if out.machine else ""
     if bs == STATUS_PASS and rs == STATUS_FAIL:
-        out.verdict, out.reason = WORSE, "pass -> fail: " + next((s.reason for s in run if s.reason), "")
+        out.verdict, out.reason = WORSE, "pass -> fail: " + next((s.reason for s in run if s.reason), "") + also
     elif WORSE in verdicts:
         w = out.worst()
-        out.verdict, out.reason = WORSE, f"{w.name}: {w.baseline:.6g} -> {w.run:.6g}"
+        out.verdict, out.reason = WORSE, f"{w.name}: {w.baseline:.6g} -> {w.run:.6g}" + (
+            f" beyond noise + allow{also}" if out.machine else "")
+    elif out.machine:
+        out.verdict, out.reason = MACHINE, "differs only with the machine: " + "; ".join(out.machine)
     elif bs == STATUS_FAIL and rs == STATUS_PASS:
         out.verdict, out.reason = BETTER, "fail -> pass"
     elif BETTER in verdicts:
         out.verdict = BETTER
+    return out
+
+
+def _moved(m: MetricVerdict) -> bool:
+    """Whether a metric's value changed at all (bits; NaN -> NaN is no change), whatever the verdict."""
+    return not (m.baseline == m.run or (math.isnan(m.baseline) and math.isnan(m.run)))
+
+
+def _judge_all(names: list[str], base: list[CellRecord], run: list[CellRecord], bit_exact: bool,
+               allow: dict[str, float]) -> list[MetricVerdict]:
+    out = []
+    for name in names:
+        bvals = [s.metrics[name] for s in base if name in s.metrics]
+        rvals = [s.metrics[name] for s in run if name in s.metrics]
+        if bvals and rvals:
+            out.append(judge_metric(name, bvals, rvals, bit_exact=bit_exact, allow=_allowance(name, allow)))
     return out
 
 
@@ -247,12 +299,18 @@ ENVIRONMENT = ("mschecker", "onnxruntime", "numpy", "python", "cpu")
 
 
 def environment_changes(base: dict[str, list[CellRecord]], run: dict[str, list[CellRecord]]) -> dict:
-    """{field: (baseline values, run values)} for the versions and CPU models that differ between the runs
-    (what a reader checks first when many cells moved at once)."""
+    """{field: (baseline values, run values)} for the versions, CPU models and machine facts (recorded in both
+    runs) that differ between the runs (what a reader checks first when many cells moved at once)."""
     out = {}
     for name in ENVIRONMENT:
         b = sorted({str(s.versions.get(name)) for v in base.values() for s in v})
         r = sorted({str(s.versions.get(name)) for v in run.values() for s in v})
         if b != r:
             out[name] = (b, r)
+    for label, fact in MACHINE_LABELS:
+        if fact != "cpu":
+            b = sorted({str(x) for v in base.values() for s in v if (x := s.machine.get(fact)) is not None})
+            r = sorted({str(x) for v in run.values() for s in v if (x := s.machine.get(fact)) is not None})
+            if b and r and b != r:
+                out[label] = (b, r)
     return out

@@ -20,12 +20,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..untrusted import markup, plain as _plain, plot_text as _plot_text
-from .compare import BETTER, SAME, WORSE, CellComparison, Comparison
+from .compare import BETTER, MACHINE, SAME, WORSE, CellComparison, Comparison
 from .store import CellRecord, Store
 
-_ORDER = {WORSE: 0, "crashed": 1, "timeout": 1, "killed": 1, BETTER: 2, "changed": 3, "no baseline": 3,
+_ORDER = {WORSE: 0, "crashed": 1, "timeout": 1, "killed": 1, MACHINE: 2, BETTER: 2, "changed": 3, "no baseline": 3,
           "new": 4, "missing": 4, SAME: 5}
-_STYLE = {WORSE: "bold red", BETTER: "green", SAME: "dim", "crashed": "bold yellow", "timeout": "bold yellow",
+_STYLE = {WORSE: "bold red", BETTER: "green", SAME: "dim", MACHINE: "magenta",
+          "crashed": "bold yellow", "timeout": "bold yellow",
           "killed": "bold yellow", "pass": "green", "fail": "red"}
 HISTORY_RUNS = 10
 WORST_CELLS = 10
@@ -53,7 +54,8 @@ def _styled(status: str | None) -> str:
 
 
 def _metric_text(c: CellComparison) -> str:
-    m = c.worst() or next((m for m in c.metrics if m.verdict == BETTER), None)
+    m = (c.worst() or next((m for m in c.metrics if m.verdict == BETTER), None)
+         or next((m for m in c.metrics if m.delta != 0.0 and not math.isnan(m.delta)), None))
     if m is None:
         return ""
     noise = ""
@@ -93,6 +95,9 @@ def render_comparison(comparison: Comparison, console: Console, *, show_same: bo
     verdict = (f"[bold red]REGRESSED: {len(comparison.regressed)} cell(s) worse than the baseline[/]"
                if comparison.regressed else "[green]no regression against the baseline[/]")
     console.print(verdict)
+    if counts.get(MACHINE):
+        console.print(f"[magenta]{counts[MACHINE]} bit-exact cell(s) differ only with the machine (BLAS kernel or "
+                      f"threads, numpy SIMD, CPU), within noise + allow: not regressions[/]")
 
 
 def render_run(summary, records: list[CellRecord], console: Console) -> None:
@@ -302,12 +307,15 @@ def write_html(comparison: Comparison, store: Store, path, *, last: int = HISTOR
 <html><head><meta charset="utf-8"><title>mschecker campaign {_html(comparison.campaign)}</title>
 <style>body{{font-family:sans-serif;margin:1.5em}} table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 6px;vertical-align:top}} tr.worse{{background:#fdd}}
-tr.better{{background:#dfd}} tr.crashed,tr.timeout,tr.killed{{background:#ffd}} figure{{margin:1em 0}}</style>
+tr.better{{background:#dfd}} tr.machine{{background:#f3e5f5}}
+tr.crashed,tr.timeout,tr.killed{{background:#ffd}} figure{{margin:1em 0}}</style>
 </head><body>
 <h1>campaign {_html(comparison.campaign)}</h1>
 <p>run <code>{_html(comparison.run)}</code> against baseline <code>{_html(comparison.baseline)}</code>:
 <b>{_html(verdict)}</b>. {_html(', '.join(f'{n} {v}' for v, n in counts.items()))}.</p>
-{env}<p>worse = beyond the run-to-run noise (0 on bit-exact devices) plus the declared allowance; see docs/CAMPAIGN.md.</p>
+{env}<p>worse = beyond the run-to-run noise (0 on bit-exact devices) plus the declared allowance; machine = a
+bit-exact cell that differs only with the machine it ran on (BLAS kernel or threads, numpy SIMD, CPU), within noise
+plus allowance: not a regression; see docs/CAMPAIGN.md.</p>
 {figs}
 <table><tr><th>cell</th><th>device</th><th>baseline</th><th>run</th><th>verdict</th><th>metric (baseline -&gt; run)</th>
 <th>reason</th></tr>

@@ -6,11 +6,17 @@ artifact, and answers "the last N runs of this cell" with an index; every Python
 an older store upgrades it in place and a crash mid-migration leaves it at the old version. A store written by
 a newer mschecker (user_version > SCHEMA_VERSION) is refused with one line and never written to.
 
-Schema (version 1; docs/CAMPAIGN.md has the column meanings):
+Readers (`compare`, `history`: create=False) open an older store as it is, without upgrading it, and read the
+columns it does not have yet as empty (an old store's cells have no machine facts).
+
+Schema (version 2; docs/CAMPAIGN.md has the column meanings):
   runs(run_id PK, campaign, spec_json, spec_sha256, created_at, finished_at, status, engine_json, mschecker)
   cells(run_id, cell_key, repeat, kind, block, coords_json, spec_hash, device, bit_exact, status, reason,
         started_at, wall_s, worker, peak_rss_bytes, mschecker_version, onnxruntime_version, numpy_version,
         python_version, cpu_model, host, profile_hash, model_sha256, detail_json; PK(run_id, cell_key, repeat))
+        + version 2: numpy_simd, npy_disable_cpu_features, blas_library, blas_version, blas_coretype,
+        blas_threads, openblas_coretype (the machine facts of mschecker.campaign.cells.MACHINE_FACTS; TEXT, NULL =
+        not recorded, "" = an environment variable not set)
   metrics(run_id, cell_key, repeat, name, value; PK(run_id, cell_key, repeat, name))
 A metric value NULL is NaN (SQLite has no NaN: it stores NaN as NULL); +-inf are stored as they are.
 """
@@ -21,11 +27,12 @@ import json
 import math
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from ..errors import InputError
+from .cells import MACHINE_FACTS
 from .spec import Cell
 
 
@@ -51,6 +58,13 @@ def _v1(db: sqlite3.Connection) -> None:
     """)
 
 
+def _v2(db: sqlite3.Connection) -> None:
+    """The machine facts that decide a bit-exact cell's bits (BLAS core type and threads, numpy's SIMD level):
+    compare tells a change that came with another machine from a real one."""
+    for column in MACHINE_FACTS:
+        db.execute(f"ALTER TABLE cells ADD COLUMN {column} TEXT")
+
+
 def _statements(db: sqlite3.Connection, script: str) -> None:
     """Each statement on its own (executescript would COMMIT the migration's transaction first)."""
     for statement in script.split(";"):
@@ -59,9 +73,15 @@ def _statements(db: sqlite3.Connection, script: str) -> None:
 
 
 # Ordered: MIGRATIONS[i] upgrades a store at user_version i to i + 1. Append, never edit a released one.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 RUN_RUNNING, RUN_FINISHED, RUN_INTERRUPTED = "running", "finished", "interrupted"
+
+
+_CELL_COLUMNS = ("run_id", "cell_key", "repeat", "kind", "block", "coords_json", "spec_hash", "device", "bit_exact",
+                 "status", "reason", "started_at", "wall_s", "worker", "peak_rss_bytes", "mschecker_version",
+                 "onnxruntime_version", "numpy_version", "python_version", "cpu_model", "host", "profile_hash",
+                 "model_sha256", "detail_json")
 
 
 class Damaged(ValueError):
@@ -158,6 +178,7 @@ class CellRecord:
     model_sha256: str | None
     detail: dict
     metrics: dict[str, float]
+    machine: dict = field(default_factory=dict)   # MACHINE_FACTS -> text (None: not recorded, an older store)
 
 
 class Store:
@@ -190,10 +211,12 @@ class Store:
             if version > len(migrations):
                 raise InputError(f"store {path}: schema version {version} is newer than this mschecker knows "
                                  f"({len(migrations)}); use a newer mschecker (the store was not changed)")
-            if version < len(migrations):
-                if not create:
-                    raise InputError(f"store {path}: schema version {version} is older than {len(migrations)}; "
+            if version < len(migrations) and not create:
+                if version == 0:
+                    raise InputError(f"store {path}: schema version 0 is older than {len(migrations)}; "
                                      f"`mschecker campaign run` upgrades it")
+                # a reader: the older store is read as it is (columns it lacks read as empty), never upgraded
+            elif version < len(migrations):
                 if version == 0 and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
                     raise InputError(f"store {path}: an SQLite file that is not a campaign store (tables but no "
                                      f"schema version)")
@@ -332,20 +355,30 @@ class Store:
         """Insert or replace one cell sample and its metrics (one transaction)."""
         v = record.get("versions") or {}
 
+        machine = record.get("machine") or {}
+        extra = [c for c in MACHINE_FACTS if c in self._columns()]
+
         def write():
             self.db.execute("DELETE FROM metrics WHERE run_id=? AND cell_key=? AND repeat=?",
                             (run_id, cell.key, cell.repeat))
-            self.db.execute("INSERT OR REPLACE INTO cells VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", (
+            columns = ", ".join([*_CELL_COLUMNS, *extra])
+            self.db.execute(f"INSERT OR REPLACE INTO cells ({columns}) VALUES "
+                            f"({','.join('?' * (len(_CELL_COLUMNS) + len(extra)))})", (
                 run_id, cell.key, cell.repeat, cell.kind, cell.block, json.dumps(cell.coords), cell.spec_hash,
                 cell.device, int(cell.bit_exact), record["status"], record.get("reason", ""),
                 record.get("started_at"), record.get("wall_s"), record.get("worker"), record.get("peak_rss_bytes"),
                 v.get("mschecker"), v.get("onnxruntime"), v.get("numpy"), v.get("python"), v.get("cpu"),
                 v.get("host"), record.get("profile_hash"), record.get("model_sha256"),
-                json.dumps(record.get("detail") or {}, default=str, allow_nan=True)))
+                json.dumps(record.get("detail") or {}, default=str, allow_nan=True),
+                *(None if machine.get(c) is None else str(machine[c]) for c in extra)))
             self.db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?)",
                                 [(run_id, cell.key, cell.repeat, name, None if math.isnan(x) else x)
                                  for name, x in ((n, float(x)) for n, x in (record.get("metrics") or {}).items())])
         self._write(write)
+
+    def _columns(self) -> list[str]:
+        """The columns of `cells` in this store (an older store opened by a reader lacks the newer ones)."""
+        return [str(r[1]) for r in self.db.execute("PRAGMA table_info(cells)")]
 
     @_guarded
     def cells(self, run_id: str) -> list[CellRecord]:
@@ -356,10 +389,12 @@ class Store:
             value = _number(value, f"metrics.value of {str(name)[:60]!r} in cell {str(key)[:60]!r}", null=True)
             metrics.setdefault((key, rep), {})[_text(name, "metrics.name")] = math.nan if value is None else float(value)
         out = []
+        present = set(self._columns())
+        facts = ", ".join(c if c in present else "NULL" for c in MACHINE_FACTS)
         for row in self.db.execute(
                 "SELECT cell_key, repeat, kind, block, coords_json, spec_hash, device, bit_exact, status, reason, "
                 "wall_s, worker, peak_rss_bytes, mschecker_version, onnxruntime_version, numpy_version, "
-                "python_version, cpu_model, host, profile_hash, model_sha256, detail_json FROM cells "
+                "python_version, cpu_model, host, profile_hash, model_sha256, detail_json, " + facts + " FROM cells "
                 "WHERE run_id=? ORDER BY rowid", (run_id,)):
             w = f"cell {str(row[0])[:60]!r}: cells."
             versions = {k: _text(v, w + k, null=True)
@@ -372,7 +407,8 @@ class Store:
                 _text(row[9], w + "reason", null=True) or "", _number(row[10], w + "wall_s", null=True),
                 _text(row[11], w + "worker", null=True), _number(row[12], w + "peak_rss_bytes", null=True, integer=True),
                 versions, _text(row[19], w + "profile_hash", null=True), _text(row[20], w + "model_sha256", null=True),
-                _json_object(row[21], w + "detail_json", null=True), metrics.get((row[0], row[1]), {})))
+                _json_object(row[21], w + "detail_json", null=True), metrics.get((row[0], row[1]), {}),
+                {c: _text(v, w + c, null=True) for c, v in zip(MACHINE_FACTS, row[22:])}))
         return out
 
     @_guarded

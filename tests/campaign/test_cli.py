@@ -149,6 +149,7 @@ def test_a_cell_that_raises_is_a_crashed_record(tmp_path):
     rec = run_cell(cell)
     assert rec["status"] == "crashed" and "model.onnx" in rec["reason"] and "\n" not in rec["reason"]
     assert rec["versions"]["mschecker"] and rec["wall_s"] >= 0
+    assert rec["machine"]["blas_coretype"] and rec["machine"]["numpy_simd"] is not None  # the machine facts too
 
 
 def test_shipping_keeps_sidecars_and_external_data(tmp_path):

@@ -6,6 +6,7 @@ import sqlite3
 
 import pytest
 
+from mschecker.campaign.cells import MACHINE_FACTS
 from mschecker.campaign.store import MIGRATIONS, SCHEMA_VERSION, Store
 from mschecker.errors import InputError
 
@@ -56,19 +57,61 @@ def test_migrations_run_in_order_each_in_its_transaction(tmp_path):
         db.execute("CREATE TABLE extra (x)")
         raise sqlite3.OperationalError("disk I/O error")
 
+    n = SCHEMA_VERSION
     with Store.open(path, create=True, migrations=[*MIGRATIONS, v2]) as store:
-        assert store._user_version() == 2
+        assert store._user_version() == n + 1
         assert "note" in [r[1] for r in store.db.execute("PRAGMA table_info(runs)")]
     # a migration that fails leaves the store at the last completed version, its partial work rolled back
-    with pytest.raises(InputError, match="upgrading to schema version 3 failed .*disk I/O error.*stays at version 2"):
+    with pytest.raises(InputError, match=f"upgrading to schema version {n + 2} failed .*disk I/O error.*stays at "
+                                         f"version {n + 1}"):
         Store.open(path, create=True, migrations=[*MIGRATIONS, v2, v3_broken])
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert db.execute("PRAGMA user_version").fetchone()[0] == n + 1
     assert not db.execute("SELECT name FROM sqlite_master WHERE name='extra'").fetchall()
     db.close()
-    # an older store is only upgraded by writers
-    with pytest.raises(InputError, match="older than 3"):
-        Store.open(path, migrations=[*MIGRATIONS, v2, v2])
+    # an older store is only upgraded by writers: a reader reads it as it is
+    before = path.read_bytes()
+    with Store.open(path, migrations=[*MIGRATIONS, v2, v2]) as store:
+        assert store._user_version() == n + 1
+    assert path.read_bytes() == before
+
+
+def test_version_1_store_reads_with_empty_machine_facts_and_upgrades(tmp_path):
+    """A store written before the machine facts (schema 1): a reader reads it unchanged, the facts empty; a
+    writer upgrades it to version 2 in place, the old cells keep empty facts, new cells get theirs."""
+    path, raw = tmp_path / "old.sqlite", spec_raw()
+    key = cells_of(raw, tmp_path)[0].key
+    with Store.open(path, create=True, migrations=MIGRATIONS[:1]) as store:
+        add_run(store, "old", raw, tmp_path, {key: record("pass", {"image_psnr_db": 40.0})})
+        assert "blas_coretype" not in [r[1] for r in store.db.execute("PRAGMA table_info(cells)")]
+    before = path.read_bytes()
+    with Store.open(path) as store:
+        (rec,) = store.cells("old")
+        assert store._user_version() == 1 and rec.machine == dict.fromkeys(MACHINE_FACTS)
+        assert rec.versions["cpu"] == "cpu" and rec.metrics == {"image_psnr_db": 40.0}
+    assert path.read_bytes() == before
+    with Store.open(path, create=True) as store:
+        assert store._user_version() == SCHEMA_VERSION == 2
+        assert store.cells("old")[0].machine == dict.fromkeys(MACHINE_FACTS)
+        facts = {"numpy_simd": "X86_V2 X86_V3", "npy_disable_cpu_features": "", "blas_library": "openblas",
+                 "blas_version": "0.3.31", "blas_coretype": "Haswell", "blas_threads": "1", "openblas_coretype": ""}
+        add_run(store, "new", raw, tmp_path, {key: {**record("pass", {"image_psnr_db": 40.0}), "machine": facts}})
+        assert store.cells("new")[0].machine == facts
+
+
+def test_run_cell_records_the_machine_facts(tmp_path, monkeypatch):
+    from mschecker.campaign import cells as cells_mod
+
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.delenv("NPY_DISABLE_CPU_FEATURES", raising=False)
+    facts = cells_mod.machine_facts()
+    assert set(facts) == set(MACHINE_FACTS)
+    assert facts["openblas_coretype"] == "Haswell" and facts["npy_disable_cpu_features"] == ""
+    assert facts["blas_library"] and facts["blas_coretype"] and int(facts["blas_threads"].split("+")[0]) >= 1
+    assert facts["numpy_simd"] is not None
+    # threadpoolctl unavailable or failing: the facts are unknown (None), the cell still runs
+    monkeypatch.setattr("threadpoolctl.threadpool_info", lambda: 1 / 0)
+    assert cells_mod.blas_facts() == dict.fromkeys(("blas_library", "blas_version", "blas_coretype", "blas_threads"))
 
 
 def test_foreign_files_are_refused(tmp_path):
