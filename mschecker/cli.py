@@ -176,12 +176,15 @@ def _silence_stdout() -> None:
 
 
 def _print_version() -> int:
-    """The version and which compiled fast paths are active (a missing one only slows runs down: native.py)."""
-    from . import __version__, native
+    """The version, which compiled fast paths are active (a missing one only slows runs down: native.py) and the
+    machine facts (mschecker/machine.py)."""
+    from . import __version__, machine, native
 
     print(f"mschecker {__version__}")
     for name, state in native.status().items():
         print(f"  {name}: {state}")
+    for line in machine.describe():  # what decides the bits mschecker does not compute itself (BLAS sums)
+        print(line)
     return EXIT_PASS
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from ..reference import elementary as em
 
 from ..dtypes import bfloat16
+from ..fastfp16 import to_f32
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 BF16 = np.dtype(bfloat16)
@@ -369,9 +370,21 @@ def group_norm(stats, acc):
 
 
 # ------------------------------------------------------------------------------------------ matmul, gemm
-def cube_fp32(a, b):
-    """The cube unit's product: operands upcast exactly to fp32, one fp32 GEMM (np.matmul)."""
-    return np.matmul(_f32(a), _f32(b))
+def cube_fp32(a, b, upcast=None):
+    """The cube unit's product: operands upcast exactly to fp32, one fp32 GEMM (np.matmul).
+
+    `upcast` is the variant's own conversion (default astype, as the attention, QKV and int8 kernels do;
+    fastfp16.to_f32 for MatMul/Gemm: astype's values, but C order for a large fp16 operand). BLAS sums in another
+    order for another operand layout on some CPU kernels (OpenBLAS's SkylakeX sgemm gave a transposed
+    (16, 151) x (151, 10) Gemm one other fp16 bit with astype's F-order operands), so a bit-for-bit definition
+    hands np.matmul the variant's layout, not only its values."""
+    upcast = upcast or _f32
+    return np.matmul(upcast(np.asarray(a)), upcast(np.asarray(b)))
+
+
+def cube_fp32_to_f32(a, b):
+    """cube_fp32 with the MatMul/Gemm variants' upcast (fastfp16.to_f32)."""
+    return cube_fp32(a, b, to_f32)
 
 
 def kblocked_fp32(a, b, kb=64):

@@ -221,8 +221,8 @@ _STRATEGY_KINDS = ("generic", "long_positive", "cancellation", "near_overflow")
 def _definitions(gemm: bool) -> dict:
     """Each variant's accumulation (mschecker/kernel_entries/definitions.py) and the epilogue its kernel documents."""
     wrap = D.gemm if gemm else D.matmul
-    return {"fp32": wrap(D.cube_fp32, "float32"), "fp16_fp32acc": wrap(D.cube_fp32, "float16"),
-            "bf16_fp32acc": wrap(D.cube_fp32, D.BF16), "fp16_fp16acc": wrap(D.sequential_fp16, "float16"),
+    return {"fp32": wrap(D.cube_fp32_to_f32, "float32"), "fp16_fp32acc": wrap(D.cube_fp32_to_f32, "float16"),
+            "bf16_fp32acc": wrap(D.cube_fp32_to_f32, D.BF16), "fp16_fp16acc": wrap(D.sequential_fp16, "float16"),
             "fp16_fp32acc_kblocked": wrap(D.kblocked_fp32, "float16")}
 
 

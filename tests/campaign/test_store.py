@@ -6,6 +6,7 @@ import sqlite3
 
 import pytest
 
+from mschecker import machine
 from mschecker.campaign.cells import MACHINE_FACTS
 from mschecker.campaign.store import MIGRATIONS, SCHEMA_VERSION, Store
 from mschecker.errors import InputError
@@ -111,7 +112,7 @@ def test_run_cell_records_the_machine_facts(tmp_path, monkeypatch):
     assert facts["numpy_simd"] is not None
     # threadpoolctl unavailable or failing: the facts are unknown (None), the cell still runs
     monkeypatch.setattr("threadpoolctl.threadpool_info", lambda: 1 / 0)
-    assert cells_mod.blas_facts() == dict.fromkeys(("blas_library", "blas_version", "blas_coretype", "blas_threads"))
+    assert machine.blas_facts() == dict.fromkeys(("blas_library", "blas_version", "blas_coretype", "blas_threads"))
 
 
 def test_foreign_files_are_refused(tmp_path):
