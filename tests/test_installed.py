@@ -23,8 +23,9 @@ from mschecker.kernel_golden import GOLDEN_ROOT
 from mschecker.sd.goldens import GOLDEN_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Modules allowed to use __file__: cli.py names the package's own frames in internal-error messages.
-FILE_USERS = {"mschecker/cli.py"}
+#: Modules allowed to use __file__, never for data: cli.py names the package's own frames in internal-error
+#: messages; commands/kernels.py tells an ImportError raised in mschecker's code from one in a user's --module.
+FILE_USERS = {"mschecker/cli.py", "mschecker/commands/kernels.py"}
 
 
 def _package_data() -> list[str]:

@@ -124,7 +124,9 @@ def test_version_flag_names_the_fast_paths(capsys, monkeypatch):
     monkeypatch.setenv("MSCHECKER_NO_FASTCOMPARE", "1")
     assert cli.main(["--version"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"mschecker {__version__}" and len(out) == 1 + len(native.FAST_PATHS)
+    assert out[0] == f"mschecker {__version__}" and len(out) == 1 + len(native.FAST_PATHS) + 3
+    # then the machine facts that decide the bits mschecker does not compute itself (mschecker/machine.py)
+    assert [line.split(":")[0].strip() for line in out[-3:]] == ["cpu", "numpy SIMD", "BLAS"]
     assert any(line.strip().startswith("_fastcompare: ") and "MSCHECKER_NO_FASTCOMPARE=1" in line for line in out)
 
 

@@ -15,11 +15,15 @@ import pytest
 from mschecker.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
+#: tools/sd_peer_check.py runs diffusers' pipeline, which needs torch and transformers' CLIP tokenizer too: a
+#: diffusers without them (a partial dev install) is no peer.
+PEER_MODULES = ("diffusers", "transformers", "torch")
 PYTHON = os.environ.get("MSCHECKER_DIFFUSERS_PYTHON") or (
-    sys.executable if importlib.util.find_spec("diffusers") else None)
+    sys.executable if all(importlib.util.find_spec(m) for m in PEER_MODULES) else None)
 
 
-@pytest.mark.skipif(PYTHON is None, reason="diffusers not installed (set MSCHECKER_DIFFUSERS_PYTHON)")
+@pytest.mark.skipif(PYTHON is None, reason="diffusers, transformers or torch not installed "
+                                           "(set MSCHECKER_DIFFUSERS_PYTHON)")
 @pytest.mark.parametrize("scheduler", ["ddim", "pndm"])
 def test_ort_side_matches_diffusers_within_onnxruntime_noise(scheduler, tmp_path):
     folder = tmp_path / "pipe"
