@@ -123,6 +123,18 @@ static void exp64_loop(const double *restrict x, double *restrict y, Py_ssize_t 
     for (; i < n; i++) y[i] = exp64_one(x[i]);
 }
 
+/* exp64 of float32 values, rounded to float32 (reference/elementary.py's exp for float32 arrays): the widening
+ * is exact and the narrowing rounds to nearest as numpy's astype does (the same cvtsd2ss), so the bits are those
+ * of exp64(x.astype(float64)).astype(float32) without the two float64 temporaries. Each element is read before
+ * its own slot is written, so out may be x (the softmax exponentiates its shifted logits in place). */
+KERNEL_CLONES
+static void exp64_f32_loop(const float *x, float *y, Py_ssize_t n) { /* no restrict: x may be y (in place) */
+    Py_ssize_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK)
+        for (int j = 0; j < BLOCK; j++) y[i + j] = (float)exp64_one((double)x[i + j]);
+    for (; i < n; i++) y[i] = (float)exp64_one((double)x[i]);
+}
+
 /* sigmoid64 (reference/activations.py): a = exp64(-|x|) (<= 0, so only the CLAMP_LO select can fire; a NaN x is
  * replaced at the end), d = 1 + a, y = (x >= 0 ? 1 : a) / d, NaN x -> x + x. */
 KERNEL_CLONES
@@ -210,6 +222,27 @@ static PyObject *exp64(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(exp64_f32_doc, "exp64_f32(x, out): out[i] = float32(exp64(float64(x[i]))) for C-contiguous float32 "
+                            "buffers of equal length (reference/elementary.py exp, same bits as its numpy route).");
+
+static PyObject *exp64_f32(PyObject *self, PyObject *args) {
+    Py_buffer bx, by;
+    if (!PyArg_ParseTuple(args, "y*w*", &bx, &by))
+        return NULL;
+    if (bx.len != by.len || bx.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "_fastref.exp64_f32: x and out must be float32 buffers of equal length");
+        PyBuffer_Release(&bx);
+        PyBuffer_Release(&by);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    exp64_f32_loop((const float *)bx.buf, (float *)by.buf, bx.len / 4);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&by);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(softmax_rows_doc, "softmax_rows(x, out, n): softmax of each length-n row of C-contiguous float64 "
                                "buffers (reference/softmax.py, same bits as softmax_numpy).");
 
@@ -254,6 +287,7 @@ static PyObject *sigmoid64(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"exp64", exp64, METH_VARARGS, exp64_doc},
+    {"exp64_f32", exp64_f32, METH_VARARGS, exp64_f32_doc},
     {"softmax_rows", softmax_rows, METH_VARARGS, softmax_rows_doc},
     {"sigmoid64", sigmoid64, METH_VARARGS, sigmoid64_doc},
     {NULL, NULL, 0, NULL},

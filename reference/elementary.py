@@ -41,11 +41,12 @@ correctly rounded except where the float64 value lies within its few-ulp error o
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from .exp64 import exp64
+from .exp64 import NUMPY_BLOCK, exp64, fast_module
 
 #: expm1's polynomial range: |x| < 0.7 (see the module docstring for the split's error budget).
 EXPM1_POLY_MAX = 0.7
@@ -65,6 +66,23 @@ def _f64(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
+def _blockwise(fn):
+    """fn (elementwise) over cache-sized blocks of x (exp64's NUMPY_BLOCK): its ~40 numpy passes then run on
+    cache-resident temporaries, ~3x faster on large arrays; no bit changes (every operation is elementwise)."""
+    @functools.wraps(fn)
+    def run(x) -> np.ndarray:
+        x = _f64(x)
+        if x.size <= NUMPY_BLOCK:
+            return fn(x)
+        flat = np.ascontiguousarray(x).reshape(-1)
+        out = np.empty(flat.shape, np.float64)
+        for i in range(0, flat.size, NUMPY_BLOCK):
+            out[i:i + NUMPY_BLOCK] = fn(flat[i:i + NUMPY_BLOCK])
+        return out.reshape(x.shape)
+    return run
+
+
+@_blockwise
 def expm1_64(x) -> np.ndarray:
     """e^x - 1, float64, < 2.2 ulp (module docstring), the same bits on every CPU."""
     x = _f64(x)
@@ -78,6 +96,7 @@ def expm1_64(x) -> np.ndarray:
     return np.where(x == 0.0, x, y)  # +-0 keeps its sign (x + 0 * q would turn -0 into +0)
 
 
+@_blockwise
 def log_64(x) -> np.ndarray:
     """Natural log, float64, < 1.5 ulp (module docstring), the same bits on every CPU."""
     x = _f64(x)
@@ -104,6 +123,7 @@ def log_64(x) -> np.ndarray:
         return np.where(np.isnan(x), x, y)
 
 
+@_blockwise
 def log1p_64(x) -> np.ndarray:
     """log(1 + x), float64, < 3 ulp (module docstring), the same bits on every CPU."""
     x = _f64(x)
@@ -116,6 +136,7 @@ def log1p_64(x) -> np.ndarray:
         return np.where(np.isnan(x), x, y)
 
 
+@_blockwise
 def tanh_64(x) -> np.ndarray:
     """tanh, float64, < 3.5 ulp (module docstring), the same bits on every CPU."""
     x = _f64(x)
@@ -130,7 +151,7 @@ def tanh_64(x) -> np.ndarray:
 
 #: Elements per block of `rounded`: its float64 temporaries stay small and cache-resident (an fp16 attention
 #: softmax's exp runs over hundreds of millions of elements).
-BLOCK = 1 << 16
+BLOCK = NUMPY_BLOCK
 
 
 def rounded(fn64, x, out=None) -> np.ndarray:
@@ -154,7 +175,14 @@ def rounded(fn64, x, out=None) -> np.ndarray:
 
 
 def exp(x, out=None) -> np.ndarray:
-    """exp for any float dtype (exp64, rounded to x's dtype by `rounded`)."""
+    """exp for any float dtype (exp64, rounded to x's dtype by `rounded`). A C-contiguous float32 x (a softmax's
+    shifted logits) takes _fastref.exp64_f32 when built: the same bits in one pass (~4x faster)."""
+    x = np.asarray(x)
+    fast = fast_module() if x.dtype == np.float32 and x.flags.c_contiguous and x.size else None
+    if fast is not None and (out is None or (out.dtype == np.float32 and out.flags.c_contiguous)):
+        res = np.empty(x.shape, np.float32) if out is None else out
+        fast.exp64_f32(x.reshape(-1), res.reshape(-1))
+        return res
     return rounded(exp64, x, out)
 
 

@@ -17,6 +17,7 @@ from mschecker.kernelcheck import check_case
 from mschecker.kernel_entries import activations as K
 from mschecker.optimized_kernels import activations as A
 from mschecker.reference import activations as R
+from mschecker.reference import elementary as em
 from mschecker.registry import Case, get_kernel
 
 ALL_FP16 = np.arange(2**16, dtype=np.uint16).view(np.float16)
@@ -147,12 +148,18 @@ def test_exp2_polynomial_error():
     assert rel.max() <= K.EXP2_TAYLOR_REL <= 1.01 * rel.max()
 
 
-@pytest.mark.parametrize("fn,ref", [(np.exp, np.exp), (np.tanh, np.tanh)], ids=["exp", "tanh"])
-def test_fp32_libm_budget(fn, ref):
-    """numpy's float32 exp/tanh stay within LIBM_F32_ULPS fp32 ULPs on every finite fp16 input."""
+@pytest.mark.parametrize("fn,ref", [(em.exp, np.exp), (em.tanh, np.tanh), (em.expm1, np.expm1),
+                                    (em.log1p, np.log1p), (em.log, np.log)],
+                         ids=["exp", "tanh", "expm1", "log1p", "log"])
+def test_fp32_elementary_functions_within_one_ulp(fn, ref):
+    """The fp32 elementary functions the kernels evaluate with (reference/elementary.py: float64, rounded once)
+    are within 1 fp32 ULP of the truth on every finite fp16 input; the contracts budget LIBM_F32_ULPS (4) for
+    a device's fp32 libm-class function, so our emulation is well inside what they allow."""
     x = ALL_FP16[np.isfinite(ALL_FP16)].astype(np.float32)
+    if fn in (em.log1p, em.log):
+        x = x[x > (-1 if fn is em.log1p else 0)]
     with np.errstate(all="ignore"):
         out = fn(x)
         r = ref(x.astype(np.float64))
     fin = np.isfinite(round_to(r, "float32")) & (np.abs(r) >= np.finfo(np.float32).smallest_normal)
-    assert ulp_distance(out[fin], r[fin], "float32").max() <= K.LIBM_F32_ULPS
+    assert ulp_distance(out[fin], r[fin], "float32").max() <= 1 < K.LIBM_F32_ULPS

@@ -143,3 +143,25 @@ def test_bfloat16_rounds_from_float32():
     assert got.dtype == bfloat16
     want = em.tanh_64(x.astype(np.float64)).astype(np.float32).astype(bfloat16)
     assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_exp_float32_c_route_gives_the_numpy_routes_bits(monkeypatch, in_place):
+    """_fastref.exp64_f32 (a float32 x, C-contiguous) against exp64 of the widened values, rounded by numpy:
+    every fp16 pattern widened, the clamp edges, NaN payloads, and random fp32 values in and out of range."""
+    from mschecker import native
+
+    if native.active("_fastref") is None:
+        pytest.skip("_fastref not built")
+    x = np.concatenate([np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32),
+                        np.array([-746.0, 710.0, 88.72, 88.73, -103.98, -87.33, np.inf, -np.inf], np.float32),
+                        np.array([0x7FC01234, 0xFFA00001], np.uint32).view(np.float32),
+                        (RNG.standard_normal(100_003) * 60).astype(np.float32)])
+    with np.errstate(invalid="ignore"):  # a NaN payload's narrowing
+        want = em.exp64(x.astype(np.float64)).astype(np.float32)
+    got = x.copy() if in_place else np.empty_like(x)
+    src = got if in_place else x
+    assert em.exp(src, out=got) is got
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    monkeypatch.setenv("MSCHECKER_NO_FASTREF", "1")  # the numpy route, same bits
+    assert np.array_equal(em.exp(x).view(np.uint32), want.view(np.uint32))
