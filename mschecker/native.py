@@ -44,8 +44,8 @@ FAST_PATHS = {
         FastPath("_fastfp16", "MSCHECKER_NO_FASTFP16", ("mschecker.fastfp16",),
                  "fp16 loops of the emulated NPU (running sums, fp16 softmax, binary ops)"),
         FastPath("_fastref", "MSCHECKER_NO_FASTREF",
-                 ("mschecker.reference.exp64", "mschecker.reference.softmax"),
-                 "float64 reference exp64, sigmoid and softmax"),
+                 ("mschecker.reference.exp64", "mschecker.reference.softmax", "mschecker.reference.elementary"),
+                 "float64 reference exp64, sigmoid and softmax; the kernels' float32 exp"),
     )
 }
 
