@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -217,6 +218,58 @@ def remove_directories(created: list[Path]) -> None:
             d.rmdir()
         except OSError:
             pass
+
+
+def write_file_set(out, files: dict[str, bytes], *, stale=(), flag: str = "--out",
+                   prefix: str = ".mschecker-out-") -> list[Path]:
+    """Every file of one output set into the folder `out` (created) as one set; returns their paths.
+
+    Each file is written and fsynced into a hidden folder inside `out` (`prefix` + random: same file system, so
+    the moves are renames), and only once every one of them is complete are they renamed into place; then the
+    names in `stale` (the tool's own files from an earlier run that this set does not hold, e.g. an old fix next
+    to a new PASS report) are removed, so `out` never mixes two runs' files. A failure while writing (disk full,
+    read-only, a name taken by a directory) removes the hidden folder and the folders this call created, leaves
+    `out` as it was and raises InputError naming `flag`; files in `out` that are not the tool's are never
+    touched. Used by `mschecker bisect --out` and `mschecker sd --out`."""
+    out = Path(out)
+    for name in files:
+        try:
+            check_write_target(out / name)
+        except InputError as exc:
+            raise InputError(f"{flag} {exc}") from None
+    created = make_directory(out)
+    stage = None
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=prefix, dir=out))
+        for name, data in files.items():
+            with open(stage / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        paths = []
+        for name in files:
+            os.replace(stage / name, out / name)
+            paths.append(out / name)
+        for name in stale:
+            if name in files:
+                continue
+            try:
+                mode = os.lstat(out / name).st_mode
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):  # the tool's own file (or a link in its place)
+                os.unlink(out / name)
+        fsync_directory(out)
+        return paths
+    except OSError as exc:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+            stage = None
+        remove_directories(created)
+        raise InputError(f"{flag} {out}: cannot write ({os_reason(exc)})") from None
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def unlink_quietly(path) -> None:

@@ -1,5 +1,5 @@
 """The bisection's report: JSON document (schema in docs/BISECT.md), Rich console view, error-vs-depth plot,
-HTML page, and write_outputs, which puts every file into --out as one set (writers.write_file_set: all staged in a
+HTML page, and write_outputs, which puts every file into --out as one set (fsio.write_file_set: all staged in a
 hidden folder there, then moved in; bisect's own files from an earlier run that this run does not write are
 removed, so a PASS never sits next to an old fix; fix files only for a fix whose proof re-run passed: an
 unproven recommendation is never written or printed as a fix).
@@ -19,11 +19,12 @@ import warnings
 from pathlib import Path
 
 from ..compare import json_float
+from ..fsio import write_file_set
 from ..untrusted import plain, plot_text
 from .engine import BisectResult
 from .islands import islands
 from .search import members
-from .writers import FILES, fix_files, write_file_set
+from .writers import FILES, fix_files
 
 SCHEMA_VERSION = 1
 PLOT_FILE = "error_by_depth.png"

@@ -193,13 +193,13 @@ def output_files(check: SDCheck) -> dict[str, bytes]:
 
 
 def write_outputs(check: SDCheck, out_dir: str | Path) -> list[Path]:
-    """Every output file into ``out_dir`` (created) as one set (mschecker.bisect.writers.write_file_set: staged in a
+    """Every output file into ``out_dir`` (created) as one set (mschecker.fsio.write_file_set: staged in a
     hidden folder there, then moved into place); this command's files of an earlier run that this one does not
     write (the latents of steps beyond this run's, a side not compared this time) are removed, other files are
     left alone."""
     import os
 
-    from ..bisect.writers import write_file_set
+    from ..fsio import write_file_set
 
     files = output_files(check)
     out = Path(out_dir)
