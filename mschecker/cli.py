@@ -21,7 +21,7 @@ import sys
 from .blas import pin_one_thread
 from .heap import keep_freed_memory
 from .errors import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, ExecutionError,
-                     InputError)
+                     InputError, caused_by_interrupt)
 
 SUBCOMMANDS = {
     "check": "mschecker.commands.check",
@@ -138,23 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"error: {exc.filename}: {os_reason(exc)}")
         return EXIT_BAD_INPUT
     except BaseException as exc:  # noqa: BLE001 - the exit code is the API: an internal error is exit 3
-        if _caused_by_interrupt(exc):
+        if caused_by_interrupt(exc):
             _say("interrupted")
             return EXIT_INTERRUPTED
         return _internal(exc, show_traceback)
-
-
-def _caused_by_interrupt(exc: BaseException) -> bool:
-    """Whether a Ctrl-C is behind exc: a KeyboardInterrupt that landed inside a C extension's module initialisation
-    comes back as that import's ImportError("initialization failed") with the interrupt as its cause (pybind11's
-    modules, onnx's among them, are imported lazily by the subcommands)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 def _flush_stdout() -> None:

@@ -29,3 +29,16 @@ EXIT_BROKEN_PIPE = 141  # our stdout's reader went away (128 + SIGPIPE, what a s
 
 EXIT_CODES_HELP = ("exit codes: 0 pass, 1 numerical mismatch / failed check, 2 bad input or usage (one line naming "
                    "the file, tensor, node or flag), 3 internal error (rerun with --traceback), 130 interrupted")
+
+
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether a Ctrl-C is behind exc: a KeyboardInterrupt that landed inside a C extension's module initialisation
+    comes back as that import's ImportError("initialization failed") with the interrupt as its cause (pybind11's
+    modules, onnx's among them, are imported lazily by the subcommands)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False

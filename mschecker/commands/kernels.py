@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import InputError
+from ..errors import InputError, caused_by_interrupt
 from ..kernel_suite import VERDICT_CAUGHT, VERDICT_PASS, SuiteReport, resolve_kernels, run_suite
 from ..fsio import atomic_write_text
 from ..console import make_console
@@ -55,7 +55,7 @@ def import_user_modules(names: list[str]) -> None:
             if isinstance(exc, ModuleNotFoundError) and exc.name and \
                     (name == exc.name or name.startswith(exc.name + ".")):
                 raise InputError(f"--module {name}: no module named {exc.name!r} on the Python path") from None
-            if _raised_by_mschecker(exc) or _interrupted(exc):
+            if _raised_by_mschecker(exc) or caused_by_interrupt(exc):
                 raise
             what = f"no module named {exc.name!r}" if isinstance(exc, ModuleNotFoundError) and exc.name else \
                 (str(exc).splitlines() or [type(exc).__name__])[0]
@@ -74,16 +74,6 @@ def _raised_by_mschecker(exc: BaseException) -> bool:
         return False
     origin = os.path.abspath(frames[-1].filename)
     return origin.startswith(package) and origin != os.path.abspath(__file__)
-
-
-def _interrupted(exc: BaseException) -> bool:
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 def _fmt(x: float) -> str:
