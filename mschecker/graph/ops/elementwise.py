@@ -64,10 +64,24 @@ def div(ctx, attrs, a, b, out=None):
 
 @register("Pow")
 def pow_(ctx, attrs, a, b):
-    if is_float(a.dtype):
-        return np.power(a, b.astype(a.dtype) if is_float(b.dtype) else b).astype(a.dtype)
-    # integer base: ONNX's output type is the base's type
-    return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+    """ONNX Pow. numpy's own power gives other last bits on other SIMD levels (float32: 78,945 of 200,000
+    results differ between AVX-512 and AVX2, docs/NUMERICS.md §11), so a float base is computed as:
+    - an exponent that is 2 everywhere (LayerNorm's square in decomposed exports): a * a, the correctly rounded
+      square that a correctly rounded pow returns, in the base's dtype;
+    - otherwise in float64 (an exponent of another float type taken at its value in the base's type, as ONNX
+      casts it), rounded to float32 and then to the base's dtype (reference/elementary.py's rule for the
+      transcendentals): a function of the inputs up to float64 pow's last bit, which only a float32 rounding
+      boundary can expose. A float64 base keeps numpy's float64 pow (documented as machine-dependent)."""
+    if not is_float(a.dtype):  # integer base: ONNX's output type is the base's type
+        return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+    e = b.astype(a.dtype) if is_float(b.dtype) else b
+    shape = np.broadcast_shapes(a.shape, e.shape)
+    if e.size and bool(np.all(e == 2)):
+        y = np.asarray(np.multiply(a, a))  # asarray: a 0-d base gives a numpy scalar
+        return y if y.shape == shape else np.broadcast_to(y, shape).copy()
+    with np.errstate(all="ignore"):
+        y = np.asarray(np.power(a.astype(np.float64), e.astype(np.float64)))
+    return y if a.dtype == np.float64 else y.astype(np.float32).astype(a.dtype)
 
 
 def _unary(ufunc):
