@@ -28,7 +28,10 @@ GLIBC_NO_FMA = "glibc.cpu.hwcaps=-AVX512F,-AVX2,-FMA,-AVX2_Usable,-FMA_Usable,-A
 
 def _numpy_dispatch() -> tuple[list[str], list[str]]:
     """(dispatch targets this numpy was built with and this CPU has, in ascending order; baseline targets)."""
-    from numpy._core import _multiarray_umath as m  # numpy >= 2: the tables numpy.show_runtime prints
+    try:
+        from numpy._core import _multiarray_umath as m  # numpy >= 2: the tables numpy.show_runtime prints
+    except ImportError:  # numpy 1.x
+        from numpy.core import _multiarray_umath as m
 
     return [t for t in m.__cpu_dispatch__ if m.__cpu_features__.get(t)], list(m.__cpu_baseline__)
 
