@@ -48,7 +48,8 @@ CHANGED, NEW, MISSING, NO_BASELINE = "changed", "new", "missing", "no baseline"
 MACHINE = "machine"
 # (label, fact) of the machine facts compared per cell; "cpu" is in CellRecord.versions, the rest in .machine.
 MACHINE_LABELS = (("CPU", "cpu"), ("numpy SIMD", "numpy_simd"),
-                  ("NPY_DISABLE_CPU_FEATURES", "npy_disable_cpu_features"), ("BLAS library", "blas_library"), ("BLAS version", "blas_version"), ("BLAS core", "blas_coretype"),
+                  ("NPY_DISABLE_CPU_FEATURES", "npy_disable_cpu_features"), ("BLAS library", "blas_library"),
+                  ("BLAS version", "blas_version"), ("BLAS core", "blas_coretype"),
                   ("BLAS threads", "blas_threads"), ("OPENBLAS_CORETYPE", "openblas_coretype"))
 
 
