@@ -38,6 +38,8 @@ function (exp64 for exp) for float32, float16 and bfloat16 arrays: in float64, t
 float32 (and for float16 a second, to float16, as numpy's float16 loops compute in float32 and round). The
 float64 result is a function of the input only, so the narrow result is too: same bits on every CPU, and
 correctly rounded except where the float64 value lies within its few-ulp error of a float32 rounding boundary.
+For the emulated NPU that is a modelling choice inside a bracket: Ascend's vector Exp instruction states no
+algorithm or accuracy, and the kernels' contracts allow 4 fp32 ULPs per call (docs/NUMERICS.md §11).
 """
 from __future__ import annotations
 
