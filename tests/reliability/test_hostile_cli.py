@@ -138,28 +138,22 @@ def test_an_import_error_of_its_own_is_still_internal(tmp_path, model, x, monkey
     assert_one_line(run("--model", model, "--input", x, "--golden", x), 3, "ImportError")
 
 
-def test_ctrl_c_in_a_real_process_is_130(tmp_path):
-    """SIGINT to a real CLI process (the user's Ctrl-C) mid-run: exit 130 and one line. The child says "ready"
-    once the CLI is imported (what the console script does before main), so a loaded machine cannot make the
-    signal land in interpreter start-up instead. The child starts with SIGINT at its default disposition, as a
-    foreground process in a terminal does: a disposition of SIG_IGN is inherited across exec and Python keeps it,
-    and a shell starts background jobs (`.ci/run &`, nohup) with SIGINT ignored, so the child then ran on,
-    untouched by the signal, and the test timed out."""
+def _assert_sigint_gives_130(code: str, after_s: float, timeout_s: float) -> None:
+    """Run `code` (prints "ready", then runs the CLI) in a child whose SIGINT is at its default disposition, send
+    SIGINT `after_s` after "ready": exit 130 and one line."""
     import signal
     import subprocess
     import sys
     import time
 
-    code = ("import sys; from mschecker import cli; print('ready', flush=True); "
-            "sys.exit(cli.main(['kernels', '--examples', '2000']))")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "NO_COLOR": "1"},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout.readline().strip() == "ready"
-        time.sleep(1.0)
+        time.sleep(after_s)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=timeout_s)
     finally:  # a child that ignored the signal must not outlive the test (it ran on for an hour once)
         if proc.poll() is None:
             proc.kill()
@@ -168,15 +162,22 @@ def test_ctrl_c_in_a_real_process_is_130(tmp_path):
     assert err.strip().splitlines() == ["mschecker: interrupted"], err[-2000:]
 
 
+def test_ctrl_c_in_a_real_process_is_130(tmp_path):
+    """SIGINT to a real CLI process (the user's Ctrl-C) mid-run: exit 130 and one line. The child says "ready"
+    once the CLI is imported (what the console script does before main), so a loaded machine cannot make the
+    signal land in interpreter start-up instead. The child starts with SIGINT at its default disposition, as a
+    foreground process in a terminal does: a disposition of SIG_IGN is inherited across exec and Python keeps it,
+    and a shell starts background jobs (`.ci/run &`, nohup) with SIGINT ignored, so the child then ran on,
+    untouched by the signal, and the test timed out."""
+    code = ("import sys; from mschecker import cli; print('ready', flush=True); "
+            "sys.exit(cli.main(['kernels', '--examples', '2000']))")
+    _assert_sigint_gives_130(code, after_s=1.0, timeout_s=60)
+
+
 def test_ctrl_c_swallowed_by_a_gc_callback_still_interrupts():
     """A KeyboardInterrupt raised inside a garbage-collection callback is "ignored" by Python (hypothesis registers
     one; the real-SIGINT test above once ran on for 60 s in CI): the CLI sends the signal again. Here nearly all
     the time is spent in such a callback, so the first delivery is swallowed almost surely."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
     code = """
 import gc, sys, time
 from mschecker import cli
@@ -195,19 +196,7 @@ k.main = work
 print("ready", flush=True)
 sys.exit(cli.main(["kernels"]))
 """
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, (proc.returncode, err[-2000:])
-    assert err.strip().splitlines() == ["mschecker: interrupted"], err[-2000:]
+    _assert_sigint_gives_130(code, after_s=0.5, timeout_s=30)
 
 
 def test_other_unraisable_exceptions_reach_the_previous_hook(monkeypatch):

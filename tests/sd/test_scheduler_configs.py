@@ -58,6 +58,13 @@ def _rel(ours, theirs):
     return np.abs(ours - theirs).reshape(n, -1).max(axis=1) / np.abs(theirs).reshape(n, -1).max(axis=1)
 
 
+def _assert_follows_diffusers(samples, data, name):
+    """Every step within the bound derived in tests/sd/test_scheduler.py's docstring: <= 1000 roundings in the
+    cumulative product, <= 30 more per step, (1000 + 30 (k + 1)) u64 of the step's largest |value|."""
+    bound = (1000 + 30 * (np.arange(len(samples)) + 1)) * U64
+    assert (_rel(samples, data[f"{name}/samples_f64"]) <= bound).all()
+
+
 def test_the_fixture_holds_the_new_cases():
     assert set(NEW) <= set(CASES)
 
@@ -70,8 +77,7 @@ def test_new_cases_follow_diffusers_float64(name, data):
         expected = data[f"{name}/timesteps_f64"].astype(np.float32)  # (see test_scheduler.py)
     np.testing.assert_array_equal(s.timesteps, expected)
     assert abs(s.init_noise_sigma - data[f"{name}/init_noise_sigma_f64"]) <= 1030 * U64 * s.init_noise_sigma
-    bound = (1000 + 30 * (np.arange(len(samples)) + 1)) * U64
-    assert (_rel(samples, data[f"{name}/samples_f64"]) <= bound).all()
+    _assert_follows_diffusers(samples, data, name)
 
 
 def test_dpmpp_leading_offset_timesteps():
@@ -93,8 +99,7 @@ def test_lower_order_final_applies_below_15_steps_only(steps, last_differs, data
     _, off = _run(name, data, _scheduler(name, lower_order_final=False))
     np.testing.assert_array_equal(on[:-1], off[:-1])
     assert (not np.array_equal(on[-1], off[-1])) == last_differs
-    bound = (1000 + 30 * (np.arange(len(on)) + 1)) * U64
-    assert (_rel(on, data[f"{name}/samples_f64"]) <= bound).all()
+    _assert_follows_diffusers(on, data, name)
 
 
 @pytest.mark.parametrize("steps,tail_differs", [(14, True), (15, False), (16, False)])
@@ -106,8 +111,7 @@ def test_lower_order_final_order3_second_to_last_step(steps, tail_differs, data)
     _, off = _run(name, data, _scheduler(name, lower_order_final=False))
     np.testing.assert_array_equal(on[:-2], off[:-2])
     assert (not np.array_equal(on[-2], off[-2])) == tail_differs
-    bound = (1000 + 30 * (np.arange(len(on)) + 1)) * U64
-    assert (_rel(on, data[f"{name}/samples_f64"]) <= bound).all()
+    _assert_follows_diffusers(on, data, name)
 
 
 @pytest.mark.parametrize("name,leading", [("euler_leading_offset1", True), ("euler_karras_leading", True),
