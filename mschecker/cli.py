@@ -32,6 +32,7 @@ SUBCOMMANDS = {
     "demo": "mschecker.commands.demo",
     "campaign": "mschecker.commands.campaign",
     "bisect": "mschecker.commands.bisect",
+    "plan": "mschecker.commands.plan",
 }
 #: subcommands that run with one BLAS thread unless the user says otherwise (mschecker/blas.py: the SD graphs)
 ONE_BLAS_THREAD = ("sd",)

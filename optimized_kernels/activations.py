@@ -281,6 +281,201 @@ def bug_tanh_exp_form_fp16(x):
         return ((e - F16.type(1)) / (e + F16.type(1))).astype(F16)
 
 
+# ------------------------------------------------------------------- Ascend TBE activations (issue 21)
+# What CANN's TBE kernels compute for fp16 input on 910B/310P (facts from the sources, our own code):
+#   Gelu:    dengguojie/vue-element-admin:ops/built-in/tbe/impl/dynamic/gelu.py@0fd5feed6b46627fba3685f30027dabbf396fecf
+#            (static twin ops/built-in/tbe/impl/gelu.py@be7bb339dc32b8dabafe4002f71de05031bbd5d4, same formula)
+#   Sigmoid: dengguojie/vue-element-admin:ops/built-in/tbe/impl/dynamic/sigmoid.py
+#            @38d6337f5d92e0e0705d34d773f215bc350ec9d0
+# Every constant is a tvm.const(..., "float32"); in an fp16 computation the DSL's vmuls/vadds/vmins rebuild it in the
+# tensor's dtype ("dtype of raw_tensor and scalar must be the same"; auto_cast_of_elewise re-creates a tvm const of
+# another dtype as tvm.const(value, tensor dtype)), so the fp16 kernels below use the constants rounded to fp16:
+# 0.7071 -> 0.70703125, 1.769 -> 1.7685546875, -0.1444 -> -0.1444091796875, and 1e-12 -> 0.
+# Modelling assumptions where the source leaves behaviour to the hardware: vexp, vrec and vdiv are correctly rounded
+# in their dtype (vexp: reference/elementary.py's exp, i.e. exp64 rounded through fp32 to the dtype, docs/NUMERICS.md
+# section 11; vrec(x, HIGH_PRECISION) and vrec(x): 1/x rounded once), fp16 subnormals are kept (not flushed), and an
+# instruction in saturation mode returns its IEEE result with +-inf -> +-65504 and NaN -> 0.
+ASCEND_GELU_TANH_K = 1.5957691  # const_0, "2*np.sqrt(2/np.pi)" as the kernel writes it (fp32: 1.59576905, one ulp low)
+ASCEND_GELU_CUBIC = 0.044715  # CSVALUE
+ASCEND_IGELU_C = 0.7071  # const_c: 1/sqrt(2) to four digits
+ASCEND_IGELU_B = 1.769  # const_b_ (and const_b = -1.769): the clip point -b of I-BERT's i-GELU
+ASCEND_IGELU_A_HALF = -0.1444  # const_a_half: a/2 with I-BERT's a = -0.2888
+ASCEND_IGELU_OFFSET = 1e-12  # const_offset of sgn(x) = (x + 1e-12)/|x + 1e-12|: 0 once cast to fp16
+F16_MAX = 65504.0
+
+
+def _saturate(v: np.ndarray, dt) -> np.ndarray:
+    """A saturation-mode instruction's result: +-inf -> +-max of dt, NaN -> 0."""
+    big = dt.type(np.finfo(dt).max)
+    return np.where(np.isnan(v), dt.type(0), np.clip(v, -big, big)).astype(dt)
+
+
+def _nonfinite_limits(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """GELU's limits for non-finite inputs (+inf -> +inf, -inf -> -0, NaN -> NaN), the convention of every activation
+    kernel here (kernelcheck: a non-finite reference value needs the same value). The device arithmetic gives NaN
+    at +-inf in IEEE mode (inf * vrec(inf) = inf * 0 in the i-GELU, -inf * exp(-inf) in the tanh form) and +-65504
+    or 0 in saturation mode, where no non-finite tensor reaches a kernel (every instruction saturates)."""
+    y = np.where(np.isnan(x), x.astype(y.dtype), y)
+    y = np.where(np.isposinf(x), y.dtype.type(np.inf), y)
+    return np.where(np.isneginf(x), y.dtype.type(-0.0), y).astype(y.dtype)
+
+
+def ascend_gelu_tanh_formula(x: np.ndarray, dt=F32, k: float = ASCEND_GELU_TANH_K,
+                             cubic: float = ASCEND_GELU_CUBIC) -> np.ndarray:
+    """Ascend Gelu, default and high_precision implmode (gelu_compute): in dt (fp32 on the device), one rounding per
+    instruction, in the kernel's order:
+        p = x + (x*x*x) * 0.044715          (vmul, vmul, vmuls, vadd)
+        y = p * 1.5957691                   (vmuls)
+        gelu = x / (exp(-|y|) + 1) * exp(min(y, 0))   (vexp(vmins(y, 0)); vabs, vmuls -1, vexp, vadds 1, vdiv, vmul)
+    the overflow-safe split of x / (1 + exp(-y)): neither exp sees a positive argument."""
+    dt = np.dtype(dt)
+    x = np.asarray(x, dtype=dt)
+    x3 = ((x * x).astype(dt) * x).astype(dt)
+    p = (x + (x3 * dt.type(cubic)).astype(dt)).astype(dt)
+    y = (p * dt.type(k)).astype(dt)
+    right = em.exp(np.minimum(y, dt.type(0)).astype(dt))
+    e = em.exp((np.abs(y) * dt.type(-1)).astype(dt))
+    left = (x / (e + dt.type(1)).astype(dt)).astype(dt)
+    return (left * right).astype(dt)
+
+
+def ascend_igelu_formula(x: np.ndarray, dt=F16, sat: bool = False, c: float = ASCEND_IGELU_C,
+                         b: float = ASCEND_IGELU_B, a_half: float = ASCEND_IGELU_A_HALF,
+                         offset: float = ASCEND_IGELU_OFFSET) -> np.ndarray:
+    """Ascend Gelu, high_performance implmode (high_performance_compute), every instruction in dt (the fp16 input's
+    dtype: this path never casts) with the constants rounded to dt, one rounding per instruction (sat: saturated):
+        z = x * c;  d = min(|z|, b) + (-b);  t0 = (d*d) * (a/2) + 0.5
+        s = x + offset;  sgn = s * vrec(|s|)
+        gelu = x * (t0 * sgn + 0.5)
+    In fp16 the offset is 0, so sgn(+-0) = 0 * inf = NaN and for 0 < |x| <= 2^-16 vrec overflows (sgn = +-inf,
+    gelu = +inf); saturation turns vrec's inf into 65504 and gives ~0.5x there. Where vrec's result is an fp16
+    subnormal (|x| > 2^14) or x * vrec(|x|) rounds to 1 -+ 2^-11, t0 * sgn + 0.5 is 2^-12 instead of 0 in the
+    negative tail: gelu = x 2^-12 (-15.99 at x = -65504)."""
+    dt = np.dtype(dt)
+    x = np.asarray(x, dtype=dt)
+
+    def op(v):
+        v = np.asarray(v).astype(dt)
+        return _saturate(v, dt) if sat else v
+
+    z = op(x * dt.type(c))
+    d = op(np.minimum(np.abs(z), dt.type(b)) + dt.type(-b))
+    t0 = op(op(op(d * d) * dt.type(a_half)) + dt.type(0.5))
+    s = op(x + dt.type(offset))
+    sgn = op(s * op(dt.type(1) / np.abs(s)))
+    t1 = op(op(t0 * sgn) + dt.type(0.5))
+    return op(x * t1)
+
+
+def ascend_sigmoid_formula(x: np.ndarray, dt=F16, sat: bool = False, neg: float = -1.0) -> np.ndarray:
+    """Ascend Sigmoid (sigmoid_compute) for fp16: every instruction in fp16, no cast on any chip:
+        n = x * (-1);  e = vexp(n);  t = e + 1;  y = vrec(t, HIGH_PRECISION)
+    No exp(-|x|) rewrite: exp(-x) overflows fp16 for x <= -11.0937 (exp(-x) >= 65520), so y = 1/inf = 0 (IEEE) or
+    1/fp16(65504 + 1) = 2^-16 (saturation), where sigmoid(x) < 1.53e-5."""
+    dt = np.dtype(dt)
+    x = np.asarray(x, dtype=dt)
+
+    def op(v):
+        v = np.asarray(v).astype(dt)
+        return _saturate(v, dt) if sat else v
+
+    n = op(x * dt.type(neg))
+    t = op(op(em.exp(n)) + dt.type(1))
+    return op(dt.type(1) / t)
+
+
+def _ascend16(formula, x, **kw):
+    x = np.asarray(x, dtype=F16)
+    with np.errstate(all="ignore"):
+        return formula(x, F16, **kw)
+
+
+def gelu_ascend_tanh(x):
+    """fp16 -> fp32 (exact), ascend_gelu_tanh_formula in fp32, one cast to fp16 (-inf -> -0 by convention)."""
+    x = np.asarray(x)
+    with np.errstate(all="ignore"):
+        y = ascend_gelu_tanh_formula(x.astype(F32), F32).astype(x.dtype)
+    return _nonfinite_limits(x, y)
+
+
+def gelu_ascend_igelu(x):
+    """The i-GELU in fp16 arithmetic, IEEE overflow (inf/NaN propagate); +-inf and NaN inputs take GELU's limits."""
+    x = np.asarray(x, dtype=F16)
+    return _nonfinite_limits(x, _ascend16(ascend_igelu_formula, x))
+
+
+def gelu_ascend_igelu_sat(x):
+    """The i-GELU in fp16 arithmetic, every instruction saturating; +-inf and NaN inputs take GELU's limits."""
+    x = np.asarray(x, dtype=F16)
+    return _nonfinite_limits(x, _ascend16(ascend_igelu_formula, x, sat=True))
+
+
+def sigmoid_vexp_fp16(x):
+    """Ascend Sigmoid for fp16, IEEE overflow: 0 for x <= -11.0937."""
+    return _ascend16(ascend_sigmoid_formula, x)
+
+
+def sigmoid_vexp_fp16_sat(x):
+    """Ascend Sigmoid for fp16, every instruction saturating: 2^-16 for x <= -11.0937; a NaN input stays NaN (the
+    harness's convention: in saturation mode no NaN reaches a kernel; the instructions would give 0.5)."""
+    x = np.asarray(x, dtype=F16)
+    y = _ascend16(ascend_sigmoid_formula, x, sat=True)
+    return np.where(np.isnan(x), x, y).astype(F16)
+
+
+# planted bugs of the Ascend kernels
+def bug_gelu_ascend_tanh_cubic(x):
+    """Planted bug: the tanh-form Gelu with 0.04715 (a dropped digit) instead of 0.044715."""
+    x = np.asarray(x)
+    with np.errstate(all="ignore"):
+        y = ascend_gelu_tanh_formula(x.astype(F32), F32, cubic=0.04715).astype(x.dtype)
+    return _nonfinite_limits(x, y)
+
+
+def bug_gelu_ascend_igelu_b(x):
+    """Planted bug: the fp16 i-GELU with the clip constant 1.796 (two digits swapped) instead of 1.769."""
+    x = np.asarray(x, dtype=F16)
+    return _nonfinite_limits(x, _ascend16(ascend_igelu_formula, x, b=1.796))
+
+
+def bug_gelu_ascend_igelu_fp32(x):
+    """Planted bug: the high_performance i-GELU evaluated in fp32 and cast once (as if the kernel's fp16 -> fp32
+    improve-precision cast applied in high_performance, which it does not): too accurate, and finite near 0 where
+    the fp16 kernel's offset 1e-12 has become 0."""
+    x = np.asarray(x, dtype=F16)
+    with np.errstate(all="ignore"):
+        y = ascend_igelu_formula(x.astype(F32), F32).astype(F16)
+    return _nonfinite_limits(x, y)
+
+
+def bug_gelu_ascend_igelu_ieee_as_sat(x):
+    """Planted bug: the IEEE-mode i-GELU sold as the saturating twin (inf/NaN for |x| <= 2^-16)."""
+    return gelu_ascend_igelu(x)
+
+
+def bug_sigmoid_vexp_fp32(x):
+    """Planted bug: the Ascend Sigmoid evaluated in fp32 (1/(1+exp(-x)) in fp32, one cast): the emulator's
+    pre-issue-21 high_precision sigmoid; too accurate in the tail, where exp(-x) overflows fp16 on the device."""
+    x = np.asarray(x, dtype=F16)
+    with np.errstate(all="ignore"):
+        return ascend_sigmoid_formula(x.astype(F32), F32).astype(F16)
+
+
+def bug_sigmoid_vexp_sign(x):
+    """Planted bug: const_num_neg_one written as +1: 1/(1 + exp(x)) = sigmoid(-x)."""
+    return _ascend16(ascend_sigmoid_formula, x, neg=1.0)
+
+
+def bug_sigmoid_vexp_ieee_as_sat(x):
+    """Planted bug: the IEEE-mode Sigmoid sold as the saturating twin (0 instead of 2^-16 below x = -11.09)."""
+    return sigmoid_vexp_fp16(x)
+
+
+for _name in ("gelu_ascend_tanh", "gelu_ascend_igelu", "gelu_ascend_igelu_sat", "sigmoid_vexp_fp16",
+              "sigmoid_vexp_fp16_sat"):
+    globals()[_name] = lut_unary(globals()[_name])
+
+
 # ------------------------------------------------------------------------------------ fp16 table lookup
 # Every kernel above is elementwise and deterministic, so on float16 input it is answered from a table of its
 # values on all 65,536 fp16 bit patterns (fastfp16.lut_unary: the same bits, ~20x faster than re-evaluating the

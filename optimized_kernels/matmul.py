@@ -228,3 +228,77 @@ def gemm_fp16_fp16acc(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=
 def gemm_fp16_fp32acc_kblocked(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False,
                                kb: int = DEFAULT_KB):
     return _gemm(lambda x, y: _acc_fp32_kblocked(x, y, kb), F16, a, b, c, alpha, beta, trans_a, trans_b)
+
+
+# ------------------------------------------------------------------------------------------ matmul + bias
+# MatMul/BatchMatMul followed by BiasAdd/Add of a 1-D bias, which GE's MatMulBiasAddFusionPass fuses into one
+# MatMulV2/BatchMatMulV2 with has_bias (hicann/ops-nn:matmul/mat_mul_v3/op_graph/fusion_pass/
+# matmul_biasadd_fusion_pass.cpp@b4e5851d3b75eb3b21356ca10fe36b1d6ade37b8; the 2022 canndev pass
+# dengguojie/vue-element-admin:ops/built-in/fusion_pass/graph_fusion/ai_core/matmul_biasadd_fusion_pass.cc
+# @affbcf8d7b5ce8977424803915d772f64efe1ffa). The pass's documentation states the numerics: "if the BiasAdd/Add
+# computed in FLOAT16 before the fusion, after it the bias is added inside the MatMul in FLOAT32, raising the
+# precision" (hicann/ops-nn:matmul/mat_mul_v3/docs/MatMulBiasAddOpenFusionPass.md
+# @3599d1ee38b6f503d27a85061040eaa52251f38a). Modelled: the cube's fp32 product (as matmul_*_fp32acc) plus the
+# bias upcast to fp32 in one fp32 add, then one rounding to storage. Where on the fp32 accumulator the bias enters
+# (the cube's bias table initializing L0C, or an add at the end) is the kernel's; it moves the fp32 result by at
+# most one more fp32 rounding, which the contract's gamma_{K+1} covers, and the bits of the fp32 sum are the BLAS's
+# order anyway (platform_bits).
+def _check_bias(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> None:
+    if b.ndim < 2 or bias.shape != (b.shape[-1],):
+        raise ValueError(f"matmul_bias: b must be (..., K, N) and bias (N,), got a {a.shape}, b {b.shape}, "
+                         f"bias {bias.shape}")
+
+
+def _matmul_bias(a, b, bias, storage):
+    a, b, bias = np.asarray(a), np.asarray(b), np.asarray(bias)
+    _check_bias(a, b, bias)
+    acc = _acc_fp32(a, b)  # a fresh fp32 array
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.add(acc, astype(bias, F32), out=acc)  # the bias row broadcast over every row: one fp32 add each
+    return _round(acc, storage)
+
+
+def matmul_bias_fp32(a, b, bias):
+    """fp32 storage: fp32 product + fp32 bias, no further rounding."""
+    return _matmul_bias(a, b, bias, F32)
+
+
+def matmul_bias_fp16_fp32acc(a, b, bias):
+    """fp16 in, fp32 accumulation, bias added in fp32, one rounding to fp16."""
+    return _matmul_bias(a, b, bias, F16)
+
+
+def matmul_bias_bf16_fp32acc(a, b, bias):
+    """bf16 in, fp32 accumulation, bias added in fp32, one rounding to bf16."""
+    return _matmul_bias(a, b, bias, BF16)
+
+
+def bug_matmul_bias_after_rounding(a, b, bias):
+    """Planted bug: the unfused graph (MatMul rounded to fp16, then an fp16 Add) sold as the fused kernel: two
+    roundings, and an fp16 product that overflows where the biased result would not."""
+    a, b, bias = np.asarray(a), np.asarray(b), np.asarray(bias)
+    _check_bias(a, b, bias)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (matmul_fp16_fp32acc(a, b) + bias.astype(F16)).astype(F16)
+
+
+def bug_matmul_bias_bf16_after_rounding(a, b, bias):
+    """Planted bug: the unfused bf16 graph (MatMul rounded to bf16, then a bf16 Add) sold as the fused kernel."""
+    a, b, bias = np.asarray(a), np.asarray(b), np.asarray(bias)
+    _check_bias(a, b, bias)
+    y = matmul_bf16_fp32acc(a, b).astype(F32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (y + bias.astype(F32)).astype(BF16)
+
+
+def _to_significant_bits(x: np.ndarray, bits: int) -> np.ndarray:
+    """x rounded to nearest (ties to even) with `bits` significant bits (in float64, then back to x's dtype)."""
+    m, e = np.frexp(x.astype(np.float64))
+    return np.ldexp(np.rint(m * 2.0 ** bits) / 2.0 ** bits, e).astype(x.dtype)
+
+
+def bug_matmul_bias_fp32_hf32(a, b, bias):
+    """Planted bug: fp32 operands cut to 12 significant bits before the cube (an HF32-style reduced-mantissa mode,
+    what allow_hf32 does to fp32 MatMul) sold as the fp32 kernel."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return _matmul_bias(_to_significant_bits(a, 12), _to_significant_bits(b, 12), bias, F32)

@@ -8,6 +8,8 @@
   (high_performance).
 - softmax_fp16_nomax (planted bug): fp32 arithmetic like the accurate kernel but computes exp(x) in fp16 without
   subtracting the max: exp overflows for logits above ~11.09.
+- softmax_fp16_v2: CANN's SoftmaxV2 (issue 21; the section at the end of this file): as softmax_fp16_fp32acc but
+  x - max rounded to fp16 before the fp32 exp, as the TBE kernel subtracts before it casts.
 """
 from __future__ import annotations
 
@@ -173,3 +175,62 @@ def softmax_fp16_nomax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Planted bug: no max subtraction before an fp16 exp."""
     e = em.exp(x.astype(np.float16)).astype(np.float32)
     return (e / np.sum(e, axis=axis, keepdims=True)).astype(np.float16)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Ascend SoftmaxV2 (issue 21): dengguojie/vue-element-admin:ops/built-in/tbe/impl/dynamic/softmax_v2.py
+# @058c1e227ec3e904ebbdd5cc4c92203e49d26c2d, fp16 input on a part with fp32 vexp (910/910B/310P), ND format:
+# reduce_max and x - max in fp16 (the max is exact; the shift rounds once to fp16), cast to fp32, vexp, reduce_sum,
+# vdiv in fp32, one cast to fp16. impl_mode changes nothing on this path (it only picks vrec's precision on the
+# FRACTAL_NZ path, which multiplies by a reciprocal instead of dividing; not modelled). Modelling choices: vexp is
+# the float64 exp rounded once to fp32 (docs/NUMERICS.md §11), reduce_sum is numpy's fp32 add.reduce along the
+# axis (the auto-schedule's order is not in the source), vdiv is IEEE division.
+V2_SOURCE = ("dengguojie/vue-element-admin:ops/built-in/tbe/impl/dynamic/softmax_v2.py"
+             "@058c1e227ec3e904ebbdd5cc4c92203e49d26c2d")
+
+
+def _v2_numpy(x: np.ndarray, axis: int, exp_fp16: bool = False) -> np.ndarray:
+    """The SoftmaxV2 steps with numpy (any axis, any row content). fp16 x - max is computed in fp32 and rounded
+    to fp16: for fp16 operands that equals the correctly rounded fp16 difference (the fp32 difference is exact
+    unless the operands' magnitudes differ by more than 2^13, and then the smaller one is below fp16's rounding
+    position of the result: no double rounding)."""
+    x = np.asarray(x, dtype=np.float16)
+    with np.errstate(all="ignore"):
+        z = (x - np.max(x, axis=axis, keepdims=True)).astype(np.float32)
+        e = em.exp(z.astype(np.float16)).astype(np.float32) if exp_fp16 else em.exp(z, out=z)
+        s = np.add.reduce(e, axis=axis, keepdims=True, dtype=np.float32)
+        return np.divide(e, s, out=e).astype(np.float16)
+
+
+def softmax_fp16_v2(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """SoftmaxV2 for fp16 x. A C-contiguous x along its last axis takes the compiled passes of softmax_fp16_fp32acc
+    (shift in fp32, exp, pairwise sum + divide + fp16 rounding) with the shift rounded to fp16 in between (the
+    module's compiled astype conversions, through the output's rows): the same bits as _v2_numpy, which takes
+    every other layout and rows with NaN/+inf/all -inf."""
+    x = np.asarray(x)
+    fast = fast_fp16()
+    if fast is not None and x.dtype == np.float16 and x.ndim and axis in (-1, x.ndim - 1) and x.size \
+            and x.flags.c_contiguous:
+        n = x.shape[-1]
+        x2 = x.reshape(-1, n)
+        z, out = np.empty(x2.shape, np.float32), np.empty(x2.shape, np.float16)
+        bad = []
+
+        def rows(a: int, b: int) -> None:
+            if not fast.softmax_fp32acc_shift(x2[a:b], z[a:b]):
+                bad.append(a)
+                return
+            fast.to_f16(z[a:b], out[a:b])  # the fp16 shift, through out's rows (written again below)
+            fast.to_f32(out[a:b], z[a:b])
+            em.exp(z[a:b], out=z[a:b])
+            fast.softmax_fp32acc_divide(z[a:b], out[a:b])
+        for_row_blocks(rows, x2.shape[0], n)
+        if not bad:
+            return out.reshape(x.shape)
+    return _v2_numpy(x, axis)
+
+
+def softmax_bug_v2_exp_fp16(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Planted bug: SoftmaxV2's Ascend310 branch (vexp on fp16 operands, the result cast back to fp32) sold as
+    the 910B kernel: each exp rounded to fp16 before the fp32 sum and divide."""
+    return _v2_numpy(x, axis, exp_fp16=True)

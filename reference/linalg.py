@@ -48,3 +48,11 @@ def qkv_projection(x, w_q, w_k, w_v, b_q=None, b_k=None, b_v=None):
             y = y + np.asarray(bias, dtype=np.float64)
         outs.append(y)
     return tuple(outs)
+
+
+def matmul_bias(a, b, bias) -> np.ndarray:
+    """a @ b + bias with np.matmul semantics for a @ b and the 1-D bias (N,) broadcast over the rows: the fused
+    MatMul + BiasAdd/Add (GE's MatMulBiasAddFusionPass). Products of fp16/bf16 values are exact in float64; the
+    error is float64 summation of K + 1 terms, gamma_{K+1}(2^-53)(|A||B| + |bias|)."""
+    return np.matmul(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)) \
+        + np.asarray(bias, dtype=np.float64)

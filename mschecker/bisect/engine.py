@@ -119,12 +119,13 @@ def name_unnamed(graph: onnx.GraphProto) -> None:
 
 
 def _plan(model: LoadedModel, profile: NumericsProfile) -> tuple[Executor, Executor]:
-    reference = reference_executor(model)
     try:
         npu = Executor(model, npu_policy(profile))
     except KernelUnavailable as exc:
         raise InputError(f"profile {profile.name}: {exc}") from None
-    return reference, npu
+    # the reference runs the graph the NPU runs (a device profile's fused ops in float64: the same math, node for
+    # node), so that the lockstep pass pairs each device op with its own reference
+    return reference_executor(npu.model), npu
 
 
 def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, profile="ascend910b",

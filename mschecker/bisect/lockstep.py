@@ -216,7 +216,8 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
             progress: Progress | None = None, label: str = "lockstep pass") -> Analysis:
     """The lockstep pass (module docstring). `npu` is the emulator's executor, or None with `dump` (one sample)."""
     steps = reference.steps
-    records = [NodeRecord(st.index, st.label, st.node.op_type,
+    op_type = getattr(npu.policy, "op_type_of", None) if npu is not None else None
+    records = [NodeRecord(st.index, st.label, op_type(st.node) if op_type else st.node.op_type,
                           "device dump" if npu is None else npu.steps[k].ctx.description,
                           st.ctx.description.startswith("host-folded") if npu is None else
                           npu.steps[k].ctx.description.startswith("host-folded"))

@@ -255,9 +255,10 @@ def high_precision_capable(executor: Executor, base: NumericsProfile, items: lis
     if not items:
         return set()
     types = {op_type_of(i) for i in items if op_type_of(i)}
-    names = [i for i in items if not op_type_of(i)] + [st.label for st in executor.steps if st.node.op_type in types]
+    kind = getattr(executor.policy, "op_type_of", lambda node: node.op_type)  # the profile's op-type vocabulary
+    names = [i for i in items if not op_type_of(i)] + [st.label for st in executor.steps if kind(st.node) in types]
     node_capable = _hp_capable_nodes(executor, base, names)
-    by_type = {st.node.op_type for st in executor.steps if st.label in node_capable}
+    by_type = {kind(st.node) for st in executor.steps if st.label in node_capable}
     return {i for i in items if (op_type_of(i) in by_type if op_type_of(i) else i in node_capable)}
 
 

@@ -182,6 +182,7 @@ class Executor:
             model = load_model(model)
         elif isinstance(model, onnx.ModelProto):
             model = from_proto(model)
+        model = policy.transform(model)
         self.model = model
         self.policy = policy
         self.where = str(model.path)
@@ -214,7 +215,7 @@ class Executor:
             foldable = node.op_type in ("Shape", "Size") or not any(n in data for n in node.input if n)
             if not foldable:
                 data.update(o for o in node.output if o)
-            spec = lookup(node.op_type) if node.domain in ("", "ai.onnx") else None
+            spec = lookup(node.op_type, node.domain)  # default domain, or mschecker.device fused ops
             if spec is None:
                 key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
                 unsupported[key].append(label)

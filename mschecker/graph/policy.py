@@ -72,6 +72,11 @@ class Policy:
 
     name = "policy"
 
+    def transform(self, model):
+        """The graph this policy runs, from the model as loaded (a LoadedModel): the model itself, or a rewritten
+        copy (the emulated NPU's device profiles apply the compiler's fusion passes)."""
+        return model
+
     def prepare(self, initializers) -> None:
         """Called once before planning with the model's initializers (name -> array); policies that treat
         constant operands specially (int8 weight-only quantization) look at them here."""

@@ -8,9 +8,21 @@ Every contract has the form  bound = A + rel(x) |y| + u_storage |y| + floor  whe
   below; it may grow with |x| where a rounded argument is amplified (exp's range reduction, erfc's tail);
 - u_storage |y| is the final rounding and floor = contracts.subnormal_floor is one subnormal step of storage.
 `EXHAUSTIVE` turns the same terms into the ULP budgets of the exhaustive fp16 sweep.
+
+The Ascend variants (issue 21) model what CANN's TBE kernels compute for fp16 input and carry their own bounds:
+gelu `fp16_ascend_tanh` (default/high_precision: the tanh form in fp32 with the kernel's overflow-safe split),
+`fp16_ascend_igelu` and `_sat` (high_performance: the i-GELU in fp16 arithmetic, IEEE or saturating overflow),
+from dengguojie/vue-element-admin:ops/built-in/tbe/impl/dynamic/gelu.py@0fd5feed6b46627fba3685f30027dabbf396fecf;
+sigmoid `fp16_vexp` and `_sat` (fp16 throughout: vexp(-x), +1, vrec; exp(-x) overflows below x = -11.09), from
+dengguojie/vue-element-admin:ops/built-in/tbe/impl/dynamic/sigmoid.py@38d6337f5d92e0e0705d34d773f215bc350ec9d0.
+Where the sources leave behaviour to the hardware (vexp, vrec, vdiv accuracy; fp16 subnormals), the kernels
+assume correctly rounded results and kept subnormals (optimized_kernels/activations.py). Their accumulate field is
+"float32" so that they join the existing (fp16, fp32, implmode) groups, whose declared defaults keep what a
+generic NPU run selects; the device table selects them by name.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -246,9 +258,140 @@ def _approx(name, fn, form) -> Variant:
                    implmode="high_performance", doc=f"GELU {form} approximation, fp32 compute")
 
 
+# --- Ascend TBE kernels (issue 21) --------------------------------------------------------------------------------
+# What CANN's Gelu and Sigmoid compute for fp16 input on 910B/310P (optimized_kernels/activations.py, ascend_*):
+ASCEND_GELU_SOURCE = ("dengguojie/vue-element-admin:ops/built-in/tbe/impl/dynamic/gelu.py"
+                      "@0fd5feed6b46627fba3685f30027dabbf396fecf")
+ASCEND_SIGMOID_SOURCE = ("dengguojie/vue-element-admin:ops/built-in/tbe/impl/dynamic/sigmoid.py"
+                         "@38d6337f5d92e0e0705d34d773f215bc350ec9d0")
+U16, U32 = unit_roundoff("float16"), unit_roundoff("float32")
+# Max |i-GELU - erf GELU| with the kernel's constants as fp16 holds them (0.70703125, 1.7685546875,
+# -0.1444091796875) in exact arithmetic: 0.018171 at x = -2.349 (re-measured on a dense float64 grid in
+# tests/kernels/test_ascend_activations.py; I-BERT's own constants give 0.018151).
+ASCEND_IGELU_APPROX_MAX_ABS_ERR = 1.82e-2
+# |x| at or below which fp16 vrec(|x|) overflows (1/|x| >= 65520): IEEE mode gives sgn = 0 * inf = NaN at 0 and
+# +-inf beyond, so the fp16 i-GELU returns NaN at +-0 and +inf for 0 < |x| <= 2^-16.
+ASCEND_IGELU_VREC_OVERFLOW = 2.0 ** -16
+# x at or below which fp16 exp(-x) is inf (exp(-x) >= 65520, the fp16 overflow threshold): -11.0901; the largest
+# such fp16 x is -11.09375.
+ASCEND_SIGMOID_EXP_OVERFLOW = -math.log(65520.0)
+
+
+def rel_ascend_gelu_tanh(x, u):
+    """y = 1.5957691 (x + 0.044715 x^3) carries <= 5u relative (three products and an add of same-sign terms;
+    6u allowed); for y >= 0 the result x/(1 + e^-y) absorbs it with factor (1 - s) |y| <= 1/e, for y < 0 the result
+    x e^y/(1 + e^y) with factor |y| (through both exps); two libm exps, the +1, the divide and the product."""
+    x = _finite(x)
+    y = opt.ASCEND_GELU_TANH_K * (x + opt.ASCEND_GELU_CUBIC * x * x * x)
+    return 2 * _libm(u) + 12 * u * np.abs(np.minimum(y, 0.0)) + 6 * u
+
+
+@dataclass(frozen=True)
+class AscendGeluTanhBound:
+    """|fl16(g^) - y| <= |fl16(g^) - g^| + |g^ - g| + |g - y| <= u16 |g| (1 + rel) + rel |g| + A_tanh (+ the
+    subnormal floor of the cast, + |x| * fp32 subnormal step where exp(min(y, 0)) is an fp32 subnormal multiplied
+    by ~x): g is the tanh form's own value (float64), g^ its fp32 evaluation, y the erf GELU. The compute terms
+    scale with |g|, not |y|: in the negative tail the two differ by more than g itself."""
+
+    def __call__(self, case: Case, y, variant: Variant):
+        x = _finite(case.inputs[0].astype(np.float64))
+        with np.errstate(all="ignore"):
+            g = np.abs(opt.ascend_gelu_tanh_formula(x, np.float64))
+            rel = rel_ascend_gelu_tanh(x, U32)
+            bound = (GELU_APPROX_MAX_ABS_ERR["tanh"] + rel * g + U16 * g * (1 + rel) + subnormal_floor(variant)
+                     + np.abs(x) * _subnormal_step("float32"))
+        return np.where(np.isnan(bound), np.inf, bound)
+
+
+def ascend_igelu_dt1(x, u=U16):
+    """Absolute error of t1 = t0 sgn + 1/2 in fp16: t0 = (d^2)(a/2) + 1/2 with z = x c and d = min(|z|, b) - b:
+    z's rounding moves d by u b, d's own rounding by u |d|, then d^2 (u), the product (u) and the add (u |t0|):
+    |dt0| <= (5 b^2 |a/2| + b^2 |a/2| + 1/2) u < 4u. sgn = x vrec(|x|) carries vrec's rounding (u relative, or
+    2^-25 absolute where 1/|x| is an fp16 subnormal, |x| > 2^14: |x| 2^-25 relative) and its own (u); t0 sgn
+    (u/2) and + 1/2 (u): |dt1| <= 4u + (2u + max(u, |x| 2^-25))/2 + 1.5u <= 7u + |x| 2^-26."""
+    return 7 * u + np.abs(_finite(x)) * 2.0 ** -26
+
+
+@dataclass(frozen=True)
+class AscendIgeluBound:
+    """A_igelu + |x| dt1(x) + u16 |y| + subnormal floor; `ieee`: no promise (infinite bound) for |x| <= 2^-16,
+    where fp16 vrec(|x|) overflows and the kernel returns NaN (x = +-0) or +inf."""
+
+    ieee: bool
+
+    def __call__(self, case: Case, y, variant: Variant):
+        x = case.inputs[0].astype(np.float64)
+        xf = _finite(x)
+        with np.errstate(all="ignore"):
+            bound = (ASCEND_IGELU_APPROX_MAX_ABS_ERR + np.abs(xf) * ascend_igelu_dt1(xf) + U16 * np.abs(y)
+                     + subnormal_floor(variant))
+            if self.ieee:
+                bound = np.where(np.isfinite(x) & (np.abs(x) <= ASCEND_IGELU_VREC_OVERFLOW), np.inf, bound)
+        return np.where(np.isnan(bound), np.inf, bound)
+
+
+@dataclass(frozen=True)
+class AscendSigmoidBound:
+    """(2 u16 + 2 u32) |y| + u16 |y| + subnormal floor, plus in the overflow region x <= -ln 65520 (fp16
+    exp(-x) = inf) the kernel's answer there: 0 (IEEE: error y < 1.53e-5) or 2^-16 (saturation: error < 2^-16)."""
+
+    sat: bool
+
+    def __call__(self, case: Case, y, variant: Variant):
+        x = case.inputs[0].astype(np.float64)
+        ay = np.abs(y)
+        with np.errstate(all="ignore"):
+            bound = (2 * U16 + 2 * U32) * ay + U16 * ay + subnormal_floor(variant)
+            overflow = x <= ASCEND_SIGMOID_EXP_OVERFLOW
+            bound = bound + np.where(overflow, 2.0 ** -16 if self.sat else ay, 0.0)
+        return np.where(np.isnan(bound), np.inf, bound)
+
+
+ASCEND_GELU_TANH_CONTRACT = Contract(
+    AscendGeluTanhBound(),
+    f"Ascend Gelu tanh form (1.5957691, 0.044715) in fp32: max |tanh form - erf GELU| "
+    f"{GELU_APPROX_MAX_ABS_ERR['tanh']:g} + fp32 compute on the form's own value (2 libm exps 4 ULP each, 6u32, "
+    "12u32|y| for y < 0) + u16|g| cast + subnormal floor + |x| * fp32 subnormal step")
+_IGELU_WHY = ("Ascend Gelu high_performance i-GELU in fp16: max |formula - erf GELU| "
+              f"{ASCEND_IGELU_APPROX_MAX_ABS_ERR:g}"
+              " (fp16 constants, exact arithmetic) + |x| (7u16 + |x| 2^-26) fp16 arithmetic (vrec's subnormal "
+              "rounding beyond |x| = 2^14) + u16|y| + subnormal floor")
+ASCEND_IGELU_CONTRACT = Contract(AscendIgeluBound(ieee=True), _IGELU_WHY + "; no promise for |x| <= 2^-16 (vrec(|x|) "
+                                 "overflows: NaN at +-0, +inf beyond)")
+ASCEND_IGELU_SAT_CONTRACT = Contract(AscendIgeluBound(ieee=False), _IGELU_WHY + " (saturation: vrec's 65504 keeps "
+                                     "|x| <= 2^-16 within 0.05|x|)")
+_SIGMOID_WHY = ("Ascend Sigmoid in fp16: exp (exp64 via fp32: u16 + u32) and +1 relative, vrec u16|y|, "
+                "subnormal floor; "
+                "x <= -ln 65520: fp16 exp(-x) overflows, ")
+ASCEND_SIGMOID_CONTRACT = Contract(AscendSigmoidBound(sat=False), _SIGMOID_WHY + "y = 0, error = sigmoid(x) < 1.53e-5")
+ASCEND_SIGMOID_SAT_CONTRACT = Contract(AscendSigmoidBound(sat=True), _SIGMOID_WHY + "saturated to 65504: y = 2^-16, "
+                                       "error < 2^-16")
+
+
+@st.composite
+def wide_magnitudes(draw, lo_exp: float = -25.0, hi_exp: float = 16.0):
+    """fp16 values with log-uniform magnitudes 2^[lo, hi) and random signs, clipped to 65504, plus a few exact
+    zeros: fp16 subnormals (the i-GELU's vrec overflow at |x| <= 2^-16) and the top binades (its subnormal
+    reciprocal beyond 2^14) in one draw."""
+    shape = draw(S.shapes(max_side=32))
+    rng = np.random.default_rng(draw(S.seeds()))
+    mag = np.minimum(2.0 ** rng.uniform(lo_exp, hi_exp, shape), 65504.0)
+    x = np.where(rng.random(shape) < 0.5, -mag, mag)
+    x = np.where(rng.random(shape) < 0.02, 0.0, x)
+    return round_to(x, "float16").astype(np.float64)
+
+
+def _ascend(name, fn, contract, implmode, what, source) -> Variant:
+    # accumulate="float32": the issue-21 design puts every new variant in its kernel's (fp16, fp32, implmode) group,
+    # whose declared default (KernelInfo.defaults) keeps what a generic NPU run selects; the device table picks these
+    # variants by name. The arithmetic is what `what` says (the fp16 kernels' contracts use u16 explicitly).
+    return Variant(name, fn, "float16", contract, accumulate="float32", implmode=implmode,
+                   doc=f"{what} ({source})")
+
+
 KERNELS = [
     KernelInfo(
-        name="gelu", family="activations", reference=ref.gelu, defaults=("fp16_poly",),
+        name="gelu", family="activations", reference=ref.gelu, defaults=("fp16_poly", "fp16_erf_hp"),
         variants={
             "fp32": Variant("fp32", opt.gelu_accurate, "float32", GELU_ERF_CONTRACT),
             "fp16_erf_hp": Variant("fp16_erf_hp", opt.gelu_accurate, "float16", GELU_ERF_CONTRACT,
@@ -259,8 +402,31 @@ KERNELS = [
             "fp16_poly": _approx("fp16_poly", opt.gelu_poly, "poly"),
             "bug_fp16_poly_coef": _bug("bug_fp16_poly_coef", opt.bug_gelu_poly_wrong_coef,
                                        "i-GELU with a = -0.2 instead of -0.2888", "fp16_poly"),
+            "fp16_ascend_tanh": _ascend(
+                "fp16_ascend_tanh", opt.gelu_ascend_tanh, ASCEND_GELU_TANH_CONTRACT, "high_precision",
+                "Ascend Gelu default/high_precision: fp16 -> fp32, tanh form x/(1+exp(-|y|)) * exp(min(y,0)), "
+                "y = 1.5957691(x + 0.044715x^3), one cast to fp16", ASCEND_GELU_SOURCE),
+            "fp16_ascend_igelu": _ascend(
+                "fp16_ascend_igelu", opt.gelu_ascend_igelu, ASCEND_IGELU_CONTRACT, "high_performance",
+                "Ascend Gelu high_performance: i-GELU (a/2 = -0.1444, b = -1.769, c = 0.7071, sign via vrec(|x|)) "
+                "in fp16 arithmetic, IEEE overflow", ASCEND_GELU_SOURCE),
+            "fp16_ascend_igelu_sat": _ascend(
+                "fp16_ascend_igelu_sat", opt.gelu_ascend_igelu_sat, ASCEND_IGELU_SAT_CONTRACT, "high_performance",
+                "fp16_ascend_igelu with every fp16 instruction saturating (inf -> +-65504, NaN -> 0)",
+                ASCEND_GELU_SOURCE),
+            "bug_fp16_ascend_tanh_cubic": _bug("bug_fp16_ascend_tanh_cubic", opt.bug_gelu_ascend_tanh_cubic,
+                                               "tanh-form Gelu with 0.04715 instead of 0.044715", "fp16_ascend_tanh"),
+            "bug_fp16_ascend_igelu_b": _bug("bug_fp16_ascend_igelu_b", opt.bug_gelu_ascend_igelu_b,
+                                            "fp16 i-GELU with b = 1.796 instead of 1.769", "fp16_ascend_igelu"),
+            "bug_fp16_ascend_igelu_fp32": _bug("bug_fp16_ascend_igelu_fp32", opt.bug_gelu_ascend_igelu_fp32,
+                                               "the high_performance i-GELU evaluated in fp32 (too accurate)",
+                                               "fp16_ascend_igelu"),
+            "bug_fp16_ascend_igelu_ieee_as_sat": _bug(
+                "bug_fp16_ascend_igelu_ieee_as_sat", opt.bug_gelu_ascend_igelu_ieee_as_sat,
+                "the IEEE-mode fp16 i-GELU sold as the saturating one (NaN/inf for |x| <= 2^-16)",
+                "fp16_ascend_igelu_sat", "wide"),
         },
-        strategies=_strategies(), golden_cases=_golden_cases,
+        strategies={**_strategies(), "wide": lambda: _unary(wide_magnitudes())}, golden_cases=_golden_cases,
         doc="GELU with exact erf (ONNX Gelu approximate='none'); approximations are held to their documented error."),
     KernelInfo(
         name="gelu_tanh", family="activations", reference=ref.gelu_tanh,
@@ -274,7 +440,7 @@ KERNELS = [
         strategies=_strategies(), golden_cases=_golden_cases,
         doc="GELU tanh form (ONNX Gelu approximate='tanh'), its own float64 reference."),
     KernelInfo(
-        name="sigmoid", family="activations", reference=ref.sigmoid,
+        name="sigmoid", family="activations", reference=ref.sigmoid, defaults=("fp16_fp32acc",),
         variants={
             **_accurate_variants(opt.sigmoid_accurate, SIGMOID_CONTRACT),
             "fp16_fast": _fp16_fast("fp16_fast", opt.sigmoid_fast_fp16, SIGMOID_FAST_CONTRACT,
@@ -282,6 +448,21 @@ KERNELS = [
             "bug_fp16_naive": _bug("bug_fp16_naive", opt.bug_sigmoid_naive_fp16,
                                    "1/(1+exp(-x)) in fp16: exp overflows for x < -11.09 and sigmoid becomes 0",
                                    "fp16_fast", "tails", accumulate="float16"),
+            "fp16_vexp": _ascend(
+                "fp16_vexp", opt.sigmoid_vexp_fp16, ASCEND_SIGMOID_CONTRACT, "high_precision",
+                "Ascend Sigmoid: fp16 throughout, vexp(-x), +1, vrec(HIGH_PRECISION); 0 for x <= -11.09 "
+                "(fp16 exp overflow, IEEE)", ASCEND_SIGMOID_SOURCE),
+            "fp16_vexp_sat": _ascend(
+                "fp16_vexp_sat", opt.sigmoid_vexp_fp16_sat, ASCEND_SIGMOID_SAT_CONTRACT, "high_precision",
+                "fp16_vexp with every fp16 instruction saturating: 2^-16 for x <= -11.09", ASCEND_SIGMOID_SOURCE),
+            "bug_fp16_vexp_fp32": _bug("bug_fp16_vexp_fp32", opt.bug_sigmoid_vexp_fp32,
+                                       "the Ascend Sigmoid evaluated in fp32 (too accurate in the tail)",
+                                       "fp16_vexp", "tails"),
+            "bug_fp16_vexp_sign": _bug("bug_fp16_vexp_sign", opt.bug_sigmoid_vexp_sign,
+                                       "vmuls by +1 instead of -1: sigmoid(-x)", "fp16_vexp"),
+            "bug_fp16_vexp_ieee_as_sat": _bug("bug_fp16_vexp_ieee_as_sat", opt.bug_sigmoid_vexp_ieee_as_sat,
+                                              "the IEEE-mode Sigmoid sold as the saturating one (0, not 2^-16, "
+                                              "below x = -11.09)", "fp16_vexp_sat", "tails"),
         },
         strategies=_strategies((-20.0, 12.0)), golden_cases=_golden_cases, doc="Logistic sigmoid."),
     KernelInfo(
@@ -328,9 +509,12 @@ KERNELS = [
 _ACCURATE = ("fp32", "fp16_fp32acc", "bf16_fp32acc")
 DEFINITIONS = {
     "gelu": {"fp32": D.gelu_erf, "fp16_erf_hp": D.gelu_erf, "bf16_erf_hp": D.gelu_erf,
-             "fp16_tanh": D.gelu_tanh_textbook, "fp16_quick": D.gelu_quick, "fp16_poly": D.gelu_ibert},
+             "fp16_tanh": D.gelu_tanh_textbook, "fp16_quick": D.gelu_quick, "fp16_poly": D.gelu_ibert,
+             "fp16_ascend_tanh": D.ascend_gelu_tanh, "fp16_ascend_igelu": D.ascend_igelu16,
+             "fp16_ascend_igelu_sat": D.ascend_igelu16_sat},
     "gelu_tanh": {**dict.fromkeys(_ACCURATE, D.gelu_tanh_sigmoid), "fp16_fp16acc": D.gelu_tanh_fast16},
-    "sigmoid": {**dict.fromkeys(_ACCURATE, D.sigmoid), "fp16_fast": D.sigmoid_fast16},
+    "sigmoid": {**dict.fromkeys(_ACCURATE, D.sigmoid), "fp16_fast": D.sigmoid_fast16,
+                "fp16_vexp": D.ascend_sigmoid16, "fp16_vexp_sat": D.ascend_sigmoid16_sat},
     "silu": {**dict.fromkeys(_ACCURATE, D.silu), "fp16_fast": D.silu_fast16},
     "exp": {**dict.fromkeys(_ACCURATE, D.exp), "fp16_fast": D.exp_fast16},
     "erf": dict.fromkeys(_ACCURATE, D.erf),

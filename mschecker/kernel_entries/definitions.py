@@ -369,6 +369,116 @@ def group_norm(stats, acc):
     return definition
 
 
+# ---- Ascend norms and softmax (issue 21)
+# CANN's GroupNorm (TIK, GE-fused), InstanceNorm and LayerNorm (TBE) and SoftmaxV2 for fp16 input, from the
+# arithmetic their sources state (the variants' docs in mschecker/kernel_entries/norms.py and softmax.py cite
+# them). Further primitives: numpy's fp32 add.reduce over the rows of a C-contiguous (M, n) array (what the
+# variants document for a TBE reduce_sum, whose order the auto-schedule picks), 1/sqrt in float64 rounded once to
+# fp32 (TIK vec_rsqrt_high_preci), and elementary's exp and log of fp32 values (vexp, vlog).
+def _tik_vector_sum(v):
+    """GroupNorm5HD's sum of each row of v (M, L): every 8192-element UB chunk (the last one zero-filled beyond
+    L) folded in half 9 times (lane i += lane i + h, h = 4096 .. 16), its 16 lanes added pairwise (vcadd:
+    (l0 + l1), (l2 + l3), ... for 4 levels), and the chunk results added in chunk order onto 0 (mean_sum)."""
+    m, length = v.shape
+    total = np.zeros(m, F32)
+    for start in range(0, max(length, 1), 8192):
+        ub = np.zeros((m, 8192), F32)
+        piece = v[:, start:start + 8192]
+        ub[:, :piece.shape[1]] = piece
+        h = 8192
+        for _ in range(9):
+            h //= 2
+            ub[:, :h] = (ub[:, :h] + ub[:, h:2 * h]).astype(F32)
+        lanes = ub[:, :16]
+        for _ in range(4):
+            lanes = (lanes[:, 0::2] + lanes[:, 1::2]).astype(F32)
+        total = (total + lanes[:, 0]).astype(F32)
+    return total[:, None]
+
+
+def ascend_ge_group_norm(x, scale, bias, num_groups, epsilon=1e-5):
+    """TIK GroupNorm (what GroupNormFusionPass makes of SD's GroupNorm): per (n, group) row of L values in fp32,
+    S1 = sum x and S2 = sum x*x (_tik_vector_sum), r = 1/L divided in fp32, mean = S1 r, var = S2 r - mean^2 (the
+    square, its negation and the add rounded in fp32; no clamp), rstd = 1/sqrt(var + eps) (the add in fp32, the
+    1/sqrt rounded once), y = (((x - mean) rstd) gamma) + beta with a rounding per operation, one rounding to fp16."""
+    x = np.asarray(x)
+    rows = np.asarray(x, F32).reshape(x.shape[0] * num_groups, -1)
+    per_channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    with np.errstate(all="ignore"):
+        r = (F32.type(1) / F32.type(rows.shape[1])).astype(F32)
+        mean = (_tik_vector_sum(rows) * r).astype(F32)
+        var = ((_tik_vector_sum((rows * rows).astype(F32)) * r).astype(F32)
+               - (mean * mean).astype(F32)).astype(F32)
+        v = (var + F32.type(epsilon)).astype(F32)
+        rstd = (np.float64(1) / np.sqrt(v.astype(F64))).astype(F32)
+        z = (((rows - mean).astype(F32) * rstd).astype(F32)).reshape(x.shape)
+        z = (z * _f32(np.reshape(scale, per_channel))).astype(F32)
+        return (z + _f32(np.reshape(bias, per_channel))).astype(F32).astype(x.dtype)
+
+
+def _tbe_reduce_sum(t):
+    return np.add.reduce(np.ascontiguousarray(t, dtype=F32), axis=1, keepdims=True, dtype=F32)
+
+
+def ascend_tbe_instance_norm(x, scale, bias, num_groups, epsilon=1e-5):
+    """TBE InstanceNorm per (n, group) row: c = fp32(1/L), mean = reduce_sum(x c), d = x - mean,
+    var = reduce_sum((d d) c), rstd = 1 / sqrt(var + eps) (add, sqrt, divide in fp32), y = gamma (d rstd) + beta
+    in fp32, one rounding to fp16."""
+    x = np.asarray(x)
+    rows = np.ascontiguousarray(np.asarray(x, F32).reshape(x.shape[0] * num_groups, -1))
+    per_channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    with np.errstate(all="ignore"):
+        c = F32.type(1.0 / rows.shape[1])
+        mean = _tbe_reduce_sum((rows * c).astype(F32))
+        d = (rows - mean).astype(F32)
+        var = _tbe_reduce_sum(((d * d).astype(F32) * c).astype(F32))
+        rstd = (F32.type(1) / np.sqrt((var + F32.type(epsilon)).astype(F32)).astype(F32)).astype(F32)
+        normalized = (d * rstd).astype(F32).reshape(x.shape)
+        y = (_f32(np.reshape(scale, per_channel)) * normalized).astype(F32)
+        return (y + _f32(np.reshape(bias, per_channel))).astype(F32).astype(x.dtype)
+
+
+def ascend_tbe_layer_norm(implmode):
+    """TBE LayerNorm on fp16 input (cast to fp32, both implmodes on parts with fp32 vexp), per row of the axes
+    axis..rank-1 (flattened): c = fp32(1/n), mean = reduce_sum(x c) cast to fp16 and back, d = x - mean,
+    var = reduce_sum((d d) c) cast to fp16 and back (>= 65520 becomes inf), a = var + eps in fp32;
+    high_precision: rstd = 1 / sqrt(a) (sqrt and divide rounded); high_performance: rstd = exp(log(a) * -0.5)
+    (vlog, the product, vexp each rounded to fp32); y = gamma (d rstd) + beta (beta 0 when absent) in fp32, one
+    rounding to fp16."""
+
+    def definition(x, scale, bias=None, axis=-1, epsilon=1e-5):
+        x = np.asarray(x)
+        lead = int(np.prod(x.shape[:axis % x.ndim], dtype=np.int64))
+        rows = np.ascontiguousarray(np.asarray(x, F32).reshape(lead, -1))
+        gamma_ = _f32(scale).reshape(1, -1)
+        beta_ = np.zeros((1, 1), F32) if bias is None else _f32(bias).reshape(1, -1)
+        with np.errstate(all="ignore"):
+            c = F32.type(1.0 / rows.shape[1])
+            mean = _tbe_reduce_sum((rows * c).astype(F32)).astype(F16).astype(F32)
+            d = (rows - mean).astype(F32)
+            var = _tbe_reduce_sum(((d * d).astype(F32) * c).astype(F32)).astype(F16).astype(F32)
+            a = (var + F32.type(epsilon)).astype(F32)
+            if implmode == "high_performance":
+                rstd = em.exp((em.log(a).astype(F32) * F32.type(-0.5)).astype(F32)).astype(F32)
+            else:
+                rstd = (F32.type(1) / np.sqrt(a).astype(F32)).astype(F32)
+            y = (gamma_ * (d * rstd).astype(F32)).astype(F32)
+            return (y + beta_).astype(F32).reshape(x.shape).astype(x.dtype)
+
+    return definition
+
+
+def ascend_softmax_v2(x, axis=-1):
+    """SoftmaxV2 on fp16 input: m = max (fp16, exact), t = x - m rounded to fp16, e = exp(t) in fp32, s = numpy's
+    fp32 add.reduce of e along the axis, y = e / s in fp32, one rounding to fp16."""
+    x = np.asarray(x, F16)
+    with np.errstate(all="ignore"):
+        t = np.subtract(x, np.max(x, axis=axis, keepdims=True), dtype=F16)
+        e = em.exp(t.astype(F32)).astype(F32)
+        s = np.add.reduce(e, axis=axis, keepdims=True, dtype=F32)
+        return (e / s).astype(F32).astype(F16)
+
+
 # ------------------------------------------------------------------------------------------ matmul, gemm
 def cube_fp32(a, b, upcast=None):
     """The cube unit's product: operands upcast exactly to fp32, one fp32 GEMM (np.matmul).
@@ -759,3 +869,114 @@ def mish32(x):
 
 
 mish = _fp32_pointwise(mish32)
+
+
+# ---- Ascend activations and matmul_bias (issue 21)
+# Written from the instruction lists of CANN's TBE kernels (dengguojie/vue-element-admin, the 2022 canndev mirror:
+# ops/built-in/tbe/impl/dynamic/gelu.py@0fd5feed6b46627fba3685f30027dabbf396fecf and
+# ops/built-in/tbe/impl/dynamic/sigmoid.py@38d6337f5d92e0e0705d34d773f215bc350ec9d0) and of the fused MatMul + bias
+# (hicann/ops-nn matmul/mat_mul_v3/docs/MatMulBiasAddOpenFusionPass.md@3599d1ee38b6f503d27a85061040eaa52251f38a:
+# the bias is added in fp32 inside the MatMul), not from the variants' code. Each instruction is evaluated in
+# float64 and rounded once to its dtype: exact for products of two fp16/fp32 values and for sums of two fp16 values,
+# and for the other sums and the quotients the float64 rounding is innocuous (53 >= 2p + 2 bits for p = 11 and 24),
+# so this is IEEE arithmetic in fp16/fp32 by another route than numpy's float16/float32 loops. Primitive shared
+# with the variants: vexp = exp64 (reference/elementary.py) rounded to fp32 and then to the instruction's dtype.
+ASC_GELU_K = 1.5957691  # 2 sqrt(2/pi) as the kernel writes it
+ASC_GELU_C3 = 0.044715
+ASC_IGELU = {"c": 0.7071, "b": 1.769, "a_half": -0.1444, "offset": 1e-12, "half": 0.5}
+
+
+def _inst(v, dt, sat=False):
+    """One instruction's result: the float64 value rounded to dt; in saturation mode +-inf -> +-max, NaN -> 0."""
+    with np.errstate(all="ignore"):
+        r = np.asarray(v, dtype=F64).astype(dt)
+    if sat:
+        top = float(np.finfo(dt).max)
+        r = np.where(np.isnan(r), 0.0, np.where(np.isinf(r), np.copysign(top, r), r)).astype(dt)
+    return r
+
+
+def _vexp(v, dt, sat=False):
+    return _inst(em.exp(np.asarray(v, dtype=F64)).astype(F32), dt, sat)
+
+
+def _limits_of_gelu(x, y):
+    """+inf -> inf, -inf -> -0, NaN -> NaN (the registry's convention for non-finite inputs)."""
+    y = np.where(np.isnan(x), np.nan, np.where(np.isposinf(x), np.inf, y))
+    return np.where(np.isneginf(x), -0.0, y).astype(y.dtype)
+
+
+def ascend_gelu_tanh(x):
+    """Gelu default/high_precision: fp16 -> fp32; x^3 as (x x) x; p = x + x^3 c; y = p K; exp(min(y, 0)) and
+    x / (exp(-|y|) + 1) multiplied; each step one fp32 rounding; one cast to fp16."""
+    x = np.asarray(x)
+    v = x.astype(F64)  # fp16 values are exact in fp32 and float64
+    with np.errstate(all="ignore"):
+        sq = _inst(v * v, F32).astype(F64)
+        cube = _inst(sq * v, F32).astype(F64)
+        y = _inst(_inst(v + _inst(cube * float(F32.type(ASC_GELU_C3)), F32).astype(F64), F32).astype(F64)
+                  * float(F32.type(ASC_GELU_K)), F32).astype(F64)
+        right = _vexp(np.minimum(y, 0.0), F32).astype(F64)
+        den = _inst(_vexp(-np.abs(y), F32).astype(F64) + 1.0, F32).astype(F64)
+        out = _inst(_inst(v / den, F32).astype(F64) * right, F32)
+    return _limits_of_gelu(v, out.astype(F64)).astype(x.dtype)
+
+
+def _ascend_igelu16(x, sat):
+    """Gelu high_performance on fp16: every instruction in fp16 with the fp32 constants cast to fp16:
+    z = x c; d = min(|z|, b) - b; t0 = d^2 (a/2) + 1/2; s = x + offset; g = s vrec(|s|); y = x (t0 g + 1/2)."""
+    x = np.asarray(x, F16)
+    k = {name: float(F16.type(val)) for name, val in ASC_IGELU.items()}
+    v = x.astype(F64)
+    with np.errstate(all="ignore"):
+        z = _inst(v * k["c"], F16, sat).astype(F64)
+        d = _inst(np.minimum(np.abs(z), k["b"]) - k["b"], F16, sat).astype(F64)
+        t0 = _inst(_inst(_inst(d * d, F16, sat).astype(F64) * k["a_half"], F16, sat).astype(F64) + k["half"],
+                   F16, sat).astype(F64)
+        s = _inst(v + k["offset"], F16, sat).astype(F64)
+        rec = _inst(1.0 / np.abs(s), F16, sat).astype(F64)
+        g = _inst(s * rec, F16, sat).astype(F64)
+        t1 = _inst(_inst(t0 * g, F16, sat).astype(F64) + k["half"], F16, sat).astype(F64)
+        y = _inst(v * t1, F16, sat).astype(F64)
+    return _limits_of_gelu(v, y).astype(F16)
+
+
+def ascend_igelu16(x):
+    return _ascend_igelu16(x, False)
+
+
+def ascend_igelu16_sat(x):
+    return _ascend_igelu16(x, True)
+
+
+def _ascend_sigmoid16(x, sat):
+    """Sigmoid on fp16: n = -x; e = vexp(n); t = e + 1; y = vrec(t) = 1/t; all fp16, no exp(-|x|) rewrite."""
+    x = np.asarray(x, F16)
+    v = x.astype(F64)
+    with np.errstate(all="ignore"):
+        e = _vexp(_inst(-v, F16, sat), F16, sat).astype(F64)
+        y = _inst(1.0 / _inst(e + 1.0, F16, sat).astype(F64), F16, sat)
+    return np.where(np.isnan(v), np.nan, y.astype(F64)).astype(F16) if sat else y
+
+
+def ascend_sigmoid16(x):
+    return _ascend_sigmoid16(x, False)
+
+
+def ascend_sigmoid16_sat(x):
+    """The saturating twin; a NaN input stays NaN (the registry's convention; the instructions would give 1/2)."""
+    return _ascend_sigmoid16(x, True)
+
+
+def matmul_bias(storage):
+    """MatMul with the bias fused by MatMulBiasAddFusionPass: the cube's fp32 product of the exactly upcast
+    operands (cube_fp32_to_f32), plus the bias (N,) upcast to fp32, broadcast over the rows, in one fp32 add;
+    one rounding to storage."""
+    storage = np.dtype(storage)
+
+    def definition(a, b, bias):
+        acc = cube_fp32_to_f32(np.asarray(a), np.asarray(b))
+        with np.errstate(over="ignore", invalid="ignore"):
+            return (acc + np.asarray(bias).astype(F32)).astype(F32).astype(storage)
+
+    return definition

@@ -1,4 +1,5 @@
-"""Registry entries: matmul (np.matmul semantics) and gemm (ONNX Gemm).
+"""Registry entries: matmul (np.matmul semantics), gemm (ONNX Gemm) and matmul_bias (MatMul + 1-D bias as GE's
+MatMulBiasAddFusionPass fuses it: the bias added inside the fp32 accumulator, one rounding; see its section below).
 
 Contract (both): Higham's GEMM bound with exact fp16/bf16 products, gamma_K(u_acc)|A||B| + u_storage|C|
 (contracts.dot_bound), plus K times half a subnormal spacing of the accumulator (Higham's underflow term, see
@@ -258,3 +259,147 @@ register_kernel(D.attach(KernelInfo(
     golden_cases=_gemm_golden,
     doc="ONNX Gemm: Y = alpha A' B' + beta C, C unidirectionally broadcast.",
 ), _definitions(True), _PLATFORM))
+
+
+# ---------------------------------------------------------------------------------------- matmul_bias (issue 21)
+# MatMul/BatchMatMul + BiasAdd/Add fused by GE's MatMulBiasAddFusionPass into one MatMulV2/BatchMatMulV2 with the
+# bias as third input (hicann/ops-nn:matmul/mat_mul_v3/op_graph/fusion_pass/matmul_biasadd_fusion_pass.cpp
+# @b4e5851d3b75eb3b21356ca10fe36b1d6ade37b8, 2022 canndev twin dengguojie/vue-element-admin:ops/built-in/
+# fusion_pass/graph_fusion/ai_core/matmul_biasadd_fusion_pass.cc@affbcf8d7b5ce8977424803915d772f64efe1ffa; the
+# kernel takes the bias as its own input, hicann/ops-nn:matmul/mat_mul_v3/op_kernel/mat_mul_v3.cpp
+# @b8b4ad7f53085924e0982f83b38df9bb96ec8d86). hicann/ops-nn:matmul/mat_mul_v3/docs/MatMulBiasAddOpenFusionPass.md
+# @3599d1ee38b6f503d27a85061040eaa52251f38a: an fp16 BiasAdd/Add becomes an FLOAT32 add inside the MatMul.
+#
+# Contract: the fp32 accumulator sums K exact products and the bias (exact in fp32): K + 1 terms, Higham 3.5 with
+# gamma_{K+1}(u_fp32)(|A||B| + |bias|), then ONE rounding to storage, u_storage|C| (+ subnormal floor, + Higham's
+# underflow term). The unfused emulation (MatMul rounded to fp16, then an fp16 Add) has a second rounding,
+# u16|A B|, which is not in the bound: on the bias_cancel strategy (bias ~ -A B, |C| << |A B|) it breaks it by
+# orders of magnitude, and where A B overflows fp16 but A B + bias does not it gives inf for a finite result.
+MATMUL_BIAS_SOURCE = ("hicann/ops-nn:matmul/mat_mul_v3/docs/MatMulBiasAddOpenFusionPass.md"
+                      "@3599d1ee38b6f503d27a85061040eaa52251f38a")
+
+
+def _bias_abs_terms(case: Case):
+    a, b, bias = (np.abs(np.asarray(x, np.float64)) for x in case.inputs)
+    return np.matmul(a, b) + bias
+
+
+def _bias_inner(case: Case) -> int:
+    return case.inputs[0].shape[-1] + 1
+
+
+_BIAS_DOT = dot_bound(_bias_abs_terms, _bias_inner)
+MATMUL_BIAS_CONTRACT = with_underflow(Contract(_BIAS_DOT.bound, _BIAS_DOT.why.replace(
+    "gamma_K(u_acc)|A||B|", "gamma_{K+1}(u_acc)(|A||B| + |bias|) (the bias is one more fp32 term of the "
+    "accumulator; one rounding to storage)")), _bias_inner)
+
+
+@st.composite
+def _bias_cancel(draw):
+    """Either (residual) positive A B of a few hundred to a few thousand and bias = -fp16(row 0 of A B): row 0 of
+    C is A B's own fp16 rounding residue, the rest small differences; or (rescue) A B between 65520 and 120000
+    (overflows fp16) and bias = -fp16(max_i A B / 2), so C is finite. Both are exact in fp16 (and bf16 rounds them
+    as its storage)."""
+    rng = np.random.default_rng(draw(S.seeds()))
+    m, n, k = draw(st.integers(1, 8)), draw(st.integers(1, 16)), draw(st.integers(1, 64))
+    batch = draw(st.sampled_from([(), (2,)]))
+    rescue = draw(st.booleans())
+    target = draw(st.floats(70000.0, 110000.0)) if rescue else draw(st.sampled_from([300.0, 2000.0, 6000.0]))
+    s = np.sqrt(target / k)
+    a = rng.uniform(0.5, 1.0, batch + (m, k)) * s
+    b = _exact(rng.uniform(0.5, 1.0, (k, n)) * s)
+    a = _exact(a * (target / np.max(np.matmul(a, b))))  # max(A B) ~ target (fp16 rounding of a moves it < 0.1%)
+    ab = np.matmul(a, b)
+    if rescue:  # every C_ij = A B_ij - max_i(A B_ij)/2 lies in [-target/2, target/2]: finite in fp16
+        bias = -_exact(0.5 * np.max(ab.reshape(-1, n), axis=0))
+    else:
+        bias = -_exact(ab.reshape(-1, n)[0])
+    return a, b, bias, "rescue" if rescue else "residual"
+
+
+def _matmul_bias_case(kind):
+    @st.composite
+    def build(draw):
+        if kind == "fp32_operands":  # full fp32 significands: what an fp32 model feeds (fp16/bf16 variants round)
+            rng = np.random.default_rng(draw(S.seeds()))
+            m, n, k = draw(st.integers(1, 12)), draw(st.integers(1, 12)), draw(st.integers(1, 96))
+            a = round_to(rng.standard_normal(draw(st.sampled_from([(), (2,)])) + (m, k)), "float32")
+            b = round_to(rng.standard_normal((k, n)), "float32")
+            bias = round_to(rng.standard_normal(n), "float32")
+            return Case(tuple(x.astype(np.float64) for x in (a, b, bias)), {},
+                        label=f"fp32_operands {a.shape} @ {b.shape} + ({n},)")
+        if kind == "bias_cancel":
+            a, b, bias, flavour = draw(_bias_cancel())
+            return Case((a, b, bias), {}, label=f"bias_cancel ({flavour}) {a.shape} @ {b.shape} + ({b.shape[-1]},)")
+        a, b = draw(_matrices(kind, batched=True))
+        if b.ndim == 1:  # a 1-D right operand has no N axis to bias
+            b = b[:, None]
+        rng = np.random.default_rng(draw(S.seeds()))
+        ab = np.matmul(a, b)
+        scale = float(np.max(np.abs(ab), initial=0.0)) or 1.0
+        if kind == "near_overflow":
+            bias = -_exact(rng.uniform(0.0, 0.1, b.shape[-1]) * scale)  # negative: the result stays finite
+        else:
+            bias = _exact(rng.standard_normal(b.shape[-1]) * scale * draw(st.sampled_from([0.01, 0.3, 1.0])))
+        return Case((a, b, bias), {}, label=f"{kind} {a.shape} @ {b.shape} + ({b.shape[-1]},)")
+    return build()
+
+
+def _matmul_bias_golden():
+    rng = np.random.default_rng(20261221)
+    a1, b1 = _exact(rng.standard_normal((8, 64))), _exact(rng.standard_normal((64, 32)) * 0.1)
+    a2, b2 = _exact(rng.standard_normal((2, 5, 40))), _exact(rng.uniform(-1, 1, (40, 7)))
+    a3, b3 = _exact(rng.standard_normal((3, 4, 16))), _exact(rng.standard_normal((3, 16, 6)))
+    a4, b4 = _exact(rng.uniform(0.5, 1.0, (3, 24)) * 8), _exact(rng.uniform(0.5, 1.0, (24, 5)) * 8)
+    a5, b5 = rng.uniform(0.5, 1.0, (2, 32)), _exact(rng.uniform(0.5, 1.0, (32, 4)) * 50)
+    a5 = _exact(a5 * (90000.0 / np.max(np.matmul(a5, b5))))  # max(A B) ~ 90000 > 65504
+    return [
+        Case((a1, b1, _exact(rng.standard_normal(32))), {}, "linear 8x64 @ 64x32 + bias"),
+        Case((a2, b2, _exact(rng.standard_normal(7) * 4)), {}, "batched (2,5,40) @ (40,7) + bias"),
+        Case((a3, b3, _exact(rng.standard_normal(6))), {}, "batched (3,4,16) @ (3,16,6) + bias"),
+        Case((a4, b4, -_exact(np.matmul(a4, b4)[0])), {}, "bias cancels row 0: C is A B's fp16 residue"),
+        Case((a5, b5, -_exact(0.5 * np.max(np.matmul(a5, b5), axis=0))), {},
+             "A B > 65504 (fp16 overflow), A B + bias finite"),
+    ]
+
+
+def _matmul_bias_variants() -> dict:
+    fused = ("fused MatMul + bias (MatMulBiasAddFusionPass): fp32 cube accumulation, bias added in fp32, one "
+             f"rounding to {{}} ({MATMUL_BIAS_SOURCE})")
+    return {
+        "fp32": Variant("fp32", opt.matmul_bias_fp32, "float32", MATMUL_BIAS_CONTRACT, accumulate="float32",
+                        doc=fused.format("fp32 (none)")),
+        "fp16_fp32acc": Variant("fp16_fp32acc", opt.matmul_bias_fp16_fp32acc, "float16", MATMUL_BIAS_CONTRACT,
+                                accumulate="float32", doc=fused.format("fp16")),
+        "bf16_fp32acc": Variant("bf16_fp32acc", opt.matmul_bias_bf16_fp32acc, "bfloat16", MATMUL_BIAS_CONTRACT,
+                                accumulate="float32", doc=fused.format("bf16")),
+        "bug_bias_after_rounding": Variant(
+            "bug_bias_after_rounding", opt.bug_matmul_bias_after_rounding, "float16", None, accumulate="float32",
+            planted_bug="the unfused graph: A B rounded to fp16, then an fp16 bias add (two roundings)",
+            bug_of="fp16_fp32acc", catch_with="bias_cancel"),
+        "bug_bf16_bias_after_rounding": Variant(
+            "bug_bf16_bias_after_rounding", opt.bug_matmul_bias_bf16_after_rounding, "bfloat16", None,
+            accumulate="float32", planted_bug="A B rounded to bf16, then a bf16 bias add (two roundings)",
+            bug_of="bf16_fp32acc", catch_with="bias_cancel"),
+        "bug_fp32_hf32": Variant(
+            "bug_fp32_hf32", opt.bug_matmul_bias_fp32_hf32, "float32", None, accumulate="float32",
+            planted_bug="fp32 operands cut to 12 significant bits (HF32-style) sold as fp32", bug_of="fp32",
+            catch_with="fp32_operands"),
+    }
+
+
+register_kernel(D.attach(KernelInfo(
+    name="matmul_bias",
+    family="linalg",
+    defaults=("fp16_fp32acc",),
+    reference=ref.matmul_bias,
+    reference_bits_bound=blas_reference_bound(ref.matmul_bias),
+    variants=_matmul_bias_variants(),
+    strategies={kind: functools.partial(_matmul_bias_case, kind)
+                for kind in ("generic", "bias_cancel", "near_overflow", "fp32_operands")},
+    golden_cases=_matmul_bias_golden,
+    doc="MatMul/BatchMatMul + 1-D bias fused by GE (MatMulBiasAddFusionPass): a (..., M, K) @ b (K, N) or "
+        "(..., K, N) with np.matmul broadcasting, + bias (N,); fn(a, b, bias).",
+), {"fp32": D.matmul_bias("float32"), "fp16_fp32acc": D.matmul_bias("float16"),
+    "bf16_fp32acc": D.matmul_bias(D.BF16)},
+    dict.fromkeys(("fp32", "fp16_fp32acc", "bf16_fp32acc"), D.BLAS_FP32)))

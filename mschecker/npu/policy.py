@@ -6,6 +6,14 @@ and everything else float32, must_keep_origin_dtype / force_fp32 -> float32 (the
 exports; "origin" is fp32). A node's float inputs are rounded to its dtype, its float outputs are stored in it.
 Cast to a float type produces the node dtype, except under must_keep_origin_dtype where the graph's Cast is kept.
 
+A profile with a `device` (a chip of the device kernel table, mschecker/npu/device_table.py) models that chip:
+transform() first rewrites the graph with GE's fusion passes (mschecker/npu/fusion.py), a node's op type is its
+Ascend IR op type (a fused node's own type, or the table's ONNX -> IR map), a fp16 node runs the registry variant
+the table's row names for its implmode ("any" for ops that have no implmode: their implmode is "none"), with the
+row's bracket alternative where the profile asks for one, and the `<variant>_sat` twin where the overflow mode is
+saturation and the kernel has one (per-instruction saturation inside fp16 arithmetic). Nodes the table gives no
+variant for (fp32 nodes under keep_dtype, kernels a row does not name) fall back to the rule below.
+
 Variant selection (select_variant), among a kernel's correct (non-bug) variants whose storage is the node dtype:
 - an explicit `[variants] kernel = name` in the profile wins;
 - cube ops: accumulate == cube_accumulation first, then implmode match;
@@ -21,16 +29,33 @@ import numpy as np
 from ..dtypes import dtype_name, resolve_dtype
 from ..graph.policy import KernelUnavailable, NodeContext, Policy
 from ..registry import KernelInfo, Variant, get_kernel
-from .profile import NumericsProfile, load_profile
+from .fusion import DEVICE_DOMAIN  # the domain of the nodes GE's fusion passes produce
+from .profile import DEFAULT_IMPLMODE, NumericsProfile, load_profile
 
 
-def keep_dtype_matches(entries, node) -> bool:
-    """ATC keep_dtype semantics: an entry is a node name, or OpType::TypeName for every node of that type."""
+
+
+def covered_names(node) -> tuple[str, ...]:
+    """The node's own name and, for a fused device op, the ONNX nodes it covers: the names a knob may use."""
+    if node.domain != DEVICE_DOMAIN:
+        return (node.name,)
+    for a in node.attribute:
+        if a.name == "covers":
+            return (node.name,) + tuple(s.decode("utf-8") for s in a.strings)
+    return (node.name,)
+
+
+def keep_dtype_matches(entries, node, op_type: str | None = None) -> bool:
+    """ATC keep_dtype semantics: an entry is a node name (a fused device op answers to its device name and to the
+    ONNX nodes it covers), or OpType::TypeName for every node of that type (`op_type`: the node's type in the
+    profile's vocabulary, default its ONNX op type)."""
+    names = covered_names(node)
+    op_type = node.op_type if op_type is None else op_type
     for e in entries:
         if e.startswith("OpType::"):
-            if e[len("OpType::"):] == node.op_type:
+            if e[len("OpType::"):] == op_type:
                 return True
-        elif e == node.name:
+        elif e in names:
             return True
     return False
 
@@ -82,6 +107,31 @@ class NpuPolicy(Policy):
         if p.winograd:
             info = get_kernel("conv2d_winograd")
             info.variant(p.winograd)  # KeyError names the known variants
+        self.chip = p.device or None
+        self.fusion_report = None  # what transform()'s fusion passes did, for the device plan
+
+    def transform(self, model):
+        """A device profile's graph is the one GE compiles: its fusion passes applied (a generic profile runs the
+        graph as given)."""
+        if self.chip is None:
+            return model
+        import dataclasses
+
+        from .fusion import apply
+
+        proto, self.fusion_report = apply(model, self.chip, dict(self.profile.fusion))  # LoadedModel: external constants readable
+        return dataclasses.replace(model, proto=proto)
+
+    def op_type_of(self, node) -> str:
+        """The node's op type in the profile's vocabulary: its Ascend IR op type under a device profile."""
+        if self.chip is None:
+            return node.op_type
+        if node.domain == DEVICE_DOMAIN:
+            return node.op_type
+        from ..graph.ops import attribute_values
+        from .device_table import ir_type_of
+
+        return ir_type_of(node.op_type, attribute_values(node)) or node.op_type
 
     def prepare(self, initializers) -> None:
         self.constant_shapes = {k: tuple(v.shape) for k, v in initializers.items()}
@@ -108,7 +158,7 @@ class NpuPolicy(Policy):
 
     def node_dtype(self, node, cube: bool) -> np.dtype:
         p = self.profile
-        if keep_dtype_matches(p.keep_dtype, node):
+        if keep_dtype_matches(p.keep_dtype, node, self.op_type_of(node)):
             return np.dtype(np.float32)
         mode = p.precision_mode
         if mode == "force_fp16":
@@ -121,8 +171,42 @@ class NpuPolicy(Policy):
         return np.dtype(np.float32)  # must_keep_origin_dtype, force_fp32
 
     def implmode_of(self, node) -> str:
+        """By node name (a fused op: its device name, then the ONNX nodes it covers), by op type, the default;
+        "none" for a device op that has no implmode."""
         p = self.profile
-        return p.implmode_by_node.get(node.name) or p.implmode_by_op_type.get(node.op_type) or p.implmode
+        op_type = self.op_type_of(node)
+        if self.chip is not None:
+            from .device_table import has_implmode
+
+            if not has_implmode(op_type):
+                return "none"
+        for name in covered_names(node):
+            if name in p.implmode_by_node:
+                return p.implmode_by_node[name]
+        mode = p.implmode_by_op_type.get(op_type) or p.implmode
+        if mode == DEFAULT_IMPLMODE:
+            from .device_table import default_implmode
+
+            return default_implmode(self.chip, op_type)
+        return mode
+
+    def _device_variant(self, node, kernel: str, dname: str, implmode: str) -> Variant | None:
+        """The variant the device table's row names for this node's fp16 path (module docstring); None where
+        the table names none."""
+        if self.chip is None or dname != "float16":
+            return None
+        from .device_table import variant_for
+
+        try:
+            name = variant_for(self.chip, self.op_type_of(node), kernel, implmode, self.profile.bracket)
+        except KeyError:
+            return None
+        if name is None:
+            return None
+        info = get_kernel(kernel)
+        if self.profile.overflow_mode == "saturation" and f"{name}_sat" in info.variants:
+            name = f"{name}_sat"
+        return info.variant(name)
 
     def input_dtype(self, dtype) -> np.dtype:
         if self.profile.precision_mode == "force_fp16":
@@ -154,12 +238,17 @@ class NpuPolicy(Policy):
                     kernels[k] = int8[1]
                     chosen.append(f"int8_weight_gemm:{int8[0].name}")
                     continue
+                device = None if k in p.variants else self._device_variant(node, k, dname, implmode)
                 if k == "conv2d" and self._winograd_applies(node) and \
                         get_kernel("conv2d_winograd").variant(p.winograd).dtype == dname:
                     v = get_kernel("conv2d_winograd").variant(p.winograd)
+                elif device is not None:
+                    v = device
                 else:
-                    v = select_variant(get_kernel(k), dname, implmode, cube=cube, cube_acc=p.cube_accumulation,
-                                       override=p.variants.get(k))
+                    # an op the device has no implmode for ranks as high_precision here (its kernels are the
+                    # accurate ones on the device: docs/DEVICE_KERNELS.md)
+                    v = select_variant(get_kernel(k), dname, "high_precision" if implmode == "none" else implmode,
+                                       cube=cube, cube_acc=p.cube_accumulation, override=p.variants.get(k))
             except KeyError as exc:
                 raise KernelUnavailable(str(exc).strip('"')) from None
             kernels[k] = v.fn

@@ -15,6 +15,14 @@ A profile is a plain TOML or JSON file (presets live in presets/*.toml, one per 
   int4_intermediates  every float output of a low-precision node goes through the bitpack4 kernel (block-scaled
                       4-bit codes and back), i.e. what a consumer reads back from compressed storage
   [variants]          kernel name -> variant name: an explicit choice that overrides the selection rule
+  device              "" (a generic emulator: variants chosen by implmode/accumulation, ONNX op types in the
+                      knobs) or a chip of the device kernel table (ascend910b, ascend310p): the graph is first
+                      rewritten by GE's fusion passes, every node runs the registry variant the table's row
+                      for its Ascend IR op names, and the knobs speak ATC's language (IR op types; implmode only
+                      for ops that have one) -- docs/DEVICE_KERNELS.md
+  bracket             modelled | optimistic | pessimistic: where a row's kernel is closed or its source silent,
+                      the more or the less accurate alternative the row names instead of the modelled choice
+  [fusion]            GE fusion pass name -> "on" | "off" (ATC's --fusion_switch_file; docs/FUSION.md)
 """
 from __future__ import annotations
 
@@ -31,6 +39,11 @@ from .atc import IMPLMODES
 PRECISION_MODES = ("force_fp16", "force_lowerprecision", "allow_fp32_to_fp16", "allow_fp32_to_bf16",
                    "must_keep_origin_dtype", "force_fp32")
 OVERFLOW_MODES = ("inf_nan", "saturation")
+BRACKETS = ("modelled", "optimistic", "pessimistic")
+# implmode default "default": no --op_select_implmode given; every device op takes its own default path. ATC's
+# default value high_performance acts only on the ops of CANN's built-in high_performance.ini, which is not public,
+# so the device table says per op which path that is (and marks it an assumption where the source is silent).
+DEFAULT_IMPLMODE = "default"
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,9 @@ class NumericsProfile:
     int8_weight_only: bool = False
     int4_intermediates: bool = False
     variants: Mapping[str, str] = field(default_factory=dict)
+    device: str = ""
+    bracket: str = "modelled"
+    fusion: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = f"profile {self.name!r}"
@@ -67,10 +83,18 @@ class NumericsProfile:
         modes = [("implmode", self.implmode)] + [(f"implmode.by_op_type.{k}", v)
                                                  for k, v in self.implmode_by_op_type.items()] \
             + [(f"implmode.by_node_name.{k}", v) for k, v in self.implmode_by_node.items()]
+        if self.implmode == DEFAULT_IMPLMODE and self.device:
+            modes = modes[1:]  # each device op's own default path (device_table.default_implmode)
         for key, mode in modes:
             if mode not in IMPLMODES:
                 raise InputError(f"{where}: {key} = {mode!r} is not one of {', '.join(IMPLMODES)}")
         object.__setattr__(self, "keep_dtype", tuple(self.keep_dtype))
+        if self.bracket not in BRACKETS:
+            raise InputError(f"{where}: bracket {self.bracket!r} is not one of {', '.join(BRACKETS)}")
+        if self.device:
+            from .device_knobs import check_device_knobs
+
+            check_device_knobs(self, where)
 
     def replace(self, **changes) -> "NumericsProfile":
         """A copy with fields changed (CLI flags on top of a preset)."""
@@ -86,12 +110,14 @@ class NumericsProfile:
                          "by_node_name": dict(self.implmode_by_node)},
             "keep_dtype": list(self.keep_dtype), "winograd": self.winograd,
             "int8_weight_only": self.int8_weight_only, "int4_intermediates": self.int4_intermediates,
-            "variants": dict(self.variants),
+            "variants": dict(self.variants), "device": self.device, "bracket": self.bracket,
+            "fusion": dict(self.fusion),
         }
 
 
 _TOP_KEYS = {"name", "description", "precision_mode", "storage_dtype", "cube_accumulation", "overflow_mode",
-             "implmode", "keep_dtype", "winograd", "int8_weight_only", "int4_intermediates", "variants"}
+             "implmode", "keep_dtype", "winograd", "int8_weight_only", "int4_intermediates", "variants", "device",
+             "bracket", "fusion"}
 
 
 def _profile_schema():
@@ -101,7 +127,8 @@ def _profile_schema():
 
     name = sc.Str(max_len=1024)
     mode = sc.Str(choices=IMPLMODES)
-    implmode = sc.OneOf((mode, sc.Table({"default": (mode, False), "by_op_type": (sc.MapOf(mode, key=name), False),
+    default_mode = sc.Str(choices=IMPLMODES + (DEFAULT_IMPLMODE,))
+    implmode = sc.OneOf((default_mode, sc.Table({"default": (default_mode, False), "by_op_type": (sc.MapOf(mode, key=name), False),
                                          "by_node_name": (sc.MapOf(mode, key=name), False)})))
     return sc.Table({
         "name": (sc.Str(max_len=200), False), "description": (sc.Str(), False),
@@ -114,6 +141,8 @@ def _profile_schema():
                                                                 if v else None))), False),
         "int8_weight_only": (sc.Bool(), False), "int4_intermediates": (sc.Bool(), False),
         "variants": (sc.MapOf(sc.Str(max_len=200), key=name), False),
+        "device": (sc.Str(max_len=200), False), "bracket": (sc.Str(choices=BRACKETS), False),
+        "fusion": (sc.MapOf(sc.Str(choices=("on", "off")), key=name), False),
     })
 
 
@@ -150,7 +179,9 @@ def profile_from_dict(data: Mapping[str, Any], where: str) -> NumericsProfile:
             overflow_mode=data.get("overflow_mode", "inf_nan"), implmode=imp.get("default", "high_performance"),
             implmode_by_op_type=dict(imp.get("by_op_type", {})), implmode_by_node=dict(imp.get("by_node_name", {})),
             keep_dtype=tuple(keep), winograd=winograd, int8_weight_only=data.get("int8_weight_only", False),
-            int4_intermediates=data.get("int4_intermediates", False), variants=dict(data.get("variants", {})))
+            int4_intermediates=data.get("int4_intermediates", False), variants=dict(data.get("variants", {})),
+            device=data.get("device", ""), bracket=data.get("bracket", "modelled"),
+            fusion=dict(data.get("fusion", {})))
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
 

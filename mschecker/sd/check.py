@@ -483,8 +483,8 @@ def locate(stage: str, check: SDCheck, profile: str, options: dict[str, dict]) -
     from ..tensormeta import tensor_meta
 
     model = getattr(check.pipeline.models, stage)
-    reference = reference_executor(model)
     npu = Executor(model, npu_policy(stage_profile(profile, options[stage])))
+    reference = reference_executor(npu.model)  # the graph the device runs (fused ops in float64): bisect._plan
     parts: list[dict] = []
     run_in_batches(lambda f: parts.append(f) or {}, [tensor_meta(i) for i in reference.input_infos],
                    stage_feeds(stage, check.npu, check.pipeline))

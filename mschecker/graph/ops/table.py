@@ -9,6 +9,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 OpFn = Callable[..., Any]
+# The domain of the fused device ops (Ascend IR op types) that mschecker.npu.fusion writes into a graph.
+DEVICE_DOMAIN = "mschecker.device"
 
 
 @dataclass(frozen=True)
