@@ -44,12 +44,14 @@ def _nearest(name: str, pool: Iterable[str]) -> str:
     return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 
-def unmatched_entries(profile, graph: onnx.GraphProto) -> list[str]:
+def unmatched_entries(profile, graph: onnx.GraphProto, *, op_type_of=None, names_of=None) -> list[str]:
     """One sentence per keep_dtype / implmode (op_precision) entry of `profile` that matches no node name or op
-    type of `graph`, saying what exists."""
+    type of `graph`, saying what exists. `op_type_of(node)` / `names_of(node)`: the profile's vocabulary where it
+    is not the ONNX one (a device profile's graph is the fused one: Ascend IR op types, and a fused device op
+    answers to its own name and to the ONNX nodes it covers: mschecker.npu.policy)."""
     nodes = list(all_nodes(graph))
-    names = {n.name for n in nodes if n.name}
-    types = {n.op_type for n in nodes}
+    names = {m for n in nodes for m in (names_of(n) if names_of else (n.name,)) if m}
+    types = {op_type_of(n) if op_type_of else n.op_type for n in nodes}
     known_types = ", ".join(sorted(types))
     out = []
 
@@ -74,8 +76,8 @@ def unmatched_entries(profile, graph: onnx.GraphProto) -> list[str]:
     return out
 
 
-def check_profile_entries(profile, graph: onnx.GraphProto, where: str) -> None:
-    problems = unmatched_entries(profile, graph)
+def check_profile_entries(profile, graph: onnx.GraphProto, where: str, *, op_type_of=None, names_of=None) -> None:
+    problems = unmatched_entries(profile, graph, op_type_of=op_type_of, names_of=names_of)
     if problems:
         more = f" (and {len(problems) - 1} more unmatched entr{'y' if len(problems) == 2 else 'ies'})" \
             if len(problems) > 1 else ""
@@ -85,7 +87,9 @@ def check_profile_entries(profile, graph: onnx.GraphProto, where: str) -> None:
 def check_runner_entries(runner, where: str) -> None:
     """For a GraphRunner under an NPU policy: every keep_dtype / op_precision entry of its profile matches the
     model (commands call this for the one model they run; the SD check applies it per stage)."""
-    profile = getattr(getattr(runner, "policy", None), "profile", None)
+    policy = getattr(runner, "policy", None)
+    profile = getattr(policy, "profile", None)
     executor = getattr(runner, "executor", None)
     if profile is not None and executor is not None:
-        check_profile_entries(profile, executor.model.graph, where)
+        check_profile_entries(profile, executor.model.graph, where, op_type_of=getattr(policy, "op_type_of", None),
+                              names_of=getattr(policy, "names_of", None))

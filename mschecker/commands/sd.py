@@ -63,6 +63,9 @@ def build_parser() -> Parser:
     p.add_argument("--psnr-min", type=_finite_float("--psnr-min"), default=30.0, help="image PSNR threshold in dB (default 30)")
     add_npu_arguments(p, STAGES)
     p.add_argument("--no-fix", action="store_true", help="do not search for a fix when the run overflows")
+    p.add_argument("--fix-by", choices=("node", "op_type"), default="node",
+                   help="the fix search's moves: single nodes (default: the smallest fix) or whole op types (fewer "
+                        "re-runs, a coarser fix)")
     p.add_argument("--out", default="sd_out", help="folder for the PNGs and arrays (default ./sd_out)")
     p.add_argument("--json", metavar="PATH", help="write the full result as JSON")
     return p
@@ -150,7 +153,8 @@ def main(argv: list[str]) -> int:
         check = run_check(prompt=args.prompt, pipeline=pipeline, steps=args.steps, scheduler=args.scheduler,
                           seed=args.seed, guidance_scale=args.guidance_scale, sides=sides, profile=profile,
                           npu_options=common, stage_options=per_stage, psnr_min=args.psnr_min,
-                          search_fix=not args.no_fix, initial_latents=latents, progress=progress)
+                          search_fix=not args.no_fix, initial_latents=latents, fix_by=args.fix_by,
+                          progress=progress)
     render_console(check, console)
     paths = write_outputs(check, out)
     print(f"wrote {len(paths)} files to {out}: " + ", ".join(p.name for p in paths if p.suffix == ".png"))

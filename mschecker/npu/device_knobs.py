@@ -9,45 +9,40 @@ refuses what the device would not accept, in one line that names what to write i
 from __future__ import annotations
 
 from ..errors import InputError
+from .device_table import CHIPS, IMPLMODE_OPS, has_implmode, ir_type_of, ir_types
 
 
 def ir_type_advice(name: str) -> str | None:
     """Why `name` is not an Ascend IR op type the table knows, and what to write instead; None when it is one."""
-    from . import device_table as dt
-
-    if name in dt.ir_types():
+    if name in ir_types():
         return None
-    ir = dt.ir_type_of(name)
+    ir = ir_type_of(name)
     if ir is not None:
         return f"{name} is an ONNX op type; ATC takes the Ascend IR op type {ir}"
-    known = ", ".join(sorted(dt.ir_types()))
+    known = ", ".join(sorted(ir_types()))
     return f"{name} is not an Ascend IR op type of the device table (known: {known})"
 
 
 def implmode_advice(ir_type: str) -> str | None:
     """Why an implmode cannot be set for the IR op `ir_type`; None when the op has one."""
-    from . import device_table as dt
-
-    if dt.has_implmode(ir_type):
+    if has_implmode(ir_type):
         return None
     return (f"{ir_type} has no implmode on the device (it is not in CANN's all_ops_impl_mode.ini; ops that have "
-            f"one: {', '.join(sorted(dt.IMPLMODE_OPS))}); to change its precision keep it in fp32 with "
+            f"one: {', '.join(sorted(IMPLMODE_OPS))}); to change its precision keep it in fp32 with "
             f"--keep-dtype OpType::{ir_type} or a node name")
 
 
 def check_device_knobs(profile, where: str) -> None:
     """InputError (one line) for the first knob of `profile` the device would refuse (module docstring)."""
-    from . import device_table as dt
-
-    if profile.device not in dt.CHIPS:
+    if profile.device not in CHIPS:
         raise InputError(f"{where}: device {profile.device!r} is not a chip of the device kernel table "
-                         f"({', '.join(dt.CHIPS)})")
+                         f"({', '.join(CHIPS)})")
     for op_type in profile.implmode_by_op_type:
         why = ir_type_advice(op_type)
         if why is None:
             why = implmode_advice(op_type)
-        elif dt.ir_type_of(op_type) is not None and implmode_advice(dt.ir_type_of(op_type)):
-            why += ", which has no implmode: keep it in fp32 with --keep-dtype OpType::" + dt.ir_type_of(op_type)
+        elif ir_type_of(op_type) is not None and implmode_advice(ir_type_of(op_type)):
+            why += ", which has no implmode: keep it in fp32 with --keep-dtype OpType::" + ir_type_of(op_type)
         if why:
             raise InputError(f"{where}: op_precision_mode {op_type}: {why}")
     for entry in profile.keep_dtype:

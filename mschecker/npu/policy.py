@@ -122,6 +122,19 @@ class NpuPolicy(Policy):
         proto, self.fusion_report = apply(model, self.chip, dict(self.profile.fusion))  # LoadedModel: external constants readable
         return dataclasses.replace(model, proto=proto)
 
+    def names_of(self, node) -> tuple[str, ...]:
+        """The names a knob may give the node (its own; a fused device op's covered ONNX nodes too)."""
+        return covered_names(node)
+
+    def device_graph(self, model):
+        """The graph this policy runs for an ONNX ModelProto (weights may be absent: a fusion check that needs a
+        constant it cannot read leaves the nodes unfused), for naming checks before a run."""
+        if self.chip is None:
+            return model.graph
+        from .fusion import apply
+
+        return apply(model, self.chip, dict(self.profile.fusion))[0].graph
+
     def op_type_of(self, node) -> str:
         """The node's op type in the profile's vocabulary: its Ascend IR op type under a device profile."""
         if self.chip is None:

@@ -20,10 +20,12 @@ overflows (saturation mode's clamps counted before the clamp, so an overflow it 
 relative error against the reference on the same inputs exceeds DIVERGENCE is the event (``hidden_overflow``
 under saturation, ``divergence`` otherwise).
 
-The fix search (``find_fix``) is the bisection's group testing over the failing stage's op types, ranked by their
-nodes' own error (each node run on the reference's inputs): moves are ATC ``keep_dtype OpType::T`` and
-``op_precision_mode`` [ByOpType] ``T=high_precision`` (preferred where it passes: fp32 statistics with fp16
-storage). Each evaluation re-runs the stage and everything after it (earlier stages' NPU outputs reused: on a
+The fix search (``find_fix``) is the bisection's group testing over the failing stage's nodes (``fix_by="node"``,
+the default: the smallest fix; a device profile names them as the device does, e.g. the fused
+``<Mul>/GroupNorm``, the names ATC's dtype files take after fusion) or its op types (``"op_type"``: fewer
+evaluations, a coarser fix), ranked by their nodes' own error (each node run on the reference's inputs): moves
+are ATC ``keep_dtype`` and ``op_precision_mode`` ``high_precision`` (preferred where it passes and the op has an
+implmode that binds another kernel). Each evaluation re-runs the stage and everything after it (earlier stages' NPU outputs reused: on a
 real NPU each stage is a separate model compiled with its own ATC options) and passes when the outputs are
 finite, the image meets the PSNR threshold and no tensor inside the stage overflowed. The chosen fix is the
 smallest passing configuration; every attempt is reported with its rerun's metrics, so the claim "this fixes it"
@@ -190,7 +192,7 @@ class FixAttempt:
 
     stage: str
     keep_dtype: list[str]
-    implmodes: dict[str, str]     # op type -> implmode (ATC op_precision_mode [ByOpType])
+    implmodes: dict[str, str]     # "OpType::T" or node name -> implmode (ATC op_precision_mode [ByOpType]/[ByNodeName])
     precision_mode: str | None
     metrics: Metrics | None
     first_nonfinite: NodeEvent | None
@@ -201,22 +203,35 @@ class FixAttempt:
     def describe(self) -> str:
         if self.precision_mode:
             return f"{self.stage}: precision_mode {self.precision_mode}"
-        parts = [f"op_precision_mode {t}={m}" for t, m in self.implmodes.items()]
+        parts = [f"op_precision_mode {t}={m}" for t, m in self.by_op_type.items()]
+        parts += [f"op_precision_mode [ByNodeName] {n}={m}" for n, m in self.by_node.items()]
         if self.keep_dtype:
             parts.append("keep_dtype " + ", ".join(self.keep_dtype))
         return f"{self.stage}: " + " + ".join(parts)
+
+    @property
+    def by_op_type(self) -> dict[str, str]:
+        return {op_type_of(i): m for i, m in self.implmodes.items() if op_type_of(i)}
+
+    @property
+    def by_node(self) -> dict[str, str]:
+        return {i: m for i, m in self.implmodes.items() if not op_type_of(i)}
 
     def cli_flags(self) -> str:
         """The `mschecker sd` flags that apply this fix (per-stage form)."""
         if self.precision_mode:
             return f"--precision-mode {self.stage}:{self.precision_mode}"
-        flags = [f"--op-precision {self.stage}:{t}={m}" for t, m in self.implmodes.items()]
+        flags = [f"--op-precision {self.stage}:{t}={m}" for t, m in self.by_op_type.items()]
+        if self.by_node:  # inline entries name op types; nodes take an op_precision.ini file
+            flags.append(f"--op-precision {self.stage}:OP_PRECISION.ini (with [ByNodeName] "
+                         + ", ".join(f"{n}={m}" for n, m in self.by_node.items()) + ")")
         if self.keep_dtype:
-            flags.append("--keep-dtype " + ",".join(f"{self.stage}:{k}" for k in self.keep_dtype))
+            flags.append(f"--keep-dtype {self.stage}:" + ",".join(self.keep_dtype))  # STAGE: prefixes the list
         return " ".join(flags)
 
     def to_dict(self) -> dict:
-        return {"stage": self.stage, "keep_dtype": self.keep_dtype, "implmode_by_op_type": self.implmodes,
+        return {"stage": self.stage, "keep_dtype": self.keep_dtype, "implmode_by_op_type": self.by_op_type,
+                "implmode_by_node": self.by_node,
                 "precision_mode": self.precision_mode, "passed": self.passed, "chosen": self.chosen,
                 "seconds": self.seconds,
                 "cli_flags": self.cli_flags(), "metrics": self.metrics.to_dict() if self.metrics else None,
@@ -327,7 +342,7 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
               scheduler: str | None = None, seed: int = 0, guidance_scale: float = 7.5,
               sides: tuple[str, str] = ("reference", "npu"), profile: str = "ascend910b",
               npu_options: dict | None = None, stage_options: dict[str, dict] | None = None, psnr_min: float = 30.0,
-              search_fix: bool = True, weights_seed: int = 0, initial_latents=None,
+              search_fix: bool = True, weights_seed: int = 0, initial_latents=None, fix_by: str = "node",
               progress: Callable[[str, str, int | None], None] | None = None) -> SDCheck:
     """Baseline run (``sides[0]``), judged run (``sides[1]``, captured), per-stage metrics, and -- when the
     judged side is the NPU and fails -- the overflow probes and the fix search. ``pipeline`` defaults to the
@@ -340,7 +355,7 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     if pipeline is None:
         pipeline = bundled_pipeline(preset, weights_seed, scheduler or "ddim")
     if "npu" in sides:
-        check_stage_entries(pipeline, npu_options, stage_options)
+        check_stage_entries(pipeline, npu_options, stage_options, profile)
     options = stage_npu_options(npu_options, stage_options)
     common = dict(prompt=prompt, pipeline=pipeline, steps=steps, scheduler=scheduler, seed=seed,
                   guidance_scale=guidance_scale, initial_latents=initial_latents)
@@ -391,12 +406,13 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     if search_fix and not check.passed and event is not None:
         t0 = time.perf_counter()
         check.fixes = find_fix(check, event, common, profile, options, announce,
-                               located if located is not None and located.stage == event.stage else None)
+                               located if located is not None and located.stage == event.stage else None, fix_by)
         timings["fix_search"] = time.perf_counter() - t0
     return check
 
 
-def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_options: dict[str, dict] | None) -> None:
+def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_options: dict[str, dict] | None,
+                        profile="ascend910b") -> None:
     """Every keep_dtype / op_precision entry the user gave names something, before minutes of work: one with a
     STAGE: prefix in that stage's graph, one without in at least one stage's graph (it applies to all three, and
     each matches only its own). InputError naming the entry and what exists otherwise."""
@@ -408,9 +424,15 @@ def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_op
                                implmode_by_op_type=dict((opts or {}).get("implmode_by_op_type", {})),
                                implmode_by_node=dict((opts or {}).get("implmode_by_node", {})))
 
-    graphs = {st: pipeline.files.graph_header(MODEL_FILES[st]) for st in STAGES}
+    # each stage's graph as its profile runs it (a device profile: fused, IR op types, device names)
+    options = stage_npu_options(npu_options, stage_options)
+    graphs, vocab = {}, {}
+    for st in STAGES:
+        policy = npu_policy(stage_profile(profile, options[st]))
+        graphs[st] = policy.device_graph(pipeline.files.model_header(MODEL_FILES[st]))
+        vocab[st] = dict(op_type_of=policy.op_type_of, names_of=policy.names_of)
     for st, opts in (stage_options or {}).items():
-        problems = unmatched_entries(entries(opts), graphs[st])
+        problems = unmatched_entries(entries(opts), graphs[st], **vocab[st])
         if problems:
             raise InputError(f"{st} stage: {problems[0]}")
     common = npu_options or {}
@@ -420,7 +442,7 @@ def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_op
                + [({"implmode_by_node": {n: m}}, f"op_precision node {n!r}")
                   for n, m in common.get("implmode_by_node", {}).items()])
     for opts, what in singles:
-        if all(unmatched_entries(entries(opts), g) for g in graphs.values()):
+        if all(unmatched_entries(entries(opts), graphs[st], **vocab[st]) for st in STAGES):
             raise InputError(f"{what} matches nothing in any stage ({', '.join(STAGES)}); give it a STAGE: "
                              "prefix to aim it at one")
 
@@ -521,11 +543,15 @@ class StageEvaluator(Evaluator):
     def run(self, config: FixConfig, purpose: str) -> Evaluation:
         fixed = dict(self.options[self.stage])
         keep = sorted(config.keep_dtype)
-        implmodes = {op_type_of(i) or i: "high_precision" for i in sorted(config.high_precision)}
+        implmodes = {i: "high_precision" for i in sorted(config.high_precision)}  # "OpType::T" items or node names
         if keep:
             fixed["keep_dtype"] = list(fixed.get("keep_dtype") or []) + keep
-        if implmodes:
-            fixed["implmode_by_op_type"] = {**fixed.get("implmode_by_op_type", {}), **implmodes}
+        by_type = {op_type_of(i): m for i, m in implmodes.items() if op_type_of(i)}
+        by_node = {i: m for i, m in implmodes.items() if not op_type_of(i)}
+        if by_type:
+            fixed["implmode_by_op_type"] = {**fixed.get("implmode_by_op_type", {}), **by_type}
+        if by_node:
+            fixed["implmode_by_node"] = {**fixed.get("implmode_by_node", {}), **by_node}
         tracker = Tracker(self.announce(f"fix {self.count}"))
         t0 = time.perf_counter()
         rerun = _rerun_from(self.stage, self.check.npu, self.check.pipeline.models, self.common, self.profile,
@@ -547,14 +573,14 @@ class StageEvaluator(Evaluator):
 
 
 def find_fix(check: SDCheck, event: NodeEvent, common: dict, profile: str, options: dict[str, dict], announce,
-             located: Located | None = None) -> list[FixAttempt]:
-    """mschecker.bisect's search over the op types of the stage where ``event`` happened (module docstring);
-    returns every attempt, the recommendation marked ``chosen``."""
+             located: Located | None = None, fix_by: str = "node") -> list[FixAttempt]:
+    """mschecker.bisect's search over the nodes (``fix_by="node"``) or the op types (``"op_type"``) of the stage
+    where ``event`` happened (module docstring); returns every attempt, the recommendation marked ``chosen``."""
     stage = event.stage
     if located is None:
         located = locate(stage, check, profile, options)
     analysis = located.analysis
-    items = rank_candidates(analysis, "op_type")
+    items = rank_candidates(analysis, fix_by)
     base = stage_profile(profile, options[stage])
     position = {item: min(n.index for n in analysis.nodes if n.name in set(members(item, analysis)))
                 for item in items}

@@ -120,14 +120,18 @@ class PipelineFiles:
         self.require(name)
         return str(self.root / name) if self.root is not None else self.entries[name]
 
+    def model_header(self, name: str) -> onnx.ModelProto:
+        """The model without its external weights (graph_header's model: opsets and inline constants kept)."""
+        from ..graph.loader import read_model_proto
+
+        model = self.model(name)
+        return model if isinstance(model, onnx.ModelProto) else read_model_proto(model)
+
     def graph_header(self, name: str) -> onnx.GraphProto:
         """The graph without its weights (cheap even for a 3.4 GB external-data UNet), every external-data file
         it names checked to exist inside the folder (mschecker.graph.loader.read_model_proto), so a missing
         weights.pb is reported before any stage runs."""
-        from ..graph.loader import read_model_proto
-
-        model = self.model(name)
-        return model.graph if isinstance(model, onnx.ModelProto) else read_model_proto(model).graph
+        return self.model_header(name).graph
 
 
 @dataclass(frozen=True)

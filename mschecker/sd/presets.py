@@ -90,7 +90,7 @@ PRESETS: dict[str, SDPreset] = {
         ClipConfig(vocab_size=49408, max_length=77, width=64, layers=4, heads=4),
         UNetConfig(channels=(32, 64), attention=(True, True), layers_per_block=2, heads=4, groups=16,
                    cross_dim=64, latent_size=16),
-        VaeConfig(channels=(32, 64, 64), layers_per_block=2, groups=16, stream_gain=4.2),
+        VaeConfig(channels=(32, 64, 64), layers_per_block=2, groups=16, stream_gain=5.5),
     ),
     "sd15": SDPreset(
         "sd15",

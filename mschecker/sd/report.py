@@ -121,18 +121,30 @@ def verdict_lines(check: SDCheck) -> list[str]:
     return lines
 
 
+_NORM = ("the device computes this norm's statistics in fp32 (docs/DEVICE_KERNELS.md), so a NaN here comes from "
+         "an input already beyond fp16's range (inf in INF_NAN mode: mean and variance become inf/NaN), or from "
+         "the fused GroupNorm's one-pass variance going negative on a group whose |mean|/std is in the thousands")
+_CONV = ("a convolution output past 65504 (real VAE decoders do this in their last, high-resolution blocks: "
+         "diffusers' force_upcast, Huawei's Atlas A2 SD recipe); in INF_NAN mode the next GroupNorm turns the inf "
+         "into NaN, in saturation mode (310P) it is clamped to 65504; keep the overflowing nodes and the residual "
+         "stream they feed in fp32 (docs/NUMERICS.md §8)")
+# Keyed by ONNX op type and by Ascend IR op type (a device profile names nodes by the latter).
 _EXPLANATIONS = {
-    "InstanceNormalization": "GroupNorm statistics (mean, variance) computed in fp16: the sum of squares over "
-                             "a group passes 65504 (one |x| >= 256 does it alone; SD-1.5's groups of up to "
-                             "122880 elements do it at a mean square of 0.53); fp32 statistics fix it "
-                             "(docs/NUMERICS.md §3, §8)",
-    "LayerNormalization": "LayerNorm variance in fp16: the sum of squares over the row passes 65504 (one "
-                          "|x| >= 256 does it alone); fp32 statistics fix it",
-    "GroupNormalization": "GroupNorm statistics in fp16 overflow; fp32 statistics fix it",
-    "Softmax": "softmax of fp16 scores that overflowed (or exp without max-subtraction); upcast the attention "
-               "scores / softmax to fp32",
-    "MatMul": "a matrix product whose result passes 65504 (e.g. attention scores QK^T); fp32 for that node",
-    "Conv": "a convolution output past 65504 (SD VAE's late blocks); keep the VAE in fp32 (force_upcast)",
+    **dict.fromkeys(("InstanceNormalization", "GroupNormalization", "InstanceNorm", "GroupNorm", "GroupNormSilu"),
+                    _NORM),
+    **dict.fromkeys(("LayerNormalization", "LayerNorm"),
+                    "the TBE LayerNorm rounds its mean and variance to fp16: a row variance past 65504 becomes "
+                    "inf and the output collapses to beta; an input beyond fp16's range gives NaN"),
+    **dict.fromkeys(("Softmax", "SoftmaxV2"),
+                    "softmax of scores that overflowed upstream (inf - inf = NaN after the max shift); keep the "
+                    "score MatMul in fp32"),
+    **dict.fromkeys(("MatMul", "BatchMatMulV2", "MatMulV2", "Gemm"),
+                    "a matrix product whose result passes 65504 (e.g. attention scores QK^T); fp32 for that node"),
+    **dict.fromkeys(("Conv", "Conv2D"), _CONV),
+    "Add": "a residual-stream sum past 65504; keep the stream (its Adds and the convs feeding it) in fp32",
+    "Gelu": "the high_performance Gelu (i-GELU in fp16 arithmetic) takes its sign as x * vrec(|x|): NaN at x = 0 "
+            "and inf for 0 < |x| <= 2^-16 in INF_NAN mode (docs/DEVICE_KERNELS.md); high_precision (the tanh form "
+            "in fp32) avoids it",
 }
 
 
