@@ -20,7 +20,6 @@ def build_parser(prog: str = "mschecker plan") -> Parser:
     p = Parser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="ONNX model (.onnx); external data must sit in its folder")
     add_npu_arguments(p)
-    p.add_argument("--fusion-switch", metavar="FILE", help="ATC fusion switch file: passes turned on / off")
     p.add_argument("--json", action="store_true", help="print the plan as JSON instead of tables")
     p.add_argument("--out", metavar="FILE", help="write the JSON plan to FILE")
     p.add_argument("--limit", type=bounded_int("--limit", 0, COUNT_MAX), default=None, metavar="N",
@@ -33,14 +32,9 @@ def main(argv: list[str]) -> int:
     out = check_writable(args.out, "--out") if args.out else None
     options = options_for(knobs_from_args(args))
     profile = apply_knobs(options.pop("profile", None), **options)
-    switches = None
-    if args.fusion_switch:
-        from ..npu.fusion import load_switch_file
-
-        switches = load_switch_file(args.fusion_switch)
     from ..npu.plan import device_plan
 
-    plan = device_plan(args.model, profile, fusion=switches)
+    plan = device_plan(args.model, profile)
     doc = plan.to_json()
     text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
     if out is not None:

@@ -55,5 +55,6 @@ def check_device_knobs(profile, where: str) -> None:
 
         known = pass_names()
         for name in profile.fusion:
-            if name not in known:
-                raise InputError(f"{where}: fusion switch {name!r} is not a fusion pass (passes: {', '.join(known)})")
+            if name not in known and name != "ALL":  # ALL: every modelled GE pass (npu.fusion.resolve_switches)
+                raise InputError(f"{where}: fusion switch {name!r} is not a fusion pass (passes: {', '.join(known)}, "
+                                 "or ALL)")

@@ -11,6 +11,10 @@ Flags (`add_npu_arguments`), the same names and syntax everywhere:
                                        inline OpType=high_precision|high_performance entries
   --overflow-mode MODE                 inf_nan | saturation
   --implmode MODE                      the default implmode of every op
+  --bracket modelled|optimistic|pessimistic
+                                       a device profile's choice where a kernel's source is closed or silent
+                                       (docs/DEVICE_KERNELS.md): the row's modelled variant or its bracket
+  --fusion-switch FILE                 ATC fusion switch file (--fusion_switch_file): GE passes on / off
 
 Every flag may repeat. A STAGE: prefix (where a command has stages, e.g. `sd`: text_encoder, unet,
 vae_decoder) applies the value to that stage only; without it the value applies to every stage. A value naming
@@ -27,7 +31,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..fsio import check_readable
 from .atc import IMPLMODES, parse_keep_dtype, parse_op_precision_ini
-from .profile import OVERFLOW_MODES, PRECISION_MODES, NumericsProfile, load_profile
+from .profile import BRACKETS, OVERFLOW_MODES, PRECISION_MODES, NumericsProfile, load_profile
 
 DEFAULT_PROFILE = "ascend910b"
 
@@ -48,11 +52,17 @@ def add_npu_arguments(parser: argparse.ArgumentParser, stages: tuple[str, ...] =
     g.add_argument("--op-precision-mode", dest="op_precision", action="append", help=argparse.SUPPRESS)  # old name
     g.add_argument("--overflow-mode", choices=OVERFLOW_MODES, help="inf_nan (IEEE) or saturation (310P style)")
     g.add_argument("--implmode", choices=IMPLMODES, help="default implmode of every op")
+    g.add_argument("--bracket", choices=BRACKETS,
+                   help="where a device kernel's source is closed or silent: the modelled variant (default) or "
+                        "the table's more (optimistic) / less (pessimistic) accurate alternative")
+    g.add_argument("--fusion-switch", metavar="FILE",
+                   help="ATC fusion switch file (--fusion_switch_file format): GE fusion passes turned on / off")
 
 
 def npu_flags_given(args) -> list[str]:
     """The knob flags set on the command line, as written (for commands where they do not apply)."""
-    names = ("profile", "precision_mode", "keep_dtype", "op_precision", "overflow_mode", "implmode")
+    names = ("profile", "precision_mode", "keep_dtype", "op_precision", "overflow_mode", "implmode", "bracket",
+             "fusion_switch")
     return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None)]
 
 
@@ -133,9 +143,13 @@ def knobs_from_args(args, stages: tuple[str, ...] = ()) -> dict[str | None, dict
         by_type, by_node = _op_precision(rest, "--op-precision")
         slot(stage).setdefault("implmode_by_op_type", {}).update(by_type)
         slot(stage).setdefault("implmode_by_node", {}).update(by_node)
-    for key in ("overflow_mode", "implmode"):
+    for key in ("overflow_mode", "implmode", "bracket"):
         if getattr(args, key, None):
             knobs[None][key] = getattr(args, key)
+    if getattr(args, "fusion_switch", None):
+        from .fusion import load_switch_file
+
+        knobs[None]["fusion"] = load_switch_file(args.fusion_switch)
     return knobs
 
 
@@ -156,12 +170,15 @@ def options_for(knobs: dict[str | None, dict], stage: str | None = None) -> dict
 def apply_knobs(profile=None, *, precision_mode: str | None = None, keep_dtype=None, op_precision=None,
                 overflow_mode: str | None = None, implmode: str | None = None,
                 implmode_by_op_type: dict[str, str] | None = None,
-                implmode_by_node: dict[str, str] | None = None) -> NumericsProfile:
+                implmode_by_node: dict[str, str] | None = None, bracket: str | None = None,
+                fusion: dict[str, str] | None = None) -> NumericsProfile:
     """A profile (preset name / file / NumericsProfile, default ascend910b) with the knobs applied on top.
 
     keep_dtype: entries, or an ATC keep_dtype file path (added to the profile's list); op_precision: an ATC
     op_precision.ini path; implmode_by_op_type / implmode_by_node: entries applied last (a node wins over its
-    op type at run time, as in ATC). allow_fp32_to_bf16 also switches storage to bfloat16."""
+    op type at run time, as in ATC). allow_fp32_to_bf16 also switches storage to bfloat16. bracket: the device
+    table's alternative where a source is closed or silent; fusion: pass name -> "on"/"off" on top of the
+    profile's switches (an ATC fusion switch file, npu.fusion.load_switch_file)."""
     prof = load_profile(profile or DEFAULT_PROFILE)
     changes: dict = {}
     if precision_mode:
@@ -172,6 +189,10 @@ def apply_knobs(profile=None, *, precision_mode: str | None = None, keep_dtype=N
         changes["overflow_mode"] = overflow_mode
     if implmode:
         changes["implmode"] = implmode
+    if bracket:
+        changes["bracket"] = bracket
+    if fusion:
+        changes["fusion"] = {**prof.fusion, **fusion}
     if keep_dtype:
         entries = parse_keep_dtype(keep_dtype) if isinstance(keep_dtype, (str, Path)) else list(keep_dtype)
         changes["keep_dtype"] = tuple(prof.keep_dtype) + tuple(entries)
