@@ -472,12 +472,17 @@ _k("Gelu", (),
    implmode_effect="high_precision: tanh-form GELU in fp32 (max abs error of the tanh form ~4.7e-4 against erf "
                    "GELU); high_performance: the i-GELU polynomial (a/2 = -0.1444, b = -1.769, c = 0.7071) "
                    "evaluated in fp16 with vrec for the sign.",
-   variants={"gelu": {"high_precision": "fp16_ascend_tanh", "high_performance": "fp16_ascend_igelu"}},
+   variants={"gelu": {"high_precision": "fp16_ascend_tanh", "high_performance": "fp16_ascend_igelu_sat"}},
    status="assumption",
    assumption="high_performance rests on the accuracy of the hardware fp16 vrec and fp16 vector arithmetic, "
               "which is unpublished (modelled as correctly rounded fp16 operations); the high_precision path is "
-              "fp32 and public. ONNX Gelu (opset 20) has no parser plugin (NO_PLUGIN); the executor's "
-              "gelu_tanh kernel (ONNX approximate='tanh') has no Ascend variant.",
+              "fp32 and public. With an IEEE vrec the sign x*vrec(|x|) is NaN at x = 0 and inf for "
+              "0 < |x| <= 2^-16 (the pessimistic bracket, fp16_ascend_igelu), which would put NaN into every SD "
+              "UNet GEGLU (millions of gate values, some that small) -- yet Huawei ships exactly this mode for "
+              "its SD UNet on the A2 (INF_NAN) part. The modelled variant therefore takes vrec's overflow to "
+              "the fp16 maximum (fp16_ascend_igelu_sat: y = x*(...) stays tiny and finite there), the only "
+              "reading of the source consistent with that recipe. ONNX Gelu (opset 20) has no parser plugin "
+              "(NO_PLUGIN); the executor's gelu_tanh kernel (ONNX approximate='tanh') has no Ascend variant.",
    brackets={"optimistic": {"gelu": {"high_precision": "fp16_ascend_tanh", "high_performance": "fp16_poly"}},
              "pessimistic": {"gelu": {"high_precision": "fp16_ascend_tanh",
                                       "high_performance": "fp16_ascend_igelu"}}},

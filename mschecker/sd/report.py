@@ -142,9 +142,9 @@ _EXPLANATIONS = {
                     "a matrix product whose result passes 65504 (e.g. attention scores QK^T); fp32 for that node"),
     **dict.fromkeys(("Conv", "Conv2D"), _CONV),
     "Add": "a residual-stream sum past 65504; keep the stream (its Adds and the convs feeding it) in fp32",
-    "Gelu": "the high_performance Gelu (i-GELU in fp16 arithmetic) takes its sign as x * vrec(|x|): NaN at x = 0 "
-            "and inf for 0 < |x| <= 2^-16 in INF_NAN mode (docs/DEVICE_KERNELS.md); high_precision (the tanh form "
-            "in fp32) avoids it",
+    "Gelu": "the high_performance Gelu (i-GELU in fp16 arithmetic) read with an IEEE reciprocal (--bracket "
+            "pessimistic) takes its sign as x * vrec(|x|): NaN at x = 0 and inf for 0 < |x| <= 2^-16 in INF_NAN "
+            "mode (docs/DEVICE_KERNELS.md); high_precision (the tanh form in fp32) avoids it",
 }
 
 
