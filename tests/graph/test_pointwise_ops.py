@@ -7,8 +7,10 @@ executor (mschecker/graph/ops/pointwise.py).
   wrong attribute, default or axis is off by O(1e-2) or more. Documented differences: HardSwish(-inf), Mish(-inf)
   and Softsign(+-inf) are the functions' limits (-0, -0, +-1) in our reference, NaN (inf * 0, inf / inf) in
   onnx.reference, as for SiLU and GELU (reference/activations.py).
-- NPU policy: the node runs the registry variant the profile selects, in the node's dtype (fp16 under
-  ascend910b), and the implmode picks between Elu's expm1 (high_precision) and exp - 1 (high_performance) forms.
+- NPU policy: the node runs the registry variant the profile selects, in the node's dtype (fp16 under a generic
+  fp16 profile), and the implmode picks between Elu's expm1 (high_precision) and exp - 1 (high_performance) forms;
+  under a device profile (ascend910b) these ops have no implmode and run the device table's variant whatever the
+  implmode.
 - Integer PRelu and ReduceProd are exact numpy in the input's type.
 """
 from __future__ import annotations
@@ -24,6 +26,8 @@ from onnx.reference import ReferenceEvaluator
 from mschecker.graph import Executor, ReferencePolicy
 from mschecker.npu import NpuPolicy, load_profile
 from mschecker.registry import get_kernel
+
+from ..profiles import GENERIC_FP16
 
 RNG = np.random.default_rng(11)
 SPECIALS = np.array([0.0, -0.0, 1e-30, -1e-30, 1e-4, -1e-4, 65504.0, -65504.0, 800.0, -800.0, 21.0, -3.0, 3.0,
@@ -123,9 +127,9 @@ NPU_CASES = [("Elu", {"alpha": 0.5}, "elu", {"alpha": 0.5}), ("Softplus", {}, "s
                                                   ("high_performance", "fp16_exp_minus_1")])
 @pytest.mark.parametrize("op,attrs,kernel,params", NPU_CASES, ids=[c[0] for c in NPU_CASES])
 def test_npu_policy_runs_the_selected_variant(op, attrs, kernel, params, implmode, elu_variant):
-    """ascend910b (force_fp16): the node computes in fp16 through the variant select_variant picks for its
-    implmode, bit for bit (Elu: expm1 for high_precision, exp - 1 for high_performance)."""
-    profile = load_profile("ascend910b").replace(implmode=implmode)
+    """A generic fp16 profile (force_fp16): the node computes in fp16 through the variant select_variant picks for
+    its implmode, bit for bit (Elu: expm1 for high_precision, exp - 1 for high_performance)."""
+    profile = load_profile(GENERIC_FP16).replace(implmode=implmode)
     x = (RNG.standard_normal((4, 6)) * 3).astype(np.float32)
     x[0, :5] = [-1e-3, -2e-4, 30.0, -4.2319e-4, -8.30078e-3]  # the last two: expm1 and exp - 1 differ by 1 fp16 ULP
     model = _model(h.make_node(op, ["x"], ["y"], **attrs), {"x": x}, 18)
@@ -143,4 +147,30 @@ def test_npu_policy_runs_the_selected_variant(op, attrs, kernel, params, implmod
         other = info.variant("fp16_exp_minus_1" if name == "fp16_fp32acc" else "fp16_fp32acc").fn(x.astype(np.float16),
                                                                                                  **params)
         assert not np.array_equal(other, want)
+    assert np.array_equal(got.view(np.uint16), np.asarray(want).view(np.uint16)), (op, implmode, name)
+
+
+DEVICE_VARIANTS = {"elu": "fp16_exp_minus_1", "softplus": "fp16_fp32acc", "hard_sigmoid": "fp16_fp32acc",
+                   "hard_swish": "fp16_fp32acc", "selu": "fp16_fp32acc", "reduce_prod": "fp16_fp16acc"}
+
+
+@pytest.mark.parametrize("implmode", ["default", "high_precision", "high_performance"])
+@pytest.mark.parametrize("op,attrs,kernel,params", NPU_CASES, ids=[c[0] for c in NPU_CASES])
+def test_device_profile_runs_the_device_tables_variant(op, attrs, kernel, params, implmode):
+    """ascend910b: Elu, Softplus, HardSigmoid, HardSwish, Selu and ReduceProd(D) have no implmode on the device
+    (implmode "none"), so every global implmode runs the variant the device table's row names, bit for bit."""
+    from mschecker.npu.device_table import variant_for
+
+    profile = load_profile("ascend910b").replace(implmode=implmode)
+    x = (RNG.standard_normal((4, 6)) * 3).astype(np.float32)
+    x[0, :5] = [-1e-3, -2e-4, 30.0, -4.2319e-4, -8.30078e-3]
+    model = _model(h.make_node(op, ["x"], ["y"], **attrs), {"x": x}, 18)
+    ex = Executor(model, NpuPolicy(profile))
+    ir = ex.policy.op_type_of(ex.steps[0].node)
+    name = DEVICE_VARIANTS[kernel]
+    assert variant_for("ascend910b", ir, kernel, None) == name
+    assert ex.steps[0].ctx.implmode == "none" and f"{kernel}:{name}" in ex.steps[0].ctx.description
+    got = ex.run({"x": x})["y"]
+    want = get_kernel(kernel).variant(name).fn(x.astype(np.float16), **params)
+    assert got.dtype == np.float16
     assert np.array_equal(got.view(np.uint16), np.asarray(want).view(np.uint16)), (op, implmode, name)

@@ -10,6 +10,8 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
 
+from ..profiles import GENERIC_FP16
+
 ROOT = Path(__file__).resolve().parents[2]
 D = ROOT / "golden" / "default"
 MODEL, INPUTS = str(D / "model.onnx"), f"{D / 'x.bin'},{D / 't.bin'}"
@@ -47,14 +49,28 @@ def test_run_saves_outputs_and_check_device_matches_them(tmp_path):
 
 
 def test_run_with_atc_files(tmp_path):
+    """ATC's files speak Ascend IR op types (the default profile ascend910b is a device profile): keeping SoftmaxV2
+    in fp32 makes the `probs` output fp32; the same files in ONNX op types are what ATC would refuse, and so does
+    the device profile (exit 2 naming the IR type); a generic profile takes ONNX op types."""
     keep = tmp_path / "keep.cfg"
-    keep.write_text("OpType::Softmax\n")
+    keep.write_text("OpType::SoftmaxV2\n")
     ini = tmp_path / "op.ini"
-    ini.write_text("[ByOpType]\nErf=high_precision\n")
+    ini.write_text("[ByOpType]\nLayerNorm=high_precision\n")
     res = cli("run", "--model", MODEL, "--input", INPUTS, "--device", "npu", "--keep-dtype", keep,
               "--op-precision", ini, "--overflow-mode", "saturation", "--precision-mode", "force_fp16")
     assert res.returncode == 0, res.stderr
     assert "float32" in res.stdout  # the output comes from the kept (fp32) Softmax
+    onnx_keep, onnx_ini = tmp_path / "onnx_keep.cfg", tmp_path / "onnx_op.ini"
+    onnx_keep.write_text("OpType::Softmax\n")
+    onnx_ini.write_text("[ByOpType]\nErf=high_precision\n")
+    one_line_error(cli("run", "--model", MODEL, "--input", INPUTS, "--device", "npu", "--keep-dtype", onnx_keep),
+                   "OpType::Softmax", "ONNX op type", "SoftmaxV2")
+    one_line_error(cli("run", "--model", MODEL, "--input", INPUTS, "--device", "npu", "--op-precision", onnx_ini),
+                   "Erf has no implmode")
+    res = cli("run", "--model", MODEL, "--input", INPUTS, "--device", "npu", "--profile", GENERIC_FP16,
+              "--keep-dtype", onnx_keep, "--op-precision", onnx_ini, "--overflow-mode", "saturation")
+    assert res.returncode == 0, res.stderr
+    assert "float32" in res.stdout
 
 
 def test_bad_inputs_are_one_line_exit_2_and_write_nothing(tmp_path, capsys):
@@ -86,4 +102,15 @@ def test_bad_inputs_are_one_line_exit_2_and_write_nothing(tmp_path, capsys):
                        "saturation"), "--device npu")
     one_line_error(cli("run", "--model", MODEL, "--input", INPUTS, "--device", "reference", "--profile", "ascend910b"),
                    "reference")
+    # a device profile's knobs are ATC's: Ascend IR op types, implmode only for ops that have one
+    one_line_error(cli("run", "--model", MODEL, "--input", INPUTS, "--device", "npu", "--op-precision",
+                       "InstanceNormalization=high_precision", "--save-outputs", out),
+                   "InstanceNormalization is an ONNX op type", "InstanceNorm, which has no implmode")
+    one_line_error(cli("run", "--model", MODEL, "--input", INPUTS, "--device", "npu", "--op-precision",
+                       "InstanceNorm=high_precision", "--save-outputs", out), "InstanceNorm has no implmode")
+    one_line_error(cli("run", "--model", MODEL, "--input", INPUTS, "--device", "npu", "--profile", "ascend310p",
+                       "--keep-dtype", "OpType::Softmax", "--save-outputs", out), "OpType::Softmax", "SoftmaxV2")
     assert not out.exists()
+    ok = cli("run", "--model", MODEL, "--input", INPUTS, "--device", "npu", "--implmode", "high_precision",
+             "--op-precision", "SoftmaxV2=high_performance", "--keep-dtype", "OpType::LayerNorm")
+    assert ok.returncode == 0, ok.stderr

@@ -8,6 +8,8 @@ import pytest
 from mschecker.errors import InputError, UsageError
 from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, npu_flags_given, options_for
 
+from ..profiles import GENERIC_FP16
+
 STAGES = ("text_encoder", "unet", "vae_decoder")
 
 
@@ -89,10 +91,12 @@ def test_npu_flags_given_names_what_was_set():
 
 
 def test_apply_knobs_layers_on_the_profile(tmp_path):
+    """Knob layering is the generic mechanism (a generic profile: ONNX op types such as Softmax are its knobs'
+    vocabulary; a device profile would refuse them, tests/npu/test_npu_policy.py)."""
     ini = tmp_path / "p.ini"
     ini.write_text("[ByOpType]\nSoftmax=high_precision\n[ByNodeName]\nn1=high_performance\n")
-    base = apply_knobs("ascend910b")
-    prof = apply_knobs("ascend910b", precision_mode="allow_fp32_to_bf16", keep_dtype=["conv1"], op_precision=ini,
+    base = apply_knobs(GENERIC_FP16)
+    prof = apply_knobs(GENERIC_FP16, precision_mode="allow_fp32_to_bf16", keep_dtype=["conv1"], op_precision=ini,
                        overflow_mode="saturation", implmode="high_precision", implmode_by_op_type={"Gelu": "high_precision"},
                        implmode_by_node={"n2": "high_precision"})
     assert prof.storage_dtype == "bfloat16" and prof.precision_mode == "allow_fp32_to_bf16"
@@ -100,6 +104,6 @@ def test_apply_knobs_layers_on_the_profile(tmp_path):
     assert prof.implmode_by_op_type["Softmax"] == "high_precision" and prof.implmode_by_op_type["Gelu"] == "high_precision"
     assert prof.implmode_by_node == {**base.implmode_by_node, "n1": "high_performance", "n2": "high_precision"}
     assert prof.overflow_mode == "saturation" and prof.implmode == "high_precision"
-    assert apply_knobs("ascend910b") == base
+    assert apply_knobs(GENERIC_FP16) == base
     with pytest.raises(InputError):
         apply_knobs("no_such_profile")

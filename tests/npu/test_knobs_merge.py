@@ -17,6 +17,8 @@ from mschecker.graph import Executor
 from mschecker.npu import NpuPolicy, load_profile
 from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
 
+from ..profiles import GENERIC_FP16
+
 STAGES = ("text_encoder", "unet", "vae_decoder")
 
 
@@ -38,8 +40,12 @@ def test_keep_dtype_twice_without_stage_applies_both(tmp_path):
     f.write_text("conv1\nOpType::LayerNormalization\n")
     k = _parse(["--keep-dtype", str(f), "--keep-dtype", "mm2"], stages=())
     assert k[None]["keep_dtype"] == ["conv1", "OpType::LayerNormalization", "mm2"]
-    prof = apply_knobs("ascend910b", **options_for(k))
+    prof = apply_knobs(GENERIC_FP16, **options_for(k))  # ONNX op types: a generic profile's vocabulary
     assert tuple(prof.keep_dtype) == ("conv1", "OpType::LayerNormalization", "mm2")
+    # a device profile merges the same way, in its own vocabulary (Ascend IR op types)
+    f.write_text("conv1\nOpType::LayerNorm\n")
+    k = _parse(["--keep-dtype", str(f), "--keep-dtype", "mm2"], stages=())
+    assert tuple(apply_knobs("ascend910b", **options_for(k)).keep_dtype) == ("conv1", "OpType::LayerNorm", "mm2")
 
 
 def test_common_and_stage_keep_dtype_both_apply_to_the_stage():

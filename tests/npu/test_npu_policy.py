@@ -13,13 +13,19 @@ from mschecker.graph import Executor, ReferencePolicy
 from mschecker.npu.knobs import apply_knobs
 from mschecker.npu import NpuPolicy, load_profile, parse_keep_dtype, parse_op_precision_ini, preset_names
 
+from ..profiles import GENERIC_FP16
+
 
 def test_presets():
     assert set(preset_names()) >= {"ascend910b", "ascend310p", "bf16", "fp32"}
     p = load_profile("ascend910b")
-    assert (p.storage_dtype, p.overflow_mode, p.implmode, p.cube_accumulation) == \
-        ("float16", "inf_nan", "high_performance", "float32")
-    assert load_profile("ascend310p").overflow_mode == "saturation"
+    # a device profile: each op on its own default implmode path ("default"), the chip of the device table
+    assert (p.storage_dtype, p.overflow_mode, p.implmode, p.cube_accumulation, p.device) == \
+        ("float16", "inf_nan", "default", "float32", "ascend910b")
+    p310 = load_profile("ascend310p")
+    assert (p310.overflow_mode, p310.device, p310.implmode) == ("saturation", "ascend310p", "default")
+    generic = load_profile(GENERIC_FP16)  # the tests' generic profile: no device, implmode by the profile
+    assert (generic.device, generic.implmode) == ("", "high_performance")
     assert load_profile("bf16").storage_dtype == "bfloat16"
     assert load_profile("fp32").precision_mode == "must_keep_origin_dtype"
 
@@ -75,15 +81,54 @@ def _ctx(ex, name):
 
 
 def test_variant_selection_implmode_node_wins_and_keep_dtype(tmp_path):
+    """The generic emulator's mechanism (a generic profile: ONNX op types, variants by implmode/accumulation)."""
     ini = tmp_path / "op.ini"
     ini.write_text("[ByOpType]\nSoftmax=high_precision\n[ByNodeName]\nsm2=high_performance\n")
-    ex = Executor(_graph(), NpuPolicy(apply_knobs("ascend910b", op_precision=ini, keep_dtype=["scale"])))
+    ex = Executor(_graph(), NpuPolicy(apply_knobs(GENERIC_FP16, op_precision=ini, keep_dtype=["scale"])))
     assert "matmul:fp16_fp32acc" in _ctx(ex, "mm").description  # cube: fp32 accumulation whatever the implmode
     assert "softmax:fp16_fp32acc" in _ctx(ex, "sm1").description  # by type: high_precision
     assert "softmax:fp16_fp16acc" in _ctx(ex, "sm2").description  # by node name wins: high_performance
     assert _ctx(ex, "scale").dtype == np.float32  # keep_dtype island
     y = ex.run({"x": np.ones((4, 64), np.float32)})["y"]
     assert y.dtype == np.float32
+
+
+def test_device_profile_speaks_ir_types_and_runs_the_device_kernels():
+    """ascend910b is a device profile: knobs name Ascend IR op types (SoftmaxV2, Mul), a by-node implmode still
+    wins, every Softmax runs the device's SoftmaxV2 kernel whatever its implmode (fp32 exp and sum: the table's
+    row), MatMul runs as BatchMatMulV2 with fp32 accumulation, and an op without an implmode reports "none"."""
+    ex = Executor(_graph(), NpuPolicy(apply_knobs("ascend910b", implmode_by_op_type={"SoftmaxV2": "high_precision"},
+                                                  implmode_by_node={"sm2": "high_performance"},
+                                                  keep_dtype=["OpType::Mul"])))
+    assert {s.node.name: ex.policy.op_type_of(s.node) for s in ex.steps} == {
+        "mm": "BatchMatMulV2", "sm1": "SoftmaxV2", "sm2": "SoftmaxV2", "scale": "Mul"}
+    assert "matmul:fp16_fp32acc" in _ctx(ex, "mm").description
+    assert _ctx(ex, "sm1").implmode == "high_precision" and _ctx(ex, "sm2").implmode == "high_performance"
+    assert "softmax:fp16_v2" in _ctx(ex, "sm1").description and "softmax:fp16_v2" in _ctx(ex, "sm2").description
+    assert _ctx(ex, "scale").dtype == np.float32 and _ctx(ex, "scale").implmode == "none"  # OpType::Mul island
+
+
+@pytest.mark.parametrize("knobs,match", [
+    ({"implmode_by_op_type": {"Softmax": "high_precision"}}, r"Softmax is an ONNX op type.*SoftmaxV2"),
+    ({"implmode_by_op_type": {"InstanceNormalization": "high_precision"}},
+     r"InstanceNormalization is an ONNX op type.*InstanceNorm, which has no implmode"),
+    ({"implmode_by_op_type": {"InstanceNorm": "high_precision"}}, r"InstanceNorm has no implmode"),
+    ({"implmode_by_op_type": {"GroupNorm": "high_performance"}}, r"GroupNorm has no implmode"),
+    ({"keep_dtype": ["OpType::Softmax"]}, r"keep_dtype OpType::Softmax: .*SoftmaxV2"),
+    ({"keep_dtype": ["OpType::LayerNormalization"]}, r"LayerNormalization is an ONNX op type.*LayerNorm"),
+])
+def test_device_profile_refuses_what_atc_would_refuse(knobs, match):
+    with pytest.raises(InputError, match=match):
+        apply_knobs("ascend910b", **knobs)
+    with pytest.raises(InputError, match=match):
+        apply_knobs("ascend310p", **knobs)
+    apply_knobs(GENERIC_FP16, **knobs)  # a generic profile models no device: ONNX op types are its vocabulary
+
+
+def test_device_profile_accepts_ir_types_and_a_global_implmode():
+    prof = apply_knobs("ascend910b", implmode="high_precision", implmode_by_op_type={"Gelu": "high_performance"},
+                       keep_dtype=["OpType::SoftmaxV2", "OpType::InstanceNorm", "some_node"])
+    assert prof.implmode == "high_precision" and dict(prof.implmode_by_op_type) == {"Gelu": "high_performance"}
 
 
 def test_overflow_modes():

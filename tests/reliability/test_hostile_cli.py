@@ -375,11 +375,16 @@ def test_opset_newer_than_supported(tmp_path, x, device):
     assert "99" in line or "opset" in line
 
 
+# run --device npu uses the device profile ascend910b: op types are Ascend IR op types (Conv2D, SoftmaxV2), and an
+# ONNX op type is refused before matching, naming the IR type to write instead
 @pytest.mark.parametrize("content,flag,needle", [
     ("relu_0\n", "--keep-dtype", "keep_dtype entry node 'relu_0'"),
-    ("OpType::Conv\n", "--keep-dtype", "op type 'Conv' matches no node (op types in the model: Relu)"),
-    ("[ByOpType]\nSoftmax=high_precision\n", "--op-precision", "[ByOpType] op type 'Softmax'"),
+    ("OpType::Conv2D\n", "--keep-dtype", "op type 'Conv2D' matches no node (op types in the model: Relu)"),
+    ("[ByOpType]\nSoftmaxV2=high_precision\n", "--op-precision", "[ByOpType] op type 'SoftmaxV2'"),
     ("[ByNodeName]\nrelu1=high_precision\n", "--op-precision", "node 'relu1'"),
+    ("OpType::Conv\n", "--keep-dtype", "Conv is an ONNX op type; ATC takes the Ascend IR op type Conv2D"),
+    ("[ByOpType]\nSoftmax=high_precision\n", "--op-precision",
+     "Softmax is an ONNX op type; ATC takes the Ascend IR op type SoftmaxV2"),
 ])
 def test_entries_that_match_nothing(tmp_path, x, model, content, flag, needle):
     f = tmp_path / "entries.txt"
@@ -387,6 +392,16 @@ def test_entries_that_match_nothing(tmp_path, x, model, content, flag, needle):
     line = assert_bad_input(run("run", "--model", model, "--input", x, "--device", "npu", flag, f), needle)
     if "relu_0" in content:
         assert "did you mean 'relu0'" in line
+
+
+def test_entries_that_match_nothing_in_a_generic_profile(tmp_path, x, model):
+    """A generic profile (no device) speaks ONNX op types: the same check, in its vocabulary."""
+    from ..profiles import GENERIC_FP16
+
+    f = tmp_path / "entries.txt"
+    f.write_text("OpType::Conv\n")
+    assert_bad_input(run("run", "--model", model, "--input", x, "--device", "npu", "--profile", GENERIC_FP16,
+                         "--keep-dtype", f), "op type 'Conv' matches no node (op types in the model: Relu)")
 
 
 def test_matching_entries_are_accepted(tmp_path, x, model):
