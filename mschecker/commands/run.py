@@ -64,6 +64,13 @@ def main(argv: list[str]) -> int:
                       f"{fin.max():.6g}" if fin.size else "-", str(int(np.isinf(f).sum())) if f is not None else "-",
                       str(int(np.isnan(f).sum())) if f is not None else "-")
     make_console().print(table)
+    report = getattr(getattr(runner, "policy", None), "fusion_report", None)
+    if report is not None:  # a device profile ran the graph GE compiles: say so, and where the per-op plan is
+        fused = {name: n for name, n in report.by_pass().items() if n}
+        steps = sum(1 for st in runner.executor.steps if not st.ctx.description.startswith("host-folded"))
+        print(f"device {report.chip}: {steps} device ops, {sum(fused.values())} fused by GE ("
+              + (", ".join(f"{name} {n}" for name, n in fused.items()) or "none") + "); per-op plan: mschecker plan "
+              "--model MODEL with the same NPU flags")
     print(f"load+inputs {t1 - t0:.2f} s, run {t2 - t1:.2f} s")
     if args.save_outputs:
         golden_store.record(args.save_outputs, outputs, producer=runner.name, update=args.update,
