@@ -55,6 +55,14 @@ def test_the_table_not_the_implmode_picks_the_kernels(gn_model):
     assert ctx.implmode == "high_performance" and kernels == {"exp": "fp16_fast"}  # exp.py's own default
 
 
+def test_an_op_without_implmode_reports_none_whatever_the_default_says(gn_model):
+    """--implmode high_performance (ATC's *_for_all) changes nothing for GroupNorm: it has no implmode, and the
+    plan and bisect must not offer one (bisect's high_precision move reads ctx.implmode)."""
+    ex = Executor(gn_model, NpuPolicy(apply_knobs("ascend910b", implmode="high_performance")))
+    assert ex.step("/norm/Mul/GroupNorm").ctx.implmode == "none"
+    assert ex.step("/attn/Softmax").ctx.implmode == "high_performance"
+
+
 def test_saturation_mode_binds_the_per_instruction_saturating_twin(gn_model):
     """310P: the fp16-arithmetic Sigmoid saturates inside the kernel (exp(-x) -> 65504, not inf)."""
     ex = Executor(gn_model, NpuPolicy("ascend310p"))
