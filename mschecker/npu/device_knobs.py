@@ -9,7 +9,7 @@ refuses what the device would not accept, in one line that names what to write i
 from __future__ import annotations
 
 from ..errors import InputError
-from .device_table import CHIPS, IMPLMODE_OPS, has_implmode, ir_type_of, ir_types
+from .device_table import CHIPS, has_implmode, ir_type_of, ir_types
 
 
 def ir_type_advice(name: str) -> str | None:
@@ -27,9 +27,12 @@ def implmode_advice(ir_type: str) -> str | None:
     """Why an implmode cannot be set for the IR op `ir_type`; None when the op has one."""
     if has_implmode(ir_type):
         return None
-    return (f"{ir_type} has no implmode on the device (it is not in CANN's all_ops_impl_mode.ini; ops that have "
-            f"one: {', '.join(sorted(IMPLMODE_OPS))}); to change its precision keep it in fp32 with "
-            f"--keep-dtype OpType::{ir_type} or a node name")
+    fused = " (OpType::GroupNorm where GE fused it with its Reshapes, Mul and Add: SD's GroupNorm export)" \
+        if ir_type == "InstanceNorm" else ""
+    return (f"{ir_type} has no implmode on the device (it is not in CANN's all_ops_impl_mode.ini; "
+            f"docs/DEVICE_KERNELS.md gives each op's implmodes); to change its precision keep it in fp32 with "
+            f"--keep-dtype OpType::{ir_type}{fused} or a node name (a fused op answers to its device name, as "
+            f"`mschecker plan` prints it)")
 
 
 def check_device_knobs(profile, where: str) -> None:
@@ -42,7 +45,7 @@ def check_device_knobs(profile, where: str) -> None:
         if why is None:
             why = implmode_advice(op_type)
         elif ir_type_of(op_type) is not None and implmode_advice(ir_type_of(op_type)):
-            why += ", which has no implmode: keep it in fp32 with --keep-dtype OpType::" + ir_type_of(op_type)
+            why += ", which " + implmode_advice(ir_type_of(op_type)).split(" ", 1)[1]
         if why:
             raise InputError(f"{where}: op_precision_mode {op_type}: {why}")
     for entry in profile.keep_dtype:

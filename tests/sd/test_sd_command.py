@@ -1,7 +1,12 @@
-"""`mschecker sd` end to end on the tiny preset, and the image pieces it is built from (PNG, PSNR, SSIM, plots).
+"""`mschecker sd` end to end, and the image pieces it is built from (PNG, PSNR, SSIM, plots).
 
-The command runs in-process through mschecker.cli.main (exit codes, files, JSON); the default ascend910b run
-is the documented failing case (VAE GroupNorm statistics overflow fp16), the run with the suggested fix passes.
+The command runs in-process through mschecker.cli.main (exit codes, files, JSON). Its default run (the small
+preset, 10 DDIM steps, ascend910b) is the documented failing case: the small VAE's residual stream passes fp16's
+range in its last upsampler conv (float32 peak ~1.04e5, mschecker/sd/vae.py), the conv's fp16 output holds inf and
+the next (GE-fused) GroupNorm turns it into NaN -- a black image, exit 1. The node-granular fix search keeps the
+nodes that carry the stream there in fp32 (ATC keep_dtype, device names), and the run with the suggested flags
+passes. ascend310p (saturation) clamps the same conv and passes, naming it -- as Huawei's SD recipe forces
+up_blocks.2/3 GroupNorm inputs to fp32 on the A2 (910B) and nothing on the 310P Duo.
 """
 import json
 import math
@@ -15,7 +20,17 @@ from mschecker.sd import images
 from mschecker.sd.images import decode_png, encode_png, gaussian_window, image_psnr, image_ssim
 
 PSNR_MIN = 30.0
-TINY = ["--preset", "tiny", "--steps", "2"]
+SMALL = ["--preset", "small", "--steps", "10"]  # the command's defaults, written out (~7 s with the fix search)
+UPSAMPLER = "decoder.up_blocks.1.upsamplers.0.conv/Conv"  # the small VAE's last upsampler conv (stream gain 5.5)
+# The node-granular fix of the default run (measured: 51.6 dB; 8 of them without conv_norm_out's GroupNorm are
+# NaN): the upsampler conv whose output passes 65504, what carries the stream after it in fp32 -- up_blocks.2's
+# residual Adds and its first ResNet's conv_shortcut -- and the fused GroupNorms that read the stream (each
+# ResNet's norm1, conv_norm_out), named as GE names them after fusion.
+FIX_NODES = ["decoder.conv_norm_out/Mul/GroupNorm", UPSAMPLER,
+             "decoder.up_blocks.2.resnets.0.conv_shortcut/Conv", "decoder.up_blocks.2.resnets.0.norm1/Mul/GroupNorm",
+             "decoder.up_blocks.2.resnets.0/Add", "decoder.up_blocks.2.resnets.1.norm1/Mul/GroupNorm",
+             "decoder.up_blocks.2.resnets.1/Add", "decoder.up_blocks.2.resnets.2.norm1/Mul/GroupNorm",
+             "decoder.up_blocks.2.resnets.2/Add"]
 
 
 # ------------------------------------------------------------------------------------------------ PNG
@@ -132,24 +147,35 @@ def test_panel_titles_each_image_and_a_nan_panel_says_nan():
 # ------------------------------------------------------------------------------------------------ command
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory):
-    """The default profile (ascend910b) on tiny: the documented failure, its diagnosis and its fix."""
+    """The default run (small preset, 10 steps, ascend910b): the documented failure, its diagnosis and its fix."""
     d = tmp_path_factory.mktemp("sd")
-    rc = main(["sd", *TINY, "--out", str(d / "out"), "--json", str(d / "r.json")])
+    rc = main(["sd", *SMALL, "--out", str(d / "out"), "--json", str(d / "r.json")])
     return rc, d, json.loads((d / "r.json").read_text())
 
 
 def test_default_profile_fails_names_the_node_and_verifies_the_fix(default_run):
     rc, d, report = default_run
     assert rc == 1 and report["verdict"] == "FAIL" and not report["passed"]
-    first = report["first_nonfinite"]
-    assert first["stage"] == "vae_decoder" and first["op_type"] == "InstanceNormalization" and first["nan"] > 0
+    assert report["settings"]["profile"] == "ascend910b" and report["settings"]["preset"] == "small"
+    # the conv's fp16 output holds inf (an unfused node: its ONNX op type), the fused GroupNorm after it NaN (its
+    # IR op type, its GE name <Mul>/GroupNorm); the conv's finite part is the VAE's headroom peak
+    first, nan = report["first_nonfinite"], report["first_nan"]
+    assert (first["stage"], first["node"], first["op_type"]) == ("vae_decoder", UPSAMPLER, "Conv")
+    assert first["inf"] > 0 and first["nan"] == 0 and first["dtype"] == "float16"
+    assert (nan["node"], nan["op_type"]) == ("decoder.up_blocks.2.resnets.0.norm1/Mul/GroupNorm", "GroupNorm")
+    assert nan["nan"] > 0 and nan["input_peak"] <= 65504
+    vae = next(h for h in report["headroom"] if h["stage"] == "vae_decoder")
+    assert vae["node"] == UPSAMPLER and vae["peak"] <= vae["dtype_max"] == 65504
     assert report["metrics"]["nonfinite_outputs"] == ["decoded"]
     assert report["metrics"]["image_psnr_db"] < 10  # black image
-    assert len(report["metrics"]["latents"]) == 2
+    assert len(report["metrics"]["latents"]) == 10
     fix = report["fix"]
-    assert fix["passed"] and fix["metrics"]["image_psnr_db"] >= PSNR_MIN
-    assert fix["cli_flags"] == "--op-precision vae_decoder:InstanceNormalization=high_precision"
-    assert report["settings"]["profile"] == "ascend910b" and report["psnr_min_db"] == PSNR_MIN
+    assert fix["passed"] and fix["metrics"]["image_psnr_db"] >= PSNR_MIN and not fix["implmode_by_op_type"]
+    assert fix["keep_dtype"] == FIX_NODES
+    assert fix["cli_flags"] == "--keep-dtype vae_decoder:" + ",".join(FIX_NODES)
+    # the smallest passing configuration the search evaluated
+    assert all(len(a["keep_dtype"]) >= len(FIX_NODES) for a in report["fix_attempts"] if a["passed"])
+    assert report["psnr_min_db"] == PSNR_MIN
 
 
 def test_default_run_writes_the_pngs_and_arrays(default_run):
@@ -161,24 +187,63 @@ def test_default_run_writes_the_pngs_and_arrays(default_run):
     assert sorted(report["images"]) == sorted(str(out / n) for n in ("sd_side_by_side.png", "sd_error_per_step.png"))
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(["sd_side_by_side.png", "sd_error_per_step.png", "reference.image.npy", "npu.image.npy",
-                            *(f"{s}.latents_step{k}.npy" for s in ("reference", "npu") for k in (1, 2))])
+                            *(f"{s}.latents_step{k}.npy" for s in ("reference", "npu") for k in range(1, 11))])
     ref, npu = np.load(out / "reference.image.npy"), np.load(out / "npu.image.npy")
-    assert ref.dtype == np.float32 and ref.shape == (16, 16, 3) and 0 <= ref.min() and ref.max() <= 1
+    assert ref.dtype == np.float32 and ref.shape == (64, 64, 3) and 0 <= ref.min() and ref.max() <= 1
     assert np.isnan(npu).all()  # the documented NaN image, kept as NaN (diffusers' output_type="np")
-    assert np.load(out / "npu.latents_step2.npy").shape == (1, 4, 8, 8)
+    assert np.load(out / "npu.latents_step10.npy").shape == (1, 4, 16, 16)  # the small VAE upsamples 4x
+
+
+def test_the_stream_passes_65504_in_float32_where_the_report_and_the_fix_point(default_run):
+    """The reference's final latents, decoded in float32 (onnxruntime, every node output): the VAE's peak is the
+    upsampler conv's output, ~1.04e5 (mschecker/sd/vae.py: 103633), beyond fp16's 65504 -- the inf the device run
+    reports is real range, not kernel error -- and every node of the fix reads or writes a tensor beyond 65504 (a
+    fused GroupNorm through the Reshape it covers, which reads its input)."""
+    from mschecker.sd import build_vae_decoder, get_preset
+    from mschecker.sd.activation_peaks import FP16_MAX, activation_peaks
+
+    _, d, _ = default_run
+    p = get_preset("small")
+    model = build_vae_decoder(p)
+    z = np.load(d / "out" / "reference.latents_step10.npy")
+    peaks = activation_peaks(model, {"latent_sample": (z / p.scaling_factor).astype(np.float32)})
+    top = max(peaks, key=peaks.get)
+    assert top == f"{UPSAMPLER}_out" and 1.0e5 < peaks[top] < 1.1e5
+    nodes = {n.name: n for n in model.graph.node}
+
+    def touched(name):
+        if name.endswith("/Mul/GroupNorm"):
+            name = name[:-len("/Mul/GroupNorm")] + "/Reshape"
+        return set(nodes[name].input) | set(nodes[name].output)
+    for name in FIX_NODES:
+        assert max(peaks.get(t, 0.0) for t in touched(name)) > FP16_MAX, name
 
 
 def test_the_suggested_fix_passes_and_the_threshold_is_honoured(default_run, tmp_path, capsys):
     flags = default_run[2]["fix"]["cli_flags"].split()
-    rc = main(["sd", *TINY, *flags, "--out", str(tmp_path / "o"), "--json", str(tmp_path / "r.json")])
+    rc = main(["sd", *SMALL, *flags, "--out", str(tmp_path / "o"), "--json", str(tmp_path / "r.json")])
     report = json.loads((tmp_path / "r.json").read_text())
     assert rc == 0 and report["verdict"] == "PASS" and report["first_nonfinite"] is None
     assert report["fix_attempts"] == []
     psnr = report["metrics"]["image_psnr_db"]
     assert psnr >= PSNR_MIN and "PASS" in capsys.readouterr().out
     # the same run judged against a bar above its PSNR fails (finite image, but not close enough)
-    rc = main(["sd", *TINY, *flags, "--psnr-min", str(psnr + 1), "--out", str(tmp_path / "o2"), "--no-fix"])
+    rc = main(["sd", *SMALL, *flags, "--psnr-min", str(psnr + 1), "--out", str(tmp_path / "o2"), "--no-fix"])
     assert rc == 1
+
+
+def test_310p_saturates_the_same_conv_and_passes_naming_it(tmp_path):
+    """ascend310p (saturation mode) on the default run: the upsampler conv is clamped to 65504 instead of inf, the
+    GroupNorm after it normalises the clamped stream, and the image passes (measured 39.9 dB) with nothing to fix;
+    the report names the first output at the format's max."""
+    rc = main(["sd", *SMALL, "--profile", "ascend310p", "--out", str(tmp_path / "o"),
+               "--json", str(tmp_path / "r.json")])
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert rc == 0 and report["verdict"] == "PASS" and report["first_nonfinite"] is None
+    sat = report["first_saturated"]
+    assert (sat["stage"], sat["node"], sat["op_type"]) == ("vae_decoder", UPSAMPLER, "Conv")
+    assert sat["saturated"] > 0 and sat["peak"] == 65504
+    assert report["metrics"]["image_psnr_db"] >= PSNR_MIN and report["fix_attempts"] == []
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -194,12 +259,27 @@ def test_the_suggested_fix_passes_and_the_threshold_is_honoured(default_run, tmp
     (["--profile", "unet:nope.toml"], "does not exist"),
     (["--pipeline", "/nonexistent/sd"], "not a folder"),
     (["--latents", "/nonexistent/l.npy"], "l.npy"),
-    # entries that match nothing: a STAGE: one in its stage, one without a prefix in every stage
+    # a device profile speaks ATC: Ascend IR op types, and implmodes only where CANN has one
     (["--preset", "tiny", "--keep-dtype", "text_encoder:OpType::InstanceNormalization"],
-     "text_encoder stage: keep_dtype entry op type 'InstanceNormalization' matches no node"),
+     "keep_dtype OpType::InstanceNormalization: InstanceNormalization is an ONNX op type; ATC takes the Ascend IR "
+     "op type InstanceNorm"),
+    (["--preset", "tiny", "--op-precision", "InstanceNormalization=high_precision"],
+     "InstanceNormalization is an ONNX op type; ATC takes the Ascend IR op type InstanceNorm, which has no implmode"),
+    (["--preset", "tiny", "--op-precision", "vae_decoder:GroupNorm=high_precision"],
+     "op_precision_mode GroupNorm: GroupNorm has no implmode on the device"),
+    (["--preset", "tiny", "--keep-dtype", "OpType::Nope"],
+     "keep_dtype OpType::Nope: Nope is not an Ascend IR op type of the device table"),
+    # entries that match nothing in the graph as the device runs it (fused): a STAGE: one in its stage, one
+    # without a prefix in every stage
+    (["--preset", "tiny", "--keep-dtype", "text_encoder:OpType::GroupNorm"],
+     "text_encoder stage: keep_dtype entry op type 'GroupNorm' matches no node"),
+    (["--preset", "tiny", "--keep-dtype", "vae_decoder:OpType::LayerNorm"],
+     "vae_decoder stage: keep_dtype entry op type 'LayerNorm' matches no node"),
     (["--preset", "tiny", "--op-precision", "vae_decoder:Gelu=high_precision"],
      "vae_decoder stage: op_precision [ByOpType] op type 'Gelu' matches no node"),
-    (["--preset", "tiny", "--keep-dtype", "OpType::Nope"], "keep_dtype entry 'OpType::Nope' matches nothing in any stage"),
+    # GE fuses every InstanceNorm of SD's GroupNorm export into a GroupNorm: none is left on the device
+    (["--preset", "tiny", "--keep-dtype", "OpType::InstanceNorm"],
+     "keep_dtype entry 'OpType::InstanceNorm' matches nothing in any stage"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path, capsys):
     out, js = tmp_path / "out", tmp_path / "r.json"
@@ -210,15 +290,27 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path
 
 
 def test_an_entry_without_stage_needs_to_match_in_one_stage_only():
-    """InstanceNormalization exists in the VAE alone: without a prefix it applies to every stage and is accepted."""
+    """Entries are checked against each stage's graph as its profile runs it. On ascend910b (fused, IR op types):
+    Gelu (GE's fused erf GELU) exists in the UNet alone, LayerNorm not in the VAE, GroupNorm not in the text
+    encoder, and a fused GroupNorm answers to its device name and to the ONNX nodes it covers: without a prefix each
+    applies to every stage and is accepted. The generic profile (no device) keeps ONNX op types and names."""
     from mschecker.sd.bundled import bundled_pipeline
     from mschecker.sd.check import check_stage_entries
 
+    from ..profiles import GENERIC_FP16
+
     pipe = bundled_pipeline("tiny")
-    check_stage_entries(pipe, {"implmode_by_op_type": {"InstanceNormalization": "high_precision"},
-                               "keep_dtype": ["OpType::Softmax"]}, {})
+    check_stage_entries(pipe, {"implmode_by_op_type": {"Gelu": "high_precision"},
+                               "keep_dtype": ["OpType::LayerNorm", "OpType::GroupNorm",
+                                              "decoder.conv_norm_out/Mul/GroupNorm",
+                                              "decoder.conv_norm_out/InstanceNormalization"]}, {})
     with pytest.raises(InputError, match="op_precision node 'nope' matches nothing in any stage"):
         check_stage_entries(pipe, {"implmode_by_node": {"nope": "high_precision"}}, {})
+    generic = str(GENERIC_FP16)
+    check_stage_entries(pipe, {"implmode_by_op_type": {"InstanceNormalization": "high_precision"},
+                               "keep_dtype": ["OpType::Softmax"]}, {}, generic)
+    with pytest.raises(InputError, match="'decoder.conv_norm_out/Mul/GroupNorm' matches nothing in any stage"):
+        check_stage_entries(pipe, {"keep_dtype": ["decoder.conv_norm_out/Mul/GroupNorm"]}, {}, generic)
 
 
 # ------------------------------------------------------------------------------------------------ capture hook
