@@ -191,7 +191,7 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     elif check_onnx and result.proof.passed:
         t0 = time.perf_counter()
         result.onnx_check, result.onnx_bytes = _patched_check(loaded, config, list(samples), analysis, rule,
-                                                              [n.name for n in ranking])
+                                                              [n.name for n in ranking], _onnx_names(npu))
         timings["onnx_check"] = time.perf_counter() - t0
     return result
 
@@ -234,12 +234,25 @@ def _attribute(evaluator: Evaluator, config: FixConfig) -> list[Attribution]:
     return out
 
 
-def _patched_check(loaded: LoadedModel, config: FixConfig, samples, analysis, rule, ranking: list[str]):
+def _onnx_names(npu: Executor) -> dict[str, tuple[str, ...]]:
+    """Node name in the graph the NPU runs -> the ONNX nodes it stands for: a fused device op (a device
+    profile's graph, npu.fusion) covers several ONNX nodes under a name the ONNX model does not have."""
+    from ..npu.policy import covered_names
+
+    return {st.label: covered_names(st.node) for st in npu.steps}
+
+
+def _patched_check(loaded: LoadedModel, config: FixConfig, samples, analysis, rule, ranking: list[str],
+                   onnx_names: dict[str, tuple[str, ...]] | None = None):
     """The patched fp16 model and its onnxruntime check. onnxruntime's fp16 kernels are not the NPU's (its CPU
     kernels may accumulate or convert differently), so when the fix alone misses the tolerance there, the
     smallest prefix of the own-error ranking that onnxruntime also needs in fp32 is added (binary search, at most
-    ceil(log2 n) + 1 more runs) and listed as `extra_fp32`: the file meets the tolerance where it will be run."""
+    ceil(log2 n) + 1 more runs) and listed as `extra_fp32`: the file meets the tolerance where it will be run.
+    `onnx_names`: the ONNX nodes each analysed node stands for (_onnx_names; a name maps to itself by default)."""
     from .writers import serialize
+
+    def in_onnx(names) -> set[str]:
+        return {o for n in names for o in (onnx_names or {}).get(n, (n,))}
 
     try:
         full = onnx.load(str(loaded.path))
@@ -254,7 +267,7 @@ def _patched_check(loaded: LoadedModel, config: FixConfig, samples, analysis, ru
 
     def attempt(k: int):
         try:
-            proto = patched_onnx(full, base | set(extra[:k]))
+            proto = patched_onnx(full, in_onnx(base | set(extra[:k])))
         except Exception as exc:  # noqa: BLE001 - a converter failure is reported; the emulator's proof stands
             return OnnxCheck(False, False, error=f"fp16 conversion failed: {type(exc).__name__}: {exc}"), None
         check = check_with_onnxruntime(proto, samples, analysis, rule)

@@ -40,9 +40,12 @@ def _islands(result: BisectResult):
     if rec is None or not rec.config.keep_dtype:
         return []
     from ..graph.loader import load_model
-    graph = load_model(result.model).graph if Path(result.model).is_file() else None
-    if graph is None:
+    from .policy import npu_policy
+
+    if not Path(result.model).is_file():
         return []
+    # the graph the NPU runs, whose node names the analysis uses (a device profile's fused ops included)
+    graph = npu_policy(result.profile).transform(load_model(result.model)).graph
     floats = {o.tensor for n in result.analysis.nodes for o in n.outputs} | set(result.samples[0].feeds)
     kept = {m for item in rec.config.keep_dtype for m in members(item, result.analysis)}
     return islands(graph, kept, [n.name for n in result.analysis.nodes], floats)

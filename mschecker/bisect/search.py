@@ -48,7 +48,8 @@ from .policy import RecordingNpuPolicy, npu_policy
 from .samples import Sample
 from .stats import ErrorStats, Headroom, is_overflow
 
-LAYER_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose")
+# the layer ops, by ONNX op type and by the Ascend IR op type a device profile reports them under (device_table)
+LAYER_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose", "BatchMatMulV2", "MatMulV2", "Conv2D", "Conv2DTranspose")
 #: More culprits than this in the first prefix search means no few nodes explain the error: it accumulates over
 #: many nodes (a deep fp16 chain). Extracting them one by one would cost ceil(log2 n) evaluations each for a set
 #: that is large anyway, so the search compares that prefix with one contiguous fp32 island instead.
@@ -182,11 +183,12 @@ class ModelEvaluator(Evaluator):
                  progress: Callable[[str, int, int | None], None] | None = None):
         super().__init__(budget, progress)
         self.model, self.base, self.samples, self.analysis, self.rule = model, base, samples, analysis, rule
-        self.outputs_of = {n.name: [o for o in n.output if o] for n in model.graph.node}
 
     def run(self, config: FixConfig, purpose: str) -> Evaluation:
         policy = npu_policy(config.profile(self.base))
         executor = Executor(self.model, policy)
+        # the outputs of the nodes of the graph the NPU runs (a device profile's fused ops are not in self.model)
+        outputs_of = {n.name: [o for o in n.output if o] for n in executor.model.graph.node}
         ranges = self.analysis.reference_ranges
         overflow: dict[str, None] = {}
 
@@ -200,7 +202,7 @@ class ModelEvaluator(Evaluator):
             if isinstance(policy, RecordingNpuPolicy):
                 for node_name, count in sorted(policy.hidden.items()):
                     head = Headroom("float16", 0.0, 0.0, 0, 0, 0, count, 0.0) if count else None
-                    if head and any(is_overflow(head, ranges.get(o)) for o in self.outputs_of.get(node_name, [])):
+                    if head and any(is_overflow(head, ranges.get(o)) for o in outputs_of.get(node_name, [])):
                         overflow[node_name] = None
                 policy.hidden.clear()
                 policy.hidden_nan.clear()

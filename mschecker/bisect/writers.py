@@ -32,6 +32,7 @@ import onnx
 
 from ..compare import ToleranceRule, json_float
 from ..npu import NumericsProfile
+from ..npu.profile import DEFAULT_IMPLMODE
 from .lockstep import Analysis
 from .samples import Sample
 from .search import FixConfig, op_type_of
@@ -121,8 +122,9 @@ def op_precision_text(fixed: NumericsProfile) -> str:
 
 
 def atc_flags_text(fixed: NumericsProfile, model: str) -> str:
-    flags = [f"--model={model}", "--framework=5", f"--precision_mode={fixed.precision_mode}",
-             f"--op_select_implmode={fixed.implmode}"]
+    flags = [f"--model={model}", "--framework=5", f"--precision_mode={fixed.precision_mode}"]
+    if fixed.implmode != DEFAULT_IMPLMODE:  # "default" (a device profile): no flag, each op on its own default path
+        flags.append(f"--op_select_implmode={fixed.implmode}")
     if fixed.keep_dtype:
         flags.append(f"--keep_dtype={FILES['keep_dtype']}")
     if fixed.implmode_by_op_type or fixed.implmode_by_node:

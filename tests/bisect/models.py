@@ -88,3 +88,37 @@ def feeds(model: onnx.ModelProto, seed: int, scale: float = 1.0) -> dict[str, np
         shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
         out[i.name] = (scale * rng.standard_normal(shape)).astype(np.float32)
     return out
+
+
+# ------------------------------------------------------------------ hazards a device profile really has
+# In the forms the exporters write, so that GE's fusion passes (mschecker/npu/fusion.py) fuse them as on the device:
+# the erf GELU into `<Mul_1 name>/Gelu`, the GroupNorm chain into `<Mul name>/GroupNorm`.
+def device_gelu_branches(n: int = 3, d: int = 64, rows: int = 8) -> onnx.ModelProto:
+    """n branches MatMul -> erf GELU (TorchScript form), each its own output. On a device profile each GELU is one
+    fused `/act{i}/Mul_1/Gelu`; under --op-precision Gelu=high_performance it runs the fp16 i-GELU (up to 1.8e-2
+    from erf GELU), which the tanh form of its high_precision path fixes."""
+    from ..npu import fusion_graphs as FG
+
+    rng = np.random.default_rng(0)
+    g = FG.G((rows, d))
+    outs = []
+    for i in range(n):
+        w = g.const(rng.standard_normal((d, d)) / np.sqrt(d), f"w{i}")
+        outs.append(FG.gelu(g, g.op("MatMul", ["x", w], f"/proj{i}/MatMul"), prefix=f"/act{i}"))
+    return g.model(*outs)
+
+
+def device_group_norm_overflow(scale: float = 3e4, gamma: float = 1.0) -> onnx.ModelProto:
+    """x * `scale` -> GroupNorm (TorchScript's Reshape -> InstanceNormalization -> Reshape -> Mul -> Add, fused on a
+    device profile into `/norm/Mul/GroupNorm`). With |x| ~ 1 and scale 3e4 the product passes 65504 in fp16: inf
+    (IEEE) feeds the GroupNorm, whose fp32 statistics cannot help -- the output is NaN -- or 65504 (saturation)
+    and a wrong normalization. Only an fp32 island over both nodes fixes it. `gamma` scales the GroupNorm's
+    weight (its output then passes 65504 itself)."""
+    from ..npu import fusion_graphs as FG
+
+    g = FG.G((1, 8, 4, 4))
+    y = FG.group_norm(g, g.op("Mul", ["x", g.const(np.float32(scale), "up")], "/scale_up/Mul"), prefix="/norm")
+    for i, t in enumerate(g.inits):
+        if t.name == "/norm.weight":
+            g.inits[i] = numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(gamma), t.name)
+    return g.model(y)

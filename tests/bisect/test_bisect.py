@@ -335,3 +335,91 @@ def test_unnamed_nodes_can_be_moved(tmp_path):
     assert r.verdict == "FIXED" and r.recommendation.by_node == {"#1:LayerNormalization": "high_precision"}
     assert r.recommendation.not_expressible() == ["#1:LayerNormalization"]
     assert r.proof.passed and r.onnx_check.ran and r.onnx_check.passed
+
+
+# ------------------------------------------------------------------------------------ device profiles
+# bisect on ascend910b / ascend310p runs GE's fused graph: culprits are named as the device names them (a fused op:
+# `<Mul name>/GroupNorm`, `<Mul_1 name>/Gelu`) with their Ascend IR op types, the written files speak ATC's
+# language, and the patched ONNX model keeps the ONNX nodes a fused op covers in fp32.
+def _reads_fp32_cast(model: onnx.ModelProto, node_name: str) -> bool:
+    """Whether the node's first input comes from a Cast to float32 (it sits inside an fp32 island)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    node = next(n for n in model.graph.node if n.name == node_name)
+    src = producer.get(node.input[0])
+    return src is not None and src.op_type == "Cast" and \
+        next(a.i for a in src.attribute if a.name == "to") == onnx.TensorProto.FLOAT
+
+
+def test_device_igelu_is_fixed_by_high_precision_gelu_under_its_device_name(tmp_path):
+    model = M.device_gelu_branches()
+    path = _save(tmp_path, model)
+    profile = apply_knobs("ascend910b", implmode_by_op_type={"Gelu": "high_performance"})
+    gelus = ["/act0/Mul_1/Gelu", "/act1/Mul_1/Gelu", "/act2/Mul_1/Gelu"]
+    desc = Executor(str(path), NpuPolicy(profile)).step(gelus[0]).ctx.description
+    assert "gelu:fp16_ascend_igelu" in desc and "high_performance" in desc  # the device's i-GELU
+    r = bisect_model(path, _samples(model), tolerance=1e-2, profile=profile)
+    assert r.verdict == "FIXED" and sorted(r.search.culprits) == gelus
+    assert [(n.name, n.op_type) for n in r.ranking[:3]] == [(g, "Gelu") for g in gelus]
+    assert r.recommendation.by_op_type == {"Gelu": "high_precision"}  # the IR type: what ATC's ini takes
+    assert r.recommendation.keep_dtype == [] and r.recommendation.by_node == {}
+    assert r.search.move == "high_precision" and r.search.hp_probe is True
+    assert r.search.layers == ["/proj0/MatMul", "/proj1/MatMul", "/proj2/MatMul"]  # BatchMatMulV2: layer ops
+    _check_bound(r)
+    _minimal(r)
+    assert r.proof.passed and r.onnx_check.ran and r.onnx_check.passed
+    # ONNX has no implmode: each fused Gelu is an fp32 island of the ONNX nodes it covers in the patched model
+    patched = onnx.load_from_string(r.onnx_bytes)
+    assert all(_reads_fp32_cast(patched, f"/act{i}/Div") for i in range(3))
+    files = write_outputs(r, tmp_path / "fix")
+    assert parse_op_precision_ini(files["op_precision"]) == ({"Gelu": "high_precision"}, {})
+    flags = (tmp_path / "fix" / "atc_flags.txt").read_text()
+    # implmode "default": ATC's own default, no flag (--op_select_implmode=default is no ATC value)
+    assert "--op_select_implmode" not in flags and "--op_precision_mode=op_precision.ini" in flags
+    fixed = apply_knobs("ascend910b", op_precision=files["op_precision"])  # the device takes the files back
+    assert dict(fixed.implmode_by_op_type) == {"Gelu": "high_precision"}
+
+
+def test_device_group_norm_fed_beyond_fp16_range_is_fixed_by_an_fp32_island(tmp_path):
+    """inf_nan (910B): x * 3e4 overflows fp16, the fused GroupNorm (fp32 statistics, no implmode) turns the inf
+    into NaN; the fix keeps both nodes in fp32, one island, written by their device names."""
+    model = M.device_group_norm_overflow()
+    path = _save(tmp_path, model)
+    r = bisect_model(path, _samples(model), tolerance=1e-2)  # the default profile: ascend910b
+    assert [(n.name, n.op_type, n.overflow) for n in r.analysis.nodes] == [
+        ("/scale_up/Mul", "Mul", True), ("/norm/Mul/GroupNorm", "GroupNorm", True)]
+    assert r.analysis.first_low_headroom().name == "/scale_up/Mul"
+    assert r.verdict == "FIXED" and r.recommendation.keep_dtype == ["/scale_up/Mul", "/norm/Mul/GroupNorm"]
+    assert r.recommendation.by_node == {} and r.recommendation.by_op_type == {}  # neither has an implmode
+    _check_bound(r)
+    _minimal(r)
+    assert r.proof.passed and r.onnx_check.ran and r.onnx_check.passed and r.onnx_check.extra_fp32 == []
+    patched = onnx.load_from_string(r.onnx_bytes)  # the GroupNorm's ONNX nodes read the kept Mul's fp32 output
+    producer = {o: n.name for n in patched.graph.node for o in n.output}
+    assert producer[next(n for n in patched.graph.node if n.name == "/norm/Reshape").input[0]] == "/scale_up/Mul"
+    doc = to_dict(r)
+    assert doc["islands"] == [{"nodes": ["/scale_up/Mul", "/norm/Mul/GroupNorm"], "cast_in": ["x"],
+                               "cast_out": ["/norm/Add_out"]}]
+    files = write_outputs(r, tmp_path / "fix")
+    assert parse_keep_dtype(files["keep_dtype"]) == ["/scale_up/Mul", "/norm/Mul/GroupNorm"]
+    assert "--op_select_implmode" not in (tmp_path / "fix" / "atc_flags.txt").read_text()
+    # saturation (310P): no inf is left in any tensor, the clamp is recorded; the same fix
+    r310 = bisect_model(path, _samples(model), tolerance=1e-2, profile="ascend310p")
+    head = r310.analysis.node("/scale_up/Mul").outputs[0].headroom
+    assert head.inf == 0 and head.hidden_overflow > 0 and r310.analysis.node("/scale_up/Mul").overflow
+    assert r310.verdict == "FIXED" and r310.recommendation.keep_dtype == r.recommendation.keep_dtype
+    assert r310.proof.passed and r310.onnx_check.passed
+
+
+def test_an_evaluation_sees_a_fused_ops_hidden_overflow(tmp_path):
+    """Saturation mode: the clamp a fused op's output took (a GroupNorm whose weight takes it past 65504) counts
+    as overflow in every evaluation of the search, under the fused op's device name."""
+    from mschecker.bisect.search import FixConfig, ModelEvaluator
+    from mschecker.graph.loader import load_model
+
+    model = M.device_group_norm_overflow(scale=1.0, gamma=3e4)
+    path = _save(tmp_path, model)
+    r = bisect_model(path, _samples(model), tolerance=1e-2, profile="ascend310p", check_onnx=False)
+    assert r.analysis.node("/norm/Mul/GroupNorm").overflow  # the lockstep pass saw it
+    ev = ModelEvaluator(load_model(path), r.profile, r.samples, r.analysis, r.rule)
+    assert ev(FixConfig(), "as given").overflow_nodes == ["/norm/Mul/GroupNorm"]
+    assert ev(FixConfig(keep_dtype=frozenset({"/norm/Mul/GroupNorm"})), "kept").overflow_nodes == []

@@ -16,9 +16,13 @@ from mschecker.graph.executor import Executor
 from mschecker.npu import NpuPolicy
 from mschecker.tensorio import safe_filename
 
+from ..profiles import GENERIC_FP16
 from . import models as M
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real_sd"
+# planted fp16 hazards (fp16 LayerNorm statistics, the poor polynomial GELU) run under the generic test profile: the
+# device presets run the CANN kernels, which do not have them (tests/profiles.py)
+GENERIC = ["--profile", str(GENERIC_FP16)]
 
 
 def _write(tmp_path, model, seed=10, scale=1.0, name="m"):
@@ -40,7 +44,8 @@ def test_cli_fix_exit_0_and_files(tmp_path, capsys):
     _, x2 = _write(tmp_path, M.layernorm_pair(), seed=11)
     out = tmp_path / "fix"
     code, text, err = _run(["bisect", "--model", str(path), "--input", str(x), "--input", str(x2),
-                            "--tolerance", "1e-2", "--out", str(out), "--json", "--html", "--no-progress"], capsys)
+                            "--tolerance", "1e-2", "--out", str(out), "--json", "--html", "--no-progress", *GENERIC],
+                           capsys)
     assert code == 0, err
     assert "FIXED" in text and "ln_big" in text and "[ByNodeName] ln_big=high_precision" in text
     names = {p.name for p in out.iterdir()}
@@ -67,7 +72,8 @@ def test_cli_folder_of_input_sets(tmp_path, capsys):
 def test_cli_time_budget_stops_the_search(tmp_path, capsys, poly_gelu):
     path, x = _write(tmp_path, M.gelu_branches())
     code, text, _ = _run(["bisect", "--model", str(path), "--input", str(x), "--tolerance", "1e-2",
-                          "--budget-seconds", "0", "--out", str(tmp_path / "o"), "--json", "--no-progress"], capsys)
+                          "--budget-seconds", "0", "--out", str(tmp_path / "o"), "--json", "--no-progress", *GENERIC],
+                         capsys)
     doc = json.loads((tmp_path / "o" / "bisect_report.json").read_text())
     assert code == 1 and "time budget" in doc["search"]["budget_exhausted"]
     assert doc["search"]["evaluations"] == 1  # the lockstep pass only
@@ -90,13 +96,18 @@ def test_cli_bad_tolerance_one_line_exit_2_nothing_written(tmp_path, capsys, tol
     assert not (tmp_path / "o").exists()
 
 
-def test_cli_unsupported_ops_listed_exit_2(tmp_path, capsys):
+@pytest.mark.parametrize("profile,live", [([], True), (GENERIC, False)], ids=["ascend910b", "generic"])
+def test_cli_unsupported_ops_listed_exit_2(tmp_path, capsys, profile, live):
+    """A device profile runs GE's graph, which prunes nodes nothing reads: the unsupported nodes feed graph outputs
+    there; the generic profile runs the graph as given, dead nodes included."""
     model = M.tiny_mlp()
     model.graph.node.append(helper.make_node("NoSuchOp", ["y"], ["z"], name="strange"))
     model.graph.node.append(helper.make_node("Custom", ["y"], ["w"], name="custom1", domain="com.example"))
+    if live:
+        model.graph.output.extend(helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in "zw")
     path, x = _write(tmp_path, model)
     code, _, err = _run(["bisect", "--model", str(path), "--input", str(x), "--tolerance", "1e-2",
-                         "--out", str(tmp_path / "o")], capsys)
+                         "--out", str(tmp_path / "o"), *profile], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "NoSuchOp" in err and "com.example::Custom" in err
     assert not (tmp_path / "o").exists()
@@ -173,8 +184,8 @@ def test_node_names_with_rich_markup_are_printed_verbatim(tmp_path, capsys, poly
             node.name = f"[/bold]{node.name}[red]"
     path, x = _write(tmp_path, model)
     code, text, err = _run(["bisect", "--model", str(path), "--input", str(x), "--tolerance", "1e-2",
-                            "--out", str(tmp_path / "o"), "--no-progress"], capsys)
-    assert code == 0, err
+                            "--out", str(tmp_path / "o"), "--no-progress", *GENERIC], capsys)
+    assert code == 0 and "FIXED" in text, err
     assert "[/bold]gelu0[red]" in text.replace("\n", "")
 
 
@@ -186,9 +197,21 @@ def test_real_exports_pass_as_given_with_their_own_names(tmp_path, name):
     feeds = {i.name: np.load(folder / f"{i.name}.npy") for i in model.graph.input if i.name not in inits}
     r = bisect_model(folder / "model.onnx", [Sample(name, feeds)], tolerance=1e-2, check_onnx=False)
     assert r.verdict == "PASS" and r.search.evaluations == 1
-    names = [n.name for n in r.analysis.nodes]
-    assert names == [n.name or f"#{i}:{n.op_type}" for i, n in enumerate(model.graph.node)] or \
-        set(names) == {n.name for n in model.graph.node}
+    # ascend910b runs GE's graph: the nodes are the device graph's, fused ops under the names GE gives them with
+    # their Ascend IR op types, every other node under the export's own name
+    from mschecker.npu.policy import covered_names
+
+    device = Executor(str(folder / "model.onnx"), NpuPolicy("ascend910b")).steps
+    assert [(n.name, n.op_type) for n in r.analysis.nodes] == \
+        [(st.label, NpuPolicy("ascend910b").op_type_of(st.node)) for st in device]
+    fused, ir_type, covers = {"vae_decoder_ts17": ("/decoder/mid_block/resnets.0/norm1/Mul/GroupNorm", "GroupNorm",
+                                                   "/decoder/mid_block/resnets.0/norm1/InstanceNormalization"),
+                              "text_encoder_dynamo18": ("node_MatMul_23", "BatchMatMulV2", "node_linear")}[name]
+    assert r.analysis.node(fused).op_type == ir_type
+    assert covers in covered_names(next(st.node for st in device if st.label == fused))
+    # an export node is a device node, covered by a fused one, or a constant GE folded (or a no-op Cast removed)
+    covered = {c for st in device for c in covered_names(st.node)}
+    assert {n.op_type for n in model.graph.node if n.name not in covered} <= {"Constant", "Shape", "Cast"}
     prefix = "/" if name.endswith("ts17") else "node_"
     assert r.ranking and all(n.name.startswith(prefix) for n in r.ranking[:5])
 

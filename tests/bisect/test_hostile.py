@@ -16,7 +16,7 @@ from mschecker.bisect import Sample, bisect_model
 from mschecker.cli import main
 
 from . import models as M
-from .test_bisect_cli import _dump, _write
+from .test_bisect_cli import GENERIC, _dump, _write
 
 FIX_FILES = ("keep_dtype.cfg", "op_precision.ini", "atc_flags.txt", "profile.json", "model_fp16_fixed.onnx")
 
@@ -197,7 +197,7 @@ def test_mathtext_in_node_names_does_not_crash_the_plot(tmp_path, capsys):
     model = _renamed(M.layernorm_pair(), {"ln_big": "ln_$\\frac{1}{$_x", "scale_up": "mul_$^^$"})
     path, x = _write(tmp_path, model)
     out = tmp_path / "o"
-    code, text, err, caught = _run(_bisect(path, x, out, "--json"), capsys)
+    code, text, err, caught = _run(_bisect(path, x, out, "--json", *GENERIC), capsys)  # the fp16-statistics plant
     assert code == 0 and "FIXED" in text and err == "", err
     assert "ln_$\\frac{1}{$_x=high_precision" in text
     assert (out / "error_by_depth.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -212,7 +212,7 @@ def test_terminal_escapes_in_node_names_are_shown_inert(tmp_path, capsys):
     name = "ln[bold]MK[/bold][/]\x1b[31mRED\x1b[0m"
     model = _renamed(M.layernorm_pair(), {"ln_big": name, "scale_up": "\u5c3a\u5ea6_up\u202e"})
     path, x = _write(tmp_path, model)
-    code, text, err, caught = _run(_bisect(path, x, tmp_path / "o", "--json", "--html"), capsys)
+    code, text, err, caught = _run(_bisect(path, x, tmp_path / "o", "--json", "--html", *GENERIC), capsys)
     assert code == 0 and err == "", err
     assert "\x1b" not in text and "\u202e" not in text
     assert "[ByNodeName] ln[bold]MK[/bold][/]\\x1b[31mRED\\x1b[0m=high_precision" in text.replace("\n", "")

@@ -214,7 +214,9 @@ def test_key_modelled_choices():
         assert v(chip, "LayerNorm", "layer_norm", "high_precision") == "fp16_tbe_hprec"
         assert v(chip, "LayerNorm", "layer_norm", "high_performance") == "fp16_tbe_hperf"
         assert v(chip, "Gelu", "gelu", "high_precision") == "fp16_ascend_tanh"
-        assert v(chip, "Gelu", "gelu", "high_performance") == "fp16_ascend_igelu"
+        # vrec's overflow taken to the fp16 maximum (the reading Huawei's SD recipe on A2 implies); IEEE: pessimistic
+        assert v(chip, "Gelu", "gelu", "high_performance") == "fp16_ascend_igelu_sat"
+        assert v(chip, "Gelu", "gelu", "high_performance", "pessimistic") == "fp16_ascend_igelu"
         assert v(chip, "Exp", "exp", "high_performance") == "fp16_fast"
         assert v(chip, "Exp", "exp", "high_performance", "optimistic") == "fp16_fp32acc"
         assert v(chip, "Exp", "exp", "high_precision") == "fp16_fp32acc"
