@@ -252,7 +252,8 @@ def _check_bias(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> None:
 def _matmul_bias(a, b, bias, storage):
     a, b, bias = np.asarray(a), np.asarray(b), np.asarray(bias)
     _check_bias(a, b, bias)
-    acc = _acc_fp32(a, b)  # a fresh fp32 array
+    # a fresh fp32 array; an fp16/bf16 operand may come staged as float32 holding storage values (as_f32 takes it)
+    acc = _acc_fp32(a, b, None if storage == F32 else storage)
     with np.errstate(over="ignore", invalid="ignore"):
         np.add(acc, astype(bias, F32), out=acc)  # the bias row broadcast over every row: one fp32 add each
     return _round(acc, storage)

@@ -369,10 +369,12 @@ def _matmul_bias_variants() -> dict:
     return {
         "fp32": Variant("fp32", opt.matmul_bias_fp32, "float32", MATMUL_BIAS_CONTRACT, accumulate="float32",
                         doc=fused.format("fp32 (none)")),
+        # staged operands (Variant.staged_f32_operands): A and B go through as_f32 (_acc_fp32 with the storage
+        # dtype), the bias through astype(float32): both exact for a float32 array holding storage values
         "fp16_fp32acc": Variant("fp16_fp32acc", opt.matmul_bias_fp16_fp32acc, "float16", MATMUL_BIAS_CONTRACT,
-                                accumulate="float32", doc=fused.format("fp16")),
+                                accumulate="float32", doc=fused.format("fp16"), staged_f32_operands=(0, 1, 2)),
         "bf16_fp32acc": Variant("bf16_fp32acc", opt.matmul_bias_bf16_fp32acc, "bfloat16", MATMUL_BIAS_CONTRACT,
-                                accumulate="float32", doc=fused.format("bf16")),
+                                accumulate="float32", doc=fused.format("bf16"), staged_f32_operands=(0, 1, 2)),
         "bug_bias_after_rounding": Variant(
             "bug_bias_after_rounding", opt.bug_matmul_bias_after_rounding, "float16", None, accumulate="float32",
             planted_bug="the unfused graph: A B rounded to fp16, then an fp16 bias add (two roundings)",

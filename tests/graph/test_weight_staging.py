@@ -77,7 +77,8 @@ def _check_staged_plan(ex: Executor, name: str) -> None:
     assert bool(staged) == (name != "fp32")  # fp32 nodes run fp32 variants, which take fp32 anyway
     for s in staged:
         assert not set(s.staged) & set(s.convert) and set(s.staged) <= set(s.ctx.staged_f32)
-        assert s.node.op_type in ("MatMul", "Gemm", "Conv") and s.ctx.dtype != F32
+        # ONNX cube ops, or a device profile's fused MatMul + bias (MatMulBiasAddFusionPass keeps the IR type)
+        assert s.node.op_type in ("MatMul", "Gemm", "Conv", "BatchMatMulV2", "MatMulV2") and s.ctx.dtype != F32
         assert "winograd" not in s.ctx.description and "int8" not in s.ctx.description
         for k in s.staged:
             v = ex.rounded_constants[s.reads[k]]
@@ -223,13 +224,14 @@ def _stages_bit_identically(v: Variant, inputs, params) -> bool:
     return want.dtype == got.dtype and want.shape == got.shape and want.tobytes() == got.tobytes()
 
 
-FLAGGED = [(k, v.name) for k in ("matmul", "gemm", "conv2d") for v in get_kernel(k).correct_variants
+FLAGGED = [(k, v.name) for k in ("matmul", "gemm", "conv2d", "matmul_bias") for v in get_kernel(k).correct_variants
            if v.staged_f32_operands]
 
 
 def test_the_flag_is_on_exactly_the_audited_variants():
     assert FLAGGED == [("matmul", "fp16_fp32acc"), ("matmul", "bf16_fp32acc"), ("gemm", "fp16_fp32acc"),
-                       ("gemm", "bf16_fp32acc"), ("conv2d", "fp16_fp32acc"), ("conv2d", "bf16_fp32acc")]
+                       ("gemm", "bf16_fp32acc"), ("conv2d", "fp16_fp32acc"), ("conv2d", "bf16_fp32acc"),
+                       ("matmul_bias", "fp16_fp32acc"), ("matmul_bias", "bf16_fp32acc")]
     for name in ("conv2d_winograd", "int8_weight_gemm", "conv_transpose2d"):
         assert not any(v.staged_f32_operands for v in get_kernel(name).variants.values())
 
@@ -258,10 +260,11 @@ def test_flagged_variants_on_both_upcast_routes_and_special_values(storage):
             return x.astype(dt)
 
     name = {"float16": "fp16_fp32acc", "bfloat16": "bf16_fp32acc"}[storage]
-    mm, gemm, conv = (get_kernel(k).variant(name) for k in ("matmul", "gemm", "conv2d"))
+    mm, gemm, conv, mmb = (get_kernel(k).variant(name) for k in ("matmul", "gemm", "conv2d", "matmul_bias"))
     for n in (8, 64):  # 8: numpy's upcast route; 64: K*N >= 2048, onnxruntime's
         a, b, c = t(3, 5, n), t(n, n + 3), t(n + 3)
         assert _stages_bit_identically(mm, (a, b), {})
+        assert _stages_bit_identically(mmb, (a, b, c), {})  # the fused MatMul + bias (SD's linear layers)
         assert _stages_bit_identically(mm, (a, t(2, 3, n, n).swapaxes(-1, -2)[:1]), {})  # broadcast batch
         assert _stages_bit_identically(gemm, (a[0], t(n + 3, n), c), {"trans_b": True, "alpha": 0.5})
         # one row: BLAS's gemv sums in another order for a transposed B than for a C-order copy (measured)
