@@ -320,6 +320,15 @@ def _nonfinite_limits(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(np.isneginf(x), y.dtype.type(-0.0), y).astype(y.dtype)
 
 
+def _instruction(dt: np.dtype, sat: bool):
+    """One vector instruction's result in dt: rounded to dt, and saturated (inf -> +-max, NaN -> 0) on a
+    saturation-mode part, where the hardware clamps per instruction."""
+    def op(v):
+        v = np.asarray(v).astype(dt)
+        return _saturate(v, dt) if sat else v
+    return op
+
+
 def ascend_gelu_tanh_formula(x: np.ndarray, dt=F32, k: float = ASCEND_GELU_TANH_K,
                              cubic: float = ASCEND_GELU_CUBIC) -> np.ndarray:
     """Ascend Gelu, default and high_precision implmode (gelu_compute): in dt (fp32 on the device), one rounding per
@@ -353,10 +362,7 @@ def ascend_igelu_formula(x: np.ndarray, dt=F16, sat: bool = False, c: float = AS
     negative tail: gelu = x 2^-12 (-15.99 at x = -65504)."""
     dt = np.dtype(dt)
     x = np.asarray(x, dtype=dt)
-
-    def op(v):
-        v = np.asarray(v).astype(dt)
-        return _saturate(v, dt) if sat else v
+    op = _instruction(dt, sat)
 
     z = op(x * dt.type(c))
     d = op(np.minimum(np.abs(z), dt.type(b)) + dt.type(-b))
@@ -374,10 +380,7 @@ def ascend_sigmoid_formula(x: np.ndarray, dt=F16, sat: bool = False, neg: float 
     1/fp16(65504 + 1) = 2^-16 (saturation), where sigmoid(x) < 1.53e-5."""
     dt = np.dtype(dt)
     x = np.asarray(x, dtype=dt)
-
-    def op(v):
-        v = np.asarray(v).astype(dt)
-        return _saturate(v, dt) if sat else v
+    op = _instruction(dt, sat)
 
     n = op(x * dt.type(neg))
     t = op(op(em.exp(n)) + dt.type(1))

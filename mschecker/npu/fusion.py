@@ -48,21 +48,11 @@ from onnx import helper, numpy_helper
 
 from ..errors import InputError
 from ..graph.ops.table import DEVICE_DOMAIN
+from .device_table import Source as Citation  # repo:path@commit, one definition
 
 VIE = "dengguojie/vue-element-admin"
 _AI_CORE = "ops/built-in/fusion_pass/graph_fusion/ai_core/"
 FLT_EPSILON = float(np.finfo(np.float32).eps)  # std::numeric_limits<float>::epsilon()
-
-
-@dataclass(frozen=True)
-class Citation:
-    repo: str
-    path: str
-    commit: str
-    note: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.repo}:{self.path}@{self.commit}"
 
 
 @dataclass(frozen=True)
@@ -115,12 +105,12 @@ PASSES: tuple[PassInfo, ...] = (
              "GroupNorm -> Sigmoid -> Mul (SiLU) -> one GroupNormSilu (no public GE pass produces it from ONNX; "
              "off unless asked)",
              (Citation("hicann/ops-nn", "norm/group_norm_silu/op_kernel/group_norm_silu_b16.h",
-                       "unpinned", "the fused kernel; no public ONNX fusion pass"),)),
+                       "e5c3fa9327ea95ba26d06227e746923580d10921", "the fused kernel; no public ONNX fusion pass"),)),
     PassInfo("GeGluV2", False, "recipe",
              "x -> two halves (Split or two Slices on the last axis) -> Gelu(one half) * other half -> one GeGluV2 "
              "(no public GE pass produces it from ONNX; off unless asked)",
              (Citation("hicann/ops-nn", "activation/ge_glu_v2/op_kernel/ge_glu_v2_base.h",
-                       "unpinned", "the fused kernel; no public ONNX fusion pass"),)),
+                       "e5c3fa9327ea95ba26d06227e746923580d10921", "the fused kernel; no public ONNX fusion pass"),)),
 )
 _PASS = {p.name: p for p in PASSES}
 SWITCH_VALUES = ("on", "off")
