@@ -766,6 +766,20 @@ static int softmax_shift_rows(const uint16_t *x, Py_ssize_t rows, Py_ssize_t n, 
     return ok;
 }
 
+/* SoftmaxV2's exponent (optimized_kernels/softmax.py, softmax_fp16_v2): each float32 shift z rounded to fp16 (as
+ * convert_to_f16 rounds), then replaced by table[its fp16 bits], the float32 exp of that fp16 value. Blocks of 1024
+ * through a stack buffer keep the fp16 rounding on the F16C path. */
+KERNEL_CLONES
+static void softmax_v2_exp_rows(float *z, Py_ssize_t n, const float *table) {
+    uint16_t buf[1024];
+    for (Py_ssize_t off = 0; off < n; off += 1024) {
+        const Py_ssize_t len = n - off < 1024 ? n - off : 1024;
+        convert_to_f16(z + off, buf, len);
+        for (Py_ssize_t i = 0; i < len; i++)
+            z[off + i] = table[buf[i]];
+    }
+}
+
 /* out = fp16(e / sum(e)) per row, the sum in numpy's pairwise order; e (finite, >= 0, each row holding a 1) is
  * overwritten with the float32 quotients. */
 KERNEL_CLONES
@@ -1359,6 +1373,26 @@ static PyObject *py_softmax_divide(PyObject *self, PyObject *const *args, Py_ssi
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(softmax_v2_exp_doc,
+"softmax_v2_exp(z, table) -> None: z = table[fp16 bits of fp16(z)] in place (z float32, C-contiguous, writable;\n"
+"table float32 of 65536 values indexed by fp16 bit pattern): SoftmaxV2's fp16 shift and its exp in one pass.");
+
+static PyObject *py_softmax_v2_exp(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!arg_count(nargs, 2, "softmax_v2_exp"))
+        return NULL;
+    PyArrayObject *z = plain_array(args[0], NPY_FLOAT);
+    PyArrayObject *t = plain_array(args[1], NPY_FLOAT);
+    if (z == NULL || t == NULL || !PyArray_ISWRITEABLE(z) || PyArray_SIZE(t) != 65536) {
+        PyErr_SetString(PyExc_ValueError, "_fastfp16.softmax_v2_exp: needs a writable C-contiguous aligned native "
+                                          "float32 z and a float32 table of 65536 values");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    softmax_v2_exp_rows((float *)PyArray_DATA(z), PyArray_SIZE(z), (const float *)PyArray_DATA(t));
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 /* A per-channel operand of the fused norms (scale, bias) as `count` float32 values in dst (exact): a C-contiguous
  * aligned native array of that size, fp16 or (unless half_only) float32, every value finite unless any_value.
  * 0 (no error set) otherwise. */
@@ -1604,6 +1638,7 @@ static PyMethodDef methods[] = {
     {"half_range", (PyCFunction)(void (*)(void))py_half_range, METH_FASTCALL, half_range_doc},
     {"softmax_fp32acc_shift", (PyCFunction)(void (*)(void))py_softmax_shift, METH_FASTCALL, softmax_shift_doc},
     {"softmax_fp32acc_divide", (PyCFunction)(void (*)(void))py_softmax_divide, METH_FASTCALL, softmax_divide_doc},
+    {"softmax_v2_exp", (PyCFunction)(void (*)(void))py_softmax_v2_exp, METH_FASTCALL, softmax_v2_exp_doc},
     {"norm_twopass", (PyCFunction)(void (*)(void))py_norm_twopass, METH_FASTCALL, norm_twopass_doc},
     {"norm_onepass", (PyCFunction)(void (*)(void))py_norm_onepass, METH_FASTCALL, norm_onepass_doc},
     {"cast", (PyCFunction)(void (*)(void))py_cast, METH_FASTCALL, cast_doc},

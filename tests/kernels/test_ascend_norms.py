@@ -251,13 +251,12 @@ def test_softmax_shift_kept_in_fp32_is_caught_by_the_definition(monkeypatch):
     case = info.golden_cases()[2]
     v = _contract_passes_definition_fails(info, "fp16_v2", case)
     fast = S.fast_fp16()
+    if fast is None:
+        pytest.skip("the compiled fp16 module is off (its numpy twin is checked against the definition elsewhere)")
 
-    class ShiftKeptInFp32:  # the compiled module with the fp16 round trip of the shift skipped
-        def to_f16(self, z, out):
-            return False
-
-        def to_f32(self, h, out):
-            return False
+    class ShiftKeptInFp32:  # the compiled module with the fp16 rounding of the shift skipped: exp of the fp32 shift
+        def softmax_v2_exp(self, z, table):
+            em.exp(z, out=z)
 
         def __getattr__(self, name):
             return getattr(fast, name)
