@@ -203,6 +203,7 @@ def _v2_numpy(x: np.ndarray, axis: int, exp_fp16: bool = False) -> np.ndarray:
 
 
 _EXP_FP16_TABLE: list = []
+V2_CHUNK_ELEMENTS = 1 << 16  # softmax_fp16_v2's rows per pass: a 256 KB float32 buffer (L2-sized)
 
 
 def _exp_of_every_fp16() -> np.ndarray:
@@ -226,20 +227,26 @@ def softmax_fp16_v2(x: np.ndarray, axis: int = -1) -> np.ndarray:
             and axis in (-1, x.ndim - 1) and x.size and x.flags.c_contiguous:
         n = x.shape[-1]
         x2 = x.reshape(-1, n)
-        z, out = np.empty(x2.shape, np.float32), np.empty(x2.shape, np.float16)
+        out = np.empty(x2.shape, np.float16)
         bad = []
-
         table = _exp_of_every_fp16()
+        step = max(1, V2_CHUNK_ELEMENTS // n)  # rows per cache-sized chunk
 
         def rows(a: int, b: int) -> None:
-            if not fast.softmax_fp32acc_shift(x2[a:b], z[a:b]):
-                bad.append(a)
-                return
-            # the fp16 shift and its exp in one compiled pass: exp of an fp16 value in fp32 is a look-up by its
-            # bits (em.exp's values; the 4096-key rows of SD's self-attention at a 64x64 latent made four numpy
-            # passes here 45% of a UNet step)
-            fast.softmax_v2_exp(z[a:b], table)
-            fast.softmax_fp32acc_divide(z[a:b], out[a:b])
+            # chunks of rows through one small float32 buffer, so the three passes meet it in cache (rows are
+            # independent: any split, the same bits); the whole-tensor float32 array was 1 GB per self-attention
+            # softmax at a 64x64 latent, streamed from memory three times
+            z = np.empty((min(step, b - a), n), np.float32)
+            for r0 in range(a, b, step):
+                r1 = min(b, r0 + step)
+                zr = z[:r1 - r0]
+                if not fast.softmax_fp32acc_shift(x2[r0:r1], zr):
+                    bad.append(r0)
+                    return
+                # the fp16 shift and its exp in one compiled pass: exp of an fp16 value in fp32 is a look-up
+                # by its bits (em.exp's values)
+                fast.softmax_v2_exp(zr, table)
+                fast.softmax_fp32acc_divide(zr, out[r0:r1])
         for_row_blocks(rows, x2.shape[0], n)
         if not bad:
             return out.reshape(x.shape)

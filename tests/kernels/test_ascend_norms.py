@@ -104,6 +104,18 @@ def test_softmax_v2_fast_route_is_its_numpy_twin(shape, axis):
     assert definition_mismatches(S.softmax_fp16_v2(xt, axis), want) == 0
 
 
+def test_softmax_v2_fast_route_across_its_row_chunks(monkeypatch):
+    """The fast route works through chunks of rows (V2_CHUNK_ELEMENTS): a small chunk size here makes rows 0-2,
+    3-5, ... separate passes; the bits equal the numpy twin's, and a bad row in a later chunk (+inf) sends the
+    whole tensor to the numpy route, NaN row and all."""
+    monkeypatch.setattr(S, "V2_CHUNK_ELEMENTS", 3 * 50)
+    x = (np.random.default_rng(6).standard_normal((10, 50)) * 8).astype(np.float16)
+    assert definition_mismatches(S.softmax_fp16_v2(x), S._v2_numpy(x, -1)) == 0
+    x[8, 7] = np.inf
+    y = S.softmax_fp16_v2(x)
+    assert np.isnan(y[8]).all() and definition_mismatches(y, S._v2_numpy(x, -1)) == 0
+
+
 def test_softmax_v2_numpy_route_divides():
     """The numpy route (a non-last axis here) divides by the sum as vdiv does; a multiply by an fp32 reciprocal
     (the FRACTAL_NZ path's vrec) moves a quotient by up to an fp32 ulp, which changes the fp16 result in about 1
