@@ -135,6 +135,46 @@ static void exp64_f32_loop(const float *x, float *y, Py_ssize_t n) { /* no restr
     for (; i < n; i++) y[i] = (float)exp64_one((double)x[i]);
 }
 
+/* log_64 (reference/elementary.py), operation for operation: subnormals scaled by 2^54, frexp, m below sqrt(1/2)
+ * doubled, f = m - 1, s = f / (2 + f), the atanh series in z = s^2 by Horner's rule (LOG_ATANH_COEFFS: 2/(2j+1),
+ * j = 11 .. 1), ln 2 split in LN2_HI + LN2_LO; 0 -> -inf, x < 0 -> NaN, inf -> inf, NaN -> x. */
+static double log64_one(double x) {
+    if (x != x)
+        return x + x; /* numpy's route quiets a signalling NaN on the widening: x + x does here (as exp64_one) */
+    if (x == INFINITY)
+        return INFINITY;
+    if (x == 0.0)
+        return -INFINITY;
+    if (x < 0.0)
+        return NAN;
+    const int tiny = x < 2.2250738585072014e-308;
+    const double xs = tiny ? x * 18014398509481984.0 : x; /* 2^54 */
+    int k;
+    double m = frexp(xs, &k);
+    const int low = m < 0.7071067811865476;
+    if (low)
+        m = m * 2.0;
+    k = k - low - (tiny ? 54 : 0);
+    const double f = m - 1.0;
+    const double sv = f / (2.0 + f);
+    const double z = sv * sv;
+    double r = 2.0 / 23.0;
+    for (int j = 10; j >= 1; j--) {
+        r = r * z;
+        r = r + 2.0 / (2 * j + 1);
+    }
+    r = r * z;
+    const double hfsq = 0.5 * (f * f);
+    const double kd = (double)k;
+    return kd * 0.6931471803691238 + (f - (hfsq - (sv * (hfsq + r) + kd * 1.9082149292705877e-10)));
+}
+
+KERNEL_CLONES
+static void log64_f32_loop(const float *x, float *y, Py_ssize_t n) { /* no restrict: x may be y (in place) */
+    for (Py_ssize_t i = 0; i < n; i++)
+        y[i] = (float)log64_one((double)x[i]);
+}
+
 /* sigmoid64 (reference/activations.py): a = exp64(-|x|) (<= 0, so only the CLAMP_LO select can fire; a NaN x is
  * replaced at the end), d = 1 + a, y = (x >= 0 ? 1 : a) / d, NaN x -> x + x. */
 KERNEL_CLONES
@@ -243,6 +283,27 @@ static PyObject *exp64_f32(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(log64_f32_doc, "log64_f32(x, out): out = float32(log_64(float64(x))) over float32 buffers of equal "
+                            "length (reference/elementary.py's log for float32, the same bits).");
+
+static PyObject *log64_f32(PyObject *self, PyObject *args) {
+    Py_buffer bx, by;
+    if (!PyArg_ParseTuple(args, "y*w*", &bx, &by))
+        return NULL;
+    if (bx.len != by.len || bx.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "_fastref.log64_f32: x and out must be float32 buffers of equal length");
+        PyBuffer_Release(&bx);
+        PyBuffer_Release(&by);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    log64_f32_loop((const float *)bx.buf, (float *)by.buf, bx.len / 4);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&by);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(softmax_rows_doc, "softmax_rows(x, out, n): softmax of each length-n row of C-contiguous float64 "
                                "buffers (reference/softmax.py, same bits as softmax_numpy).");
 
@@ -288,6 +349,7 @@ static PyObject *sigmoid64(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"exp64", exp64, METH_VARARGS, exp64_doc},
     {"exp64_f32", exp64_f32, METH_VARARGS, exp64_f32_doc},
+    {"log64_f32", log64_f32, METH_VARARGS, log64_f32_doc},
     {"softmax_rows", softmax_rows, METH_VARARGS, softmax_rows_doc},
     {"sigmoid64", sigmoid64, METH_VARARGS, sigmoid64_doc},
     {NULL, NULL, 0, NULL},

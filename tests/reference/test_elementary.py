@@ -165,3 +165,29 @@ def test_exp_float32_c_route_gives_the_numpy_routes_bits(monkeypatch, in_place):
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     monkeypatch.setenv("MSCHECKER_NO_FASTREF", "1")  # the numpy route, same bits
     assert np.array_equal(em.exp(x).view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_log_float32_c_route_gives_the_numpy_routes_bits(monkeypatch, in_place):
+    """_fastref.log64_f32 against log_64 of the widened values, rounded by numpy: every fp16 pattern widened,
+    fp32 subnormals, the sqrt(1/2) edge of the reduction, zeros, negatives, infinities, NaN payloads and random
+    fp32 values over the whole exponent range (the TBE LayerNorm's high_performance rstd calls it per row)."""
+    from mschecker import native
+
+    if native.active("_fastref") is None:
+        pytest.skip("_fastref not built")
+    x = np.concatenate([np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32),
+                        np.array([0.0, -0.0, -1.0, 1.0, 2.0, 0.70710677, 0.7071068, 1.4e-45, 1.1754942e-38,
+                                  3.4028235e38, np.inf, -np.inf], np.float32),
+                        np.array([0x7FC01234, 0xFFA00001, 0x00000001, 0x007FFFFF], np.uint32).view(np.float32),
+                        np.ldexp(RNG.random(100_003), RNG.integers(-149, 128, 100_003)).astype(np.float32)])
+    with np.errstate(all="ignore"):
+        want = em.log_64(x.astype(np.float64)).astype(np.float32)
+    got = x.copy() if in_place else np.empty_like(x)
+    src = got if in_place else x
+    with np.errstate(all="ignore"):
+        assert em.log(src, out=got) is got
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    monkeypatch.setenv("MSCHECKER_NO_FASTREF", "1")  # the numpy route, same bits
+    with np.errstate(all="ignore"):
+        assert np.array_equal(em.log(x).view(np.uint32), want.view(np.uint32))
