@@ -27,11 +27,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "fixtures" / "real_sd"
 
+GENERIC_FP16 = str(ROOT / "tests" / "fixtures" / "profiles" / "generic_fp16.toml")
 # name -> (model source, tolerance, NPU profile). Sources: "real:<fixture>", "planted:<builder in
 # tests/bisect/models.py>", "sd:<preset>:vae" (the bundled VAE decoder).
 CASES = {
-    "planted_gelu": ("planted:gelu_branches", 1e-2, "ascend910b"),
-    "planted_layernorm": ("planted:layernorm_pair", 1e-2, "ascend910b"),
+    # the planted hazards (the poor-polynomial GELU, fp16 LayerNorm statistics) are the generic emulator's
+    # kernels, which no device preset runs since issue 21: they are benchmarked on that generic profile
+    "planted_gelu": ("planted:gelu_branches", 1e-2, GENERIC_FP16),
+    "planted_layernorm": ("planted:layernorm_pair", 1e-2, GENERIC_FP16),
     "planted_chain": ("planted:deep_chain", 2e-3, "ascend910b"),
     "sd_tiny_vae": ("sd:tiny:vae", 1e-2, "ascend910b"),
     "vae_decoder_ts17": ("real:vae_decoder_ts17", 1e-3, "ascend910b"),
