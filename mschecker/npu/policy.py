@@ -24,15 +24,17 @@ Variant selection (select_variant), among a kernel's correct (non-bug) variants 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..dtypes import dtype_name, resolve_dtype
 from ..graph.policy import KernelUnavailable, NodeContext, Policy
 from ..registry import KernelInfo, Variant, get_kernel
-from .fusion import DEVICE_DOMAIN  # the domain of the nodes GE's fusion passes produce
+from ..graph.ops import attribute_values
+from .device_table import default_implmode, has_implmode, ir_type_of, variant_for
+from .fusion import DEVICE_DOMAIN, apply as apply_fusions  # DEVICE_DOMAIN: the fused nodes' domain
 from .profile import DEFAULT_IMPLMODE, NumericsProfile, load_profile
-
-
 
 
 def covered_names(node) -> tuple[str, ...]:
@@ -115,11 +117,8 @@ class NpuPolicy(Policy):
         graph as given)."""
         if self.chip is None:
             return model
-        import dataclasses
-
-        from .fusion import apply
-
-        proto, self.fusion_report = apply(model, self.chip, dict(self.profile.fusion))  # LoadedModel: external constants readable
+        # the LoadedModel itself, not its proto: a pass whose check reads a constant held in external data needs it
+        proto, self.fusion_report = apply_fusions(model, self.chip, dict(self.profile.fusion))
         return dataclasses.replace(model, proto=proto)
 
     def names_of(self, node) -> tuple[str, ...]:
@@ -131,9 +130,7 @@ class NpuPolicy(Policy):
         constant it cannot read leaves the nodes unfused), for naming checks before a run."""
         if self.chip is None:
             return model.graph
-        from .fusion import apply
-
-        return apply(model, self.chip, dict(self.profile.fusion))[0].graph
+        return apply_fusions(model, self.chip, dict(self.profile.fusion))[0].graph
 
     def op_type_of(self, node) -> str:
         """The node's op type in the profile's vocabulary: its Ascend IR op type under a device profile."""
@@ -141,9 +138,6 @@ class NpuPolicy(Policy):
             return node.op_type
         if node.domain == DEVICE_DOMAIN:
             return node.op_type
-        from ..graph.ops import attribute_values
-        from .device_table import ir_type_of
-
         return ir_type_of(node.op_type, attribute_values(node)) or node.op_type
 
     def prepare(self, initializers) -> None:
@@ -188,18 +182,13 @@ class NpuPolicy(Policy):
         "none" for a device op that has no implmode."""
         p = self.profile
         op_type = self.op_type_of(node)
-        if self.chip is not None:
-            from .device_table import has_implmode
-
-            if not has_implmode(op_type):
-                return "none"
+        if self.chip is not None and not has_implmode(op_type):
+            return "none"
         for name in covered_names(node):
             if name in p.implmode_by_node:
                 return p.implmode_by_node[name]
         mode = p.implmode_by_op_type.get(op_type) or p.implmode
         if mode == DEFAULT_IMPLMODE:
-            from .device_table import default_implmode
-
             return default_implmode(self.chip, op_type)
         return mode
 
@@ -208,8 +197,6 @@ class NpuPolicy(Policy):
         the table names none."""
         if self.chip is None or dname != "float16":
             return None
-        from .device_table import variant_for
-
         try:
             name = variant_for(self.chip, self.op_type_of(node), kernel, implmode, self.profile.bracket)
         except KeyError:
