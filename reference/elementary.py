@@ -176,16 +176,25 @@ def rounded(fn64, x, out=None) -> np.ndarray:
     return res
 
 
+def _compiled_f32(name: str, x: np.ndarray, out) -> np.ndarray | None:
+    """x's function value by _fastref's float32 loop `name` (the float64 function rounded once, the same bits as
+    `rounded`), for a C-contiguous float32 x and out; None where that route does not apply (or a build predates
+    the loop)."""
+    fast = fast_module() if x.dtype == np.float32 and x.flags.c_contiguous and x.size else None
+    loop = getattr(fast, name, None)
+    if loop is None or (out is not None and not (out.dtype == np.float32 and out.flags.c_contiguous)):
+        return None
+    res = np.empty(x.shape, np.float32) if out is None else out
+    loop(x.reshape(-1), res.reshape(-1))
+    return res
+
+
 def exp(x, out=None) -> np.ndarray:
     """exp for any float dtype (exp64, rounded to x's dtype by `rounded`). A C-contiguous float32 x (a softmax's
     shifted logits) takes _fastref.exp64_f32 when built: the same bits in one pass (~4x faster)."""
     x = np.asarray(x)
-    fast = fast_module() if x.dtype == np.float32 and x.flags.c_contiguous and x.size else None
-    if fast is not None and (out is None or (out.dtype == np.float32 and out.flags.c_contiguous)):
-        res = np.empty(x.shape, np.float32) if out is None else out
-        fast.exp64_f32(x.reshape(-1), res.reshape(-1))
-        return res
-    return rounded(exp64, x, out)
+    res = _compiled_f32("exp64_f32", x, out)
+    return rounded(exp64, x, out) if res is None else res
 
 
 def expm1(x, out=None) -> np.ndarray:
@@ -197,13 +206,8 @@ def log(x, out=None) -> np.ndarray:
     variance, a few values per row) takes _fastref.log64_f32 when built: the same bits, without log_64's ~40
     numpy calls (37 us on 77 values: most of a small LayerNorm)."""
     x = np.asarray(x)
-    fast = fast_module() if x.dtype == np.float32 and x.flags.c_contiguous and x.size else None
-    if fast is not None and hasattr(fast, "log64_f32") and \
-            (out is None or (out.dtype == np.float32 and out.flags.c_contiguous)):
-        res = np.empty(x.shape, np.float32) if out is None else out
-        fast.log64_f32(x.reshape(-1), res.reshape(-1))
-        return res
-    return rounded(log_64, x, out)
+    res = _compiled_f32("log64_f32", x, out)
+    return rounded(log_64, x, out) if res is None else res
 
 
 def log1p(x, out=None) -> np.ndarray:
