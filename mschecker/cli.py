@@ -17,11 +17,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 
 from .blas import pin_one_thread
 from .heap import keep_freed_memory
 from .errors import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, ExecutionError,
-                     InputError, caused_by_interrupt)
+                     InputError, KnobNote, caused_by_interrupt)
 
 SUBCOMMANDS = {
     "check": "mschecker.commands.check",
@@ -79,6 +80,14 @@ def _internal(exc: BaseException, show_traceback: bool) -> int:
     hint = "" if show_traceback else f", rerun with {TRACEBACK_FLAG} to see it"
     _say(f"internal error in {where} ({detail}){hint}")
     return EXIT_INTERNAL
+
+
+def _show_note(message, category, filename, lineno, file=None, line=None) -> None:
+    """KnobNotes as one `note:` line on stderr; any other warning as Python prints it."""
+    if issubclass(category, KnobNote):
+        _say(f"note: {message}")
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def _dispatch(argv: list[str]) -> int:
@@ -140,7 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.unraisablehook = _redelivering_interrupts(previous_hook)
     try:
         try:
-            return _dispatch(argv)
+            with warnings.catch_warnings():
+                warnings.simplefilter("default", KnobNote)  # each distinct note once
+                warnings.showwarning = _show_note
+                return _dispatch(argv)
         finally:
             sys.unraisablehook = previous_hook
             _flush_stdout()

@@ -15,6 +15,11 @@ class UsageError(InputError):
     """Wrong command-line usage."""
 
 
+class KnobNote(UserWarning):
+    """A setting that runs but does not do what it says (an ATC entry naming a node a fusion consumed, one matching
+    no node): atc would only log it; the CLI prints each distinct note once on stderr as `note: ...`."""
+
+
 class ExecutionError(Exception):
     """A node failed while running inside one of our own ops. Names the node; exit 3 (internal error)."""
 

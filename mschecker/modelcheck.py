@@ -45,7 +45,8 @@ def _nearest(name: str, pool: Iterable[str]) -> str:
 
 
 def unmatched_entries(profile, graph: onnx.GraphProto, *, op_type_of=None, names_of=None) -> list[str]:
-    """One sentence per keep_dtype / implmode (op_precision) entry of `profile` that matches no node name or op
+    """One sentence per keep_dtype / implmode (op_precision) / customize_dtypes entry of `profile` that matches no
+    node name or op
     type of `graph`, saying what exists. `op_type_of(node)` / `names_of(node)`: the profile's vocabulary where it
     is not the ONNX one (a device profile's graph is the fused one: Ascend IR op types, and a fused device op
     answers to its own name and to the ONNX nodes it covers: mschecker.npu.policy)."""
@@ -73,6 +74,14 @@ def unmatched_entries(profile, graph: onnx.GraphProto, *, op_type_of=None, names
     for name in profile.implmode_by_node:
         if name not in names:
             missing_node("op_precision [ByNodeName]", name)
+    from .npu.atc import parse_customize_line
+
+    for k, line in enumerate(getattr(profile, "customize_dtypes", ())):
+        e = parse_customize_line(line, f"customize_dtypes[{k}]")
+        if e.is_type and e.name not in types:
+            missing_type("customize_dtypes entry", e.name)
+        elif not e.is_type and e.name not in names:
+            missing_node("customize_dtypes entry", e.name)
     return out
 
 
@@ -93,3 +102,5 @@ def check_runner_entries(runner, where: str) -> None:
     if profile is not None and executor is not None:
         check_profile_entries(profile, executor.model.graph, where, op_type_of=getattr(policy, "op_type_of", None),
                               names_of=getattr(policy, "names_of", None))
+        if hasattr(policy, "emit_notes"):
+            policy.emit_notes()  # entries that match but do nothing (a node a fusion consumed), once they all match

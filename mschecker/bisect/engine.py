@@ -30,12 +30,13 @@ from ..graph.loader import LoadedModel, load_model
 from ..graph.policy import KernelUnavailable
 from ..npu.knobs import apply_knobs
 from ..npu import NumericsProfile
+from ..npu.fixes import OP_TYPE_PREFIX, op_facts
 from .lockstep import Analysis, DumpFolder, NodeRecord, analyse, reference_executor
 from .policy import npu_policy
 from .samples import Sample, check_same_shapes
 from .search import LAYER_OPS, Budget, Evaluation, Evaluator, FixConfig, ModelEvaluator, SearchResult, \
     high_precision_capable, members, op_type_of, rank_candidates, search
-from .writers import OnnxCheck, Recommendation, check_with_onnxruntime, patched_onnx
+from .writers import OnnxCheck, Recommendation, check_with_onnxruntime, patched_onnx, written_profile
 
 Progress = Callable[[str, int, int | None], None]
 EXIT_CODES = {"PASS": 0, "FIXED": 0, "FAIL": 1}
@@ -143,6 +144,8 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     loaded = _load(model)
     timings: dict[str, float] = {}
     reference, npu = _plan(loaded, base)
+    if hasattr(npu.policy, "emit_notes"):
+        npu.policy.emit_notes()
     dump = None
     if npu_dump is not None:
         if len(samples) != 1:
@@ -161,7 +164,8 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
         _check_dump_evidence(npu_dump, analysis)
         return result
     t0 = time.perf_counter()
-    evaluator = ModelEvaluator(loaded, base, list(samples), analysis, rule, budget, progress)
+    facts = op_facts(npu)
+    evaluator = ModelEvaluator(loaded, base, list(samples), analysis, rule, budget, progress, facts=facts)
     names = rank_candidates(analysis, granularity)
     layers = [n.name for n in analysis.nodes if n.op_type in LAYER_OPS and not n.folded] or \
         [n.name for n in ranking]
@@ -169,15 +173,17 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     position.update({item: min(position[m] for m in members(item, analysis)) for item in names
                      if op_type_of(item)})
     result.search = search(evaluator, names, high_precision_capable(npu, base, names), layers, position,
-                           baseline=_as_given(analysis, timings["lockstep_pass"]))
+                           baseline=_as_given(analysis, timings["lockstep_pass"]), fusion_of=fusion_of(facts))
     timings["fix_search"] = time.perf_counter() - t0
     config = result.search.recommended
     if config is None or not config.changes:
         return result
-    rec = Recommendation.from_config(config, analysis)
+    rec = Recommendation.from_config(config, analysis, base, facts)
+    # the proof runs what the ATC files give when read back (writers.written_profile), not the search's object
+    rec.fixed, _ = written_profile(rec.items.profile(base, facts), str(loaded.path))
     result.recommendation = rec
     t0 = time.perf_counter()
-    fixed_npu = Executor(loaded, npu_policy(rec.profile(base)))
+    fixed_npu = Executor(loaded, npu_policy(rec.fixed))
     result.proof = analyse(reference, fixed_npu, list(samples), rule, own_error=False, progress=progress,
                            label="proof pass")
     timings["proof"] = time.perf_counter() - t0
@@ -194,6 +200,18 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
                                                               [n.name for n in ranking], _onnx_names(npu))
         timings["onnx_check"] = time.perf_counter() - t0
     return result
+
+
+def fusion_of(facts) -> dict[str, str] | None:
+    """Item -> the fusion pass that created it (device ops a fusion created, and op types only fusions make)."""
+    if not facts:
+        return None
+    out = {name: f.fused_by for name, f in facts.items() if f.fused_away}
+    for t in {f.ir_type for f in facts.values()}:
+        of_type = [f for f in facts.values() if f.ir_type == t]
+        if all(f.fused_away for f in of_type) and len({f.fused_by for f in of_type}) == 1:
+            out[OP_TYPE_PREFIX + t] = of_type[0].fused_by
+    return out
 
 
 def _check_dump_evidence(folder, analysis: Analysis) -> None:

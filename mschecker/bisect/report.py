@@ -181,12 +181,10 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
     if result.verdict == "FIXED":
         rec = result.recommendation
         console.print(Text("fix (proven on every sample):", style="bold"))
-        for e in rec.keep_dtype:
-            console.print(Text(f"  keep_dtype fp32: {plain(e)}"))
-        for k, v in {**rec.by_op_type}.items():
-            console.print(Text(f"  op_precision_mode [ByOpType] {plain(k)}={v}"))
-        for k, v in rec.by_node.items():
-            console.print(Text(f"  op_precision_mode [ByNodeName] {plain(k)}={v}"))
+        for line in fix_lines(result.profile, rec.fixed):
+            console.print(Text("  " + line))
+        for name, item in rec.rewritten.items():
+            console.print(Text(f"  (node {plain(name)} cannot be named in an ATC file: written as {plain(item)})"))
         ba = Table(title="before / after (worst over samples)")
         for col in ("output", "rel L2 before", "rel L2 after", "max abs before", "max abs after", "after passes"):
             ba.add_column(col)
@@ -277,6 +275,9 @@ def render_html(doc: dict, png: bytes | None) -> str:
     rec = doc.get("recommendation")
     fix = "<p>no proven fix</p>" if not rec else (
         "<ul>" + "".join(f"<li>keep_dtype {e(x)}</li>" for x in rec["keep_dtype"])
+        + "".join(f"<li>customize_dtypes {e(x)}</li>" for x in rec["customize_dtypes"])
+        + "".join(f"<li>fusion_switch_file {e(x)}:off</li>" for x in rec["fusion_off"])
+        + "".join(f"<li>modify_mixlist black-list to-add {e(x)}</li>" for x in rec["mixlist_black"])
         + "".join(f"<li>[ByOpType] {e(k)}={e(v)}</li>" for k, v in rec["op_precision"]["ByOpType"].items())
         + "".join(f"<li>[ByNodeName] {e(k)}={e(v)}</li>" for k, v in rec["op_precision"]["ByNodeName"].items())
         + "</ul>")
@@ -302,6 +303,21 @@ table{{border-collapse:collapse}}</style></head><body>
 """
 
 
+def fix_lines(base, fixed) -> list[str]:
+    """The ATC settings a fix adds to the profile as given, one per line, in ATC's words."""
+    lines = [f"keep_dtype fp32: {plain(e)}" for e in fixed.keep_dtype if e not in base.keep_dtype]
+    lines += [f"customize_dtypes: {plain(e)}" for e in fixed.customize_dtypes if e not in base.customize_dtypes]
+    lines += [f"op_precision_mode [ByOpType] {plain(k)}={v}" for k, v in fixed.implmode_by_op_type.items()
+              if base.implmode_by_op_type.get(k) != v]
+    lines += [f"op_precision_mode [ByNodeName] {plain(k)}={v}" for k, v in fixed.implmode_by_node.items()
+              if base.implmode_by_node.get(k) != v]
+    lines += [f"fusion_switch_file {plain(k)}:{v}" for k, v in fixed.fusion.items() if base.fusion.get(k) != v]
+    added = fixed.modify_mixlist.get("black-list", {}).get("to-add", [])
+    had = base.modify_mixlist.get("black-list", {}).get("to-add", [])
+    lines += [f"modify_mixlist black-list to-add {plain(t)}" for t in added if t not in had]
+    return lines
+
+
 # ------------------------------------------------------------------------------------------- files
 def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_report: bool = False) -> dict:
     """Everything into `out` as one set (module docstring): the plot always; the fix files when the verdict is
@@ -312,7 +328,7 @@ def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_
     data: dict[str, bytes] = {}
     files: dict[str, str] = {}
     if result.verdict == "FIXED":
-        fixed_profile = result.recommendation.profile(result.profile)
+        fixed_profile = result.recommendation.fixed
         for kind, blob in fix_files(result.profile, fixed_profile, result.model,
                                     result.onnx_bytes if result.onnx_check and result.onnx_check.ran
                                     else None).items():

@@ -23,6 +23,9 @@ overflow, most own error first). With the ranking r_1..r_n and F the culprits fo
      until F alone passes. Each culprit costs at most ceil(log2 n) evaluations: 2 + k*ceil(log2 n) in all.
   4. refinement: culprits whose high_precision implmode binds another kernel try it instead of fp32 storage
      (all at once, then one by one if that fails): the cheaper move wins where it passes.
+  5. fusion off: for each GE fusion pass whose fused device ops the fix keeps in fp32, the pass switched off
+     instead of those moves (one evaluation per pass); kept when it passes with fewer changes (a fused kernel that is itself
+     the culprit, while the ops it replaces compute well enough in the profile's precision).
 The search is anytime: the last passing configuration is always known, so an exhausted budget still returns
 the best fix found (or, with none, the closest configuration and what still fails).
 
@@ -43,6 +46,7 @@ from ..compare import ToleranceRule
 from ..graph.executor import Executor
 from ..dtypes import is_float
 from ..npu import NumericsProfile
+from ..npu.fixes import OP_TYPE_PREFIX, moved_profile, op_facts
 from .lockstep import Analysis
 from .policy import RecordingNpuPolicy, npu_policy
 from .samples import Sample
@@ -59,28 +63,27 @@ RULE_OF_THUMB_EVERY = 6  # "a cast point every 5-6 fp16 layers": five fp16 layer
 
 @dataclass(frozen=True)
 class FixConfig:
-    """A set of per-node moves on top of the profile as given."""
+    """A set of moves on top of the profile as given (items: device op names, or "OpType::T" for every op of IR
+    type T); npu.fixes.moved_profile writes them in ATC's vocabulary."""
 
-    # items: node names, or "OpType::T" for every node of op type T (ATC's keep_dtype syntax)
-    keep_dtype: frozenset = frozenset()       # computed and stored in fp32
-    high_precision: frozenset = frozenset()   # implmode high_precision
+    keep_dtype: frozenset = frozenset()       # computed and stored in fp32 (keep_dtype / customize_dtypes / mixlist)
+    high_precision: frozenset = frozenset()   # implmode high_precision (op_precision_mode)
+    fusion_off: frozenset = frozenset()       # GE fusion passes switched off (fusion_switch_file)
 
     @property
     def changes(self) -> int:
-        return len(self.keep_dtype) + len(self.high_precision)
+        return len(self.keep_dtype) + len(self.high_precision) + len(self.fusion_off)
 
-    def profile(self, base: NumericsProfile) -> NumericsProfile:
-        if not self.changes:
-            return base
-        hp_types = {op_type_of(i): "high_precision" for i in sorted(self.high_precision) if op_type_of(i)}
-        hp_nodes = {i: "high_precision" for i in sorted(self.high_precision) if not op_type_of(i)}
-        return base.replace(
-            keep_dtype=tuple(base.keep_dtype) + tuple(n for n in sorted(self.keep_dtype) if n not in base.keep_dtype),
-            implmode_by_op_type={**base.implmode_by_op_type, **hp_types},
-            implmode_by_node={**base.implmode_by_node, **hp_nodes})
+    def profile(self, base: NumericsProfile, facts=None) -> NumericsProfile:
+        """The profile the moves describe, as atc would read them (`facts`: npu.fixes.op_facts of the graph under
+        `base`; None for a generic profile)."""
+        return moved_profile(base, facts, fp32=self.keep_dtype, high_precision=self.high_precision,
+                             fusion_off=self.fusion_off)
 
     def describe(self) -> str:
         parts = []
+        if self.fusion_off:
+            parts.append("fusion off: " + ", ".join(sorted(self.fusion_off)))
         if self.high_precision:
             parts.append(f"high_precision {len(self.high_precision)} item(s)")
         if self.keep_dtype:
@@ -88,10 +91,8 @@ class FixConfig:
         return " + ".join(parts) or "as given"
 
     def to_dict(self) -> dict:
-        return {"keep_dtype": sorted(self.keep_dtype), "high_precision": sorted(self.high_precision)}
-
-
-OP_TYPE_PREFIX = "OpType::"
+        return {"keep_dtype": sorted(self.keep_dtype), "high_precision": sorted(self.high_precision),
+                "fusion_off": sorted(self.fusion_off)}
 
 
 def op_type_of(item: str) -> str | None:
@@ -180,12 +181,14 @@ class ModelEvaluator(Evaluator):
 
     def __init__(self, model, base: NumericsProfile, samples: list[Sample], analysis: Analysis,
                  rule: ToleranceRule, budget: Budget | None = None,
-                 progress: Callable[[str, int, int | None], None] | None = None):
+                 progress: Callable[[str, int, int | None], None] | None = None, facts=None):
         super().__init__(budget, progress)
         self.model, self.base, self.samples, self.analysis, self.rule = model, base, samples, analysis, rule
+        # npu.fixes.op_facts of the graph under `base` (None: a generic profile): what the moves are written as
+        self.facts = facts if facts is not None or not base.device else op_facts(Executor(model, npu_policy(base)))
 
     def run(self, config: FixConfig, purpose: str) -> Evaluation:
-        policy = npu_policy(config.profile(self.base))
+        policy = npu_policy(config.profile(self.base, self.facts))
         executor = Executor(self.model, policy)
         # the outputs of the nodes of the graph the NPU runs (a device profile's fused ops are not in self.model)
         outputs_of = {n.name: [o for o in n.output if o] for n in executor.model.graph.node}
@@ -303,10 +306,28 @@ def _accumulation(evaluate: Evaluator, note, prefix: list[str], order: list[str]
     return tail if len(tail) < len(prefix) else list(prefix)
 
 
+def _fusion_off_trials(evaluate: Evaluator, note, config: FixConfig, fusion_of: dict[str, str]) -> None:
+    """Step 5: for each fusion pass whose fused ops the fix moves, the pass switched off instead of those moves
+    (the unfused ops keep the profile's precision): a fused kernel that is itself the culprit, e.g. GE's one-pass
+    GroupNorm, while the ops it replaces compute well enough. Kept where it passes with fewer changes."""
+    current = config
+    by_pass: dict[str, list[str]] = {}
+    for item in sorted(current.keep_dtype):  # an implmode move is cheaper than losing a fusion: left as it is
+        if item in fusion_of:
+            by_pass.setdefault(fusion_of[item], []).append(item)
+    for pass_name, items in sorted(by_pass.items()):
+        trial = FixConfig(keep_dtype=current.keep_dtype - set(items), high_precision=current.high_precision,
+                          fusion_off=current.fusion_off | {pass_name})
+        if note(evaluate(trial, f"{pass_name} off instead of {len(items)} move(s) on the ops it fuses")).passed:
+            current = trial
+
+
 def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], layers: list[str],
-           position: dict[str, int], baseline: Evaluation | None = None) -> SearchResult:
+           position: dict[str, int], baseline: Evaluation | None = None,
+           fusion_of: dict[str, str] | None = None) -> SearchResult:
     """The group testing described in the module docstring; `position`: node name -> execution index;
-    `baseline`: the profile as given, already judged (the lockstep pass is that evaluation), else evaluated."""
+    `baseline`: the profile as given, already judged (the lockstep pass is that evaluation), else evaluated;
+    `fusion_of`: item -> the fusion pass that created it (step 5; None: no fusion-off moves)."""
     n = len(candidates)
     log2n = max(1, math.ceil(math.log2(n))) if n > 1 else 1
     state = {"best_pass": None, "closest": None}
@@ -388,12 +409,14 @@ def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], lay
                                               high_precision=frozenset(chosen | {c}))
                             if note(evaluate(trial, f"high_precision instead of fp32 for {c}")).passed:
                                 chosen.add(c)
+                if fusion_of and regime == "culprits" and state["best_pass"] is not None:
+                    _fusion_off_trials(evaluate, note, state["best_pass"].config, fusion_of)
     except BudgetExhausted as exc:
         exhausted = str(exc)
     best_pass = state["best_pass"]
     if best_pass is not None:  # prefer the cheapest move at equal size: the refinement's config when it passed
         ties = [e for e in evaluate.log if e.passed and e.config.changes == best_pass.config.changes]
-        best_pass = max(ties, key=lambda e: len(e.config.high_precision))
+        best_pass = max(ties, key=lambda e: (len(e.config.high_precision), -len(e.config.fusion_off)))
     thumb = None
     if layers and exhausted is None:
         every = layers[RULE_OF_THUMB_EVERY - 1::RULE_OF_THUMB_EVERY]

@@ -1,28 +1,32 @@
-"""What a deployment takes: the recommendation as ATC files, an mschecker profile, the ATC flags, a patched
-ONNX model, as bytes; report.write_outputs writes them into --out with the rest of the set
-(fsio.write_file_set).
+"""What a deployment takes: the recommendation as the ATC files it needs, the one `atc` command line that uses
+them, an mschecker profile, a patched ONNX model, as bytes; report.write_outputs writes them into --out with the
+rest of the set (fsio.write_file_set).
 
-Recommendation.from_config turns per-node moves into the entries a user writes: a move that covers every
-(non-folded) node of an op type, and at least two of them, becomes one op-type entry (`OpType::T` in the
-keep_dtype file, `T=high_precision` under [ByOpType]); anything else stays per node name. The two forms select
-the same nodes, so the proof re-run, which uses the written form (`profile`), proves what is written.
+Recommendation.from_config turns the search's moves into items a user writes: a move that covers every
+(non-folded) node of an op type, and at least two of them, becomes one op-type item; a node name an ATC file
+cannot carry (npu.atc.atc_expressible) becomes its op type's item, the closest expressible fix, and is reported.
+npu.fixes.moved_profile writes the items in ATC's vocabulary; the files are that profile's ATC settings, read
+back with mschecker's own ATC readers (read_back) before anything is proven: the proof pass runs the profile the
+files give, so what is proven is what is written, bit for bit.
 
-Files (names in FILES):
-  keep_dtype.cfg       ATC --keep_dtype: one node name or OpType::T per line (mschecker.npu.atc.parse_keep_dtype)
-  op_precision.ini     ATC --op_precision_mode: [ByOpType] / [ByNodeName] name=high_precision
-                       (mschecker.npu.atc.parse_op_precision_ini)
-  profile.json         the base profile with the moves folded in (mschecker.npu.load_profile reads it back)
-  atc_flags.txt        the ATC command-line fragment that applies the two files
+Files (names in FILES; a file is written only when it has entries):
+  keep_dtype.cfg         atc --keep_dtype: node names / OpType::T (ops that exist when atc applies the file)
+  customize_dtypes.cfg   atc --customize_dtypes: fp32 for ops a fusion created (Name::InputDtype:float32,...)
+  op_precision.ini       atc --op_precision_mode: [ByOpType] / [ByNodeName] name=high_precision
+  fusion_switch.cfg      atc --fusion_switch_file: PassName:off
+  modify_mixlist.json    atc --modify_mixlist: op types moved to the black list (mixed-precision modes)
+  atc_flags.txt          the `atc` command line that applies them (and the profile's precision mode)
+  profile.json           the base profile with the moves folded in (mschecker.npu.load_profile reads it back)
   model_fp16_fixed.onnx  fp16 model (onnxconverter-common's float16 converter, I/O kept fp32) whose recommended
-                       nodes stay fp32 inside Cast-delimited islands; ONNX has no implmode, so a high_precision
-                       node becomes a one-node fp32 island there. Checked with onnxruntime against the
-                       reference and the tolerance (OnnxCheck).
+                         nodes stay fp32 inside Cast-delimited islands; ONNX has no implmode, so a high_precision
+                         node becomes a one-node fp32 island there. Checked with onnxruntime against the
+                         reference and the tolerance (OnnxCheck).
 """
 from __future__ import annotations
 
 import io
 import json
-import re
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,104 +36,211 @@ import onnx
 
 from ..compare import ToleranceRule, json_float
 from ..npu import NumericsProfile
+from ..npu.atc import (AtcFlags, atc_command_text, atc_expressible, customize_dtypes_text, keep_dtype_text,
+                       modify_mixlist_text, op_precision_text, parse_atc_command, parse_customize_dtypes,
+                       parse_keep_dtype, parse_modify_mixlist, parse_op_precision_ini, fusion_switch_text)
+from ..npu.fixes import OP_TYPE_PREFIX, OpFacts
 from ..npu.profile import DEFAULT_IMPLMODE
 from .lockstep import Analysis
 from .samples import Sample
 from .search import FixConfig, op_type_of
 from .stats import ErrorStats
 
-FILES = {"keep_dtype": "keep_dtype.cfg", "op_precision": "op_precision.ini", "profile": "profile.json",
-         "atc_flags": "atc_flags.txt", "onnx": "model_fp16_fixed.onnx"}
-_ATC_SAFE = re.compile(r"^[^\s#=;\[\]]+$")  # what a keep_dtype line / ini key can hold (atc.py's parsers)
+FILES = {"keep_dtype": "keep_dtype.cfg", "customize_dtypes": "customize_dtypes.cfg",
+         "op_precision": "op_precision.ini", "fusion_switch": "fusion_switch.cfg",
+         "modify_mixlist": "modify_mixlist.json", "atc_flags": "atc_flags.txt", "profile": "profile.json",
+         "onnx": "model_fp16_fixed.onnx"}
+#: atc --soc_version written for a chip: one valid part of the family (atc needs one; the user's own card may be
+#: another of the family -- `npu-smi info` names it -- and the report says so)
+SOC_VERSION = {"ascend910b": "Ascend910B3", "ascend310p": "Ascend310P3"}
+#: the atc flag each file is passed with
+_FLAG_OF = {"keep_dtype": "keep_dtype", "customize_dtypes": "customize_dtypes", "op_precision": "op_precision_mode",
+            "fusion_switch": "fusion_switch_file", "modify_mixlist": "modify_mixlist"}
 
 
 @dataclass
 class Recommendation:
-    keep_dtype: list[str] = field(default_factory=list)          # node names and OpType::T entries
-    by_op_type: dict[str, str] = field(default_factory=dict)     # op type -> high_precision
-    by_node: dict[str, str] = field(default_factory=dict)        # node name -> high_precision
-    config: FixConfig = field(default_factory=FixConfig)
+    config: FixConfig                      # the moves as the search found them
+    items: FixConfig                       # as written: op-type items where they cover a type, expressible names
+    fixed: NumericsProfile | None = None   # the profile the files give (read back), what the proof runs
+    rewritten: dict[str, str] = field(default_factory=dict)  # name ATC cannot carry -> the item written instead
+    base: NumericsProfile | None = None    # the profile as given
 
     @classmethod
-    def from_config(cls, config: FixConfig, analysis: Analysis) -> "Recommendation":
+    def from_config(cls, config: FixConfig, analysis: Analysis, base: NumericsProfile,
+                    facts: dict[str, OpFacts] | None = None) -> "Recommendation":
         by_type: dict[str, list[str]] = {}
+        type_of = {n.name: n.op_type for n in analysis.nodes}
         for n in analysis.nodes:
             if not n.folded:
                 by_type.setdefault(n.op_type, []).append(n.name)
-        rec = cls(config=config)
-        for chosen, is_keep in ((config.keep_dtype, True), (config.high_precision, False)):
-            for item in sorted(i for i in chosen if op_type_of(i)):  # op-type items as they are
-                if is_keep:
-                    rec.keep_dtype.append(item)
-                else:
-                    rec.by_op_type[op_type_of(item)] = "high_precision"
-            chosen = {i for i in chosen if not op_type_of(i)}
-            covered: set[str] = set()
-            for op_type, names in sorted(by_type.items()):
-                if len(names) >= 2 and all(x in chosen for x in names):
-                    covered.update(names)
-                    if is_keep:
-                        rec.keep_dtype.append(f"OpType::{op_type}")
-                    else:
-                        rec.by_op_type[op_type] = "high_precision"
-            order = [n.name for n in analysis.nodes]
-            for name in sorted(chosen - covered, key=order.index):
-                if is_keep:
-                    rec.keep_dtype.append(name)
-                else:
-                    rec.by_node[name] = "high_precision"
-        return rec
+        rewritten: dict[str, str] = {}
+        parts = {}
+        for kind in ("keep_dtype", "high_precision"):
+            chosen = set(getattr(config, kind))
+            names = {i for i in chosen if not op_type_of(i)}
+            items = {i for i in chosen if op_type_of(i)}
+            for op_type, members in by_type.items():
+                if len(members) >= 2 and all(x in names for x in members):
+                    names -= set(members)
+                    items.add(OP_TYPE_PREFIX + op_type)
+            fmt = "op_precision" if kind == "high_precision" else \
+                "customize_dtypes" if facts is not None else "keep_dtype"
+            for name in sorted(names):
+                f = facts.get(name) if facts else None
+                target = fmt if kind == "high_precision" or (f is not None and f.fused_away) else "keep_dtype"
+                if atc_expressible(name, target) is None:
+                    items.add(name)
+                else:  # the closest expressible fix: every op of its type
+                    rewritten[name] = OP_TYPE_PREFIX + (f.ir_type if f else type_of.get(name, "?"))
+                    items.add(rewritten[name])
+            parts[kind] = frozenset(items)
+        return cls(config=config, items=FixConfig(parts["keep_dtype"], parts["high_precision"], config.fusion_off),
+                   rewritten=rewritten, base=base)
+
+    # what the fix adds to the profile as given, in ATC's words (the written files hold the base's entries too)
+    def _added(self, name: str) -> list:
+        if self.fixed is None or self.base is None:
+            return []
+        had = getattr(self.base, name)
+        return [e for e in getattr(self.fixed, name) if e not in had]
+
+    @property
+    def keep_dtype(self) -> list[str]:
+        return self._added("keep_dtype")
+
+    @property
+    def customize_dtypes(self) -> list[str]:
+        return self._added("customize_dtypes")
+
+    @property
+    def by_op_type(self) -> dict[str, str]:
+        got = self.fixed.implmode_by_op_type if self.fixed else {}
+        had = self.base.implmode_by_op_type if self.base else {}
+        return {k: v for k, v in got.items() if had.get(k) != v}
+
+    @property
+    def by_node(self) -> dict[str, str]:
+        got = self.fixed.implmode_by_node if self.fixed else {}
+        had = self.base.implmode_by_node if self.base else {}
+        return {k: v for k, v in got.items() if had.get(k) != v}
+
+    @property
+    def mixlist_black(self) -> list[str]:
+        def adds(p):
+            return list(p.modify_mixlist.get("black-list", {}).get("to-add", [])) if p else []
+        return [t for t in adds(self.fixed) if t not in adds(self.base)]
 
     @property
     def changes(self) -> int:
-        return len(self.keep_dtype) + len(self.by_op_type) + len(self.by_node)
+        return self.items.changes
 
-    def profile(self, base: NumericsProfile) -> NumericsProfile:
-        """The profile the written files describe (proof runs this)."""
-        if not self.changes:
-            return base
-        return base.replace(keep_dtype=tuple(base.keep_dtype) + tuple(self.keep_dtype),
-                            implmode_by_op_type={**base.implmode_by_op_type, **self.by_op_type},
-                            implmode_by_node={**base.implmode_by_node, **self.by_node})
-
-    def not_expressible(self) -> list[str]:
-        """Entries ATC's file formats cannot carry (whitespace, '#', '=' in a node name); they stay in
-        profile.json and are listed in the report."""
-        names = self.keep_dtype + list(self.by_op_type) + list(self.by_node)
-        return [n for n in names if not _ATC_SAFE.match(n)]
+    def profile(self, base: NumericsProfile, facts=None) -> NumericsProfile:
+        """The profile the written files describe (proof runs this: `fixed` once read back)."""
+        return self.fixed if self.fixed is not None else self.items.profile(base, facts)
 
     def to_dict(self) -> dict:
-        return {"keep_dtype": self.keep_dtype, "op_precision": {"ByOpType": self.by_op_type,
-                                                                "ByNodeName": self.by_node},
-                "changes": self.changes, "not_expressible_in_atc_files": self.not_expressible()}
+        p = self.fixed
+        out = {"moves": self.items.to_dict(), "changes": self.changes, "keep_dtype": self.keep_dtype,
+               "customize_dtypes": self.customize_dtypes,
+               "op_precision": {"ByOpType": self.by_op_type, "ByNodeName": self.by_node},
+               "fusion_off": sorted(self.items.fusion_off), "mixlist_black": self.mixlist_black,
+               "not_expressible_in_atc_files": dict(self.rewritten)}
+        if p is not None:
+            out["atc_files"] = {"keep_dtype": list(p.keep_dtype), "customize_dtypes": list(p.customize_dtypes),
+                          "op_precision": {"ByOpType": dict(p.implmode_by_op_type),
+                                           "ByNodeName": dict(p.implmode_by_node)},
+                          "fusion_switch": dict(p.fusion), "modify_mixlist": dict(p.modify_mixlist)}
+        return out
 
 
-# The ATC files hold the whole configuration the proof ran (the base profile's own entries and the fix's): ATC
-# takes one file of each kind, so a file with the fix's entries alone would drop the base's.
-
-def keep_dtype_text(fixed: NumericsProfile) -> str:
-    lines = ["# ATC --keep_dtype: these nodes compute and store in fp32 (written by mschecker bisect)"]
-    lines += [e for e in dict.fromkeys(fixed.keep_dtype) if _ATC_SAFE.match(e)]
-    return "\n".join(lines) + "\n"
-
-
-def op_precision_text(fixed: NumericsProfile) -> str:
-    lines = ["# ATC --op_precision_mode (written by mschecker bisect)", "[ByOpType]"]
-    lines += [f"{k}={v}" for k, v in fixed.implmode_by_op_type.items() if _ATC_SAFE.match(k)]
-    lines.append("[ByNodeName]")
-    lines += [f"{k}={v}" for k, v in fixed.implmode_by_node.items() if _ATC_SAFE.match(k)]
-    return "\n".join(lines) + "\n"
-
-
-def atc_flags_text(fixed: NumericsProfile, model: str) -> str:
-    flags = [f"--model={model}", "--framework=5", f"--precision_mode={fixed.precision_mode}"]
-    if fixed.implmode != DEFAULT_IMPLMODE:  # "default" (a device profile): no flag, each op on its own default path
-        flags.append(f"--op_select_implmode={fixed.implmode}")
+def atc_texts(fixed: NumericsProfile, model_path: str) -> dict[str, str]:
+    """kind -> text of every ATC file `fixed` needs, and the atc command line that uses them."""
+    texts: dict[str, str] = {}
     if fixed.keep_dtype:
-        flags.append(f"--keep_dtype={FILES['keep_dtype']}")
+        texts["keep_dtype"] = keep_dtype_text(fixed.keep_dtype)
+    if fixed.customize_dtypes:
+        from ..npu.atc import parse_customize_line
+        texts["customize_dtypes"] = customize_dtypes_text(
+            [parse_customize_line(line, "profile customize_dtypes") for line in fixed.customize_dtypes])
     if fixed.implmode_by_op_type or fixed.implmode_by_node:
-        flags.append(f"--op_precision_mode={FILES['op_precision']}")
-    return " ".join(flags) + "\n"
+        texts["op_precision"] = op_precision_text(dict(fixed.implmode_by_op_type), dict(fixed.implmode_by_node))
+    if fixed.fusion:
+        texts["fusion_switch"] = fusion_switch_text(dict(fixed.fusion))
+    if fixed.modify_mixlist:
+        texts["modify_mixlist"] = modify_mixlist_text(fixed.modify_mixlist)
+    texts["atc_flags"] = atc_command_text(atc_flags_of(fixed, model_path, set(texts)))
+    return texts
+
+
+def atc_flags_of(fixed: NumericsProfile, model_path: str, kinds) -> AtcFlags:
+    """The atc flags of a profile whose ATC files (`kinds`, FILES' keys) sit next to the flags file."""
+    stem = Path(model_path).stem or "model"
+    ini = "op_precision" in kinds
+    select = None if ini or fixed.implmode == DEFAULT_IMPLMODE else fixed.implmode
+    return AtcFlags(model=Path(model_path).name, framework="5", other={"output": f"{stem}_fixed"},
+                    soc_version=SOC_VERSION.get(fixed.device),
+                    precision_mode=None if fixed.precision_mode_v2 else fixed.precision_mode,
+                    precision_mode_v2=fixed.precision_mode_v2 or None, op_select_implmode=select,
+                    optypelist_for_implmode=tuple(fixed.optypelist_for_implmode) if select else (),
+                    **{_FLAG_OF[k]: FILES[k] for k in kinds if k in _FLAG_OF})
+
+
+def read_back(base: NumericsProfile, texts: dict[str, str]) -> NumericsProfile:
+    """The profile the written ATC files and flags give when mschecker's ATC readers read them: the base's
+    non-ATC settings (chip, overflow mode, bracket, ...) with every ATC setting replaced by the files'."""
+    from ..npu.fusion import load_switch_file
+
+    with tempfile.TemporaryDirectory(prefix="mschecker-atc-") as tmp:
+        paths = {}
+        for kind, text in texts.items():
+            paths[kind] = Path(tmp) / FILES[kind]
+            paths[kind].write_text(text, encoding="utf-8")
+        flags = parse_atc_command(texts["atc_flags"], FILES["atc_flags"])
+        by_type, by_node = parse_op_precision_ini(paths["op_precision"]) if "op_precision" in paths else ({}, {})
+        customize = _customize_entries(paths["customize_dtypes"]) if "customize_dtypes" in paths else []
+        changes = dict(
+            keep_dtype=tuple(parse_keep_dtype(paths["keep_dtype"])) if "keep_dtype" in paths else (),
+            customize_dtypes=tuple(e.text() for e in customize),
+            implmode_by_op_type=by_type, implmode_by_node=by_node,
+            implmode=flags.op_select_implmode or (base.implmode if by_type or by_node else DEFAULT_IMPLMODE),
+            optypelist_for_implmode=tuple(flags.optypelist_for_implmode),
+            fusion=load_switch_file(paths["fusion_switch"]) if "fusion_switch" in paths else {},
+            modify_mixlist=parse_modify_mixlist(paths["modify_mixlist"]) if "modify_mixlist" in paths else {})
+        if flags.precision_mode_v2:
+            changes.update(precision_mode_v2=flags.precision_mode_v2)
+        else:
+            changes.update(precision_mode=flags.precision_mode or "force_fp16", precision_mode_v2="")
+    return base.replace(**changes)
+
+
+def _customize_entries(path):
+    got = parse_customize_dtypes(path)
+    return got[0] if isinstance(got, tuple) else got
+
+
+_ATC_FIELDS = ("precision_mode", "precision_mode_v2", "keep_dtype", "customize_dtypes", "implmode_by_op_type",
+               "implmode_by_node", "optypelist_for_implmode", "fusion", "modify_mixlist")
+
+
+def written_profile(fixed: NumericsProfile, model_path: str) -> tuple[NumericsProfile, dict[str, str]]:
+    """(the profile the files give, kind -> text): the files of `fixed` written and read back; an ATC setting that
+    does not survive the round trip is a bug in a writer or reader (RuntimeError: an internal error, exit 3)."""
+    texts = atc_texts(fixed, model_path)
+    back = read_back(fixed, texts)
+    lost = [f for f in _ATC_FIELDS if _norm(getattr(back, f)) != _norm(getattr(fixed, f))]
+    if lost:
+        raise RuntimeError(f"the ATC files do not give back the proven configuration: {', '.join(lost)} "
+                           f"({', '.join(f'{getattr(fixed, f)!r} -> {getattr(back, f)!r}' for f in lost)})")
+    return back, texts
+
+
+def _norm(value):
+    if isinstance(value, (tuple, list)):
+        return tuple(value)
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {k: _norm(v) for k, v in dict(value).items()}
+    return value
 
 
 def patched_onnx(model: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.ModelProto:
@@ -368,9 +479,8 @@ def fix_files(base: NumericsProfile, fixed: NumericsProfile, model_path: str,
               onnx_bytes: bytes | None) -> dict[str, bytes]:
     """Every deployment file of a proven fix: kind (FILES' keys) -> bytes; report.write_outputs writes them
     with the rest of the output set (write_file_set)."""
-    texts = {"keep_dtype": keep_dtype_text(fixed), "op_precision": op_precision_text(fixed),
-             "profile": profile_json(fixed, f"{base.name}_bisect_fix"),
-             "atc_flags": atc_flags_text(fixed, Path(model_path).name)}
+    _, texts = written_profile(fixed, model_path)
+    texts["profile"] = profile_json(fixed, f"{base.name}_bisect_fix")
     files = {kind: text.encode("utf-8") for kind, text in texts.items()}
     if onnx_bytes is not None:
         files["onnx"] = onnx_bytes

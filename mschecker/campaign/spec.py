@@ -52,8 +52,11 @@ BASELINE_PREVIOUS = "previous"
 _CAMPAIGN_KEYS = {"name": str, "baseline": str, "timeout_s": (int, float), "repeats": int, "ship_files": bool,
                   "description": str}
 _COMPARE_KEYS = {"allow": dict, "metrics": list}
-_NPU_OPTION_KEYS = {"precision_mode": str, "keep_dtype": list, "overflow_mode": str, "implmode": str,
-                    "implmode_by_op_type": dict}
+# apply_knobs' keyword arguments, inline (no file paths: a cell runs on a worker that has only the shipped files)
+_NPU_OPTION_KEYS = {"precision_mode": str, "precision_mode_v2": str, "keep_dtype": list, "customize_dtypes": list,
+                    "overflow_mode": str, "implmode": str, "optypelist_for_implmode": list,
+                    "implmode_by_op_type": dict, "implmode_by_node": dict, "modify_mixlist": dict, "fusion": dict,
+                    "bracket": str}
 _TOLERANCE_KEYS = {"tolerance": (int, float), "atol": (int, float), "rtol": (int, float), "ulp": int,
                    "cosine": (int, float)}
 _BLOCK_KEYS = {

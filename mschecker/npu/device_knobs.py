@@ -9,7 +9,8 @@ refuses what the device would not accept, in one line that names what to write i
 from __future__ import annotations
 
 from ..errors import InputError
-from .device_table import CHIPS, has_implmode, ir_type_of, ir_types
+from .atc import nearest, parse_customize_line
+from .device_table import CHIPS, IMPLMODE_INI, has_implmode, ir_type_of, ir_types
 
 
 def ir_type_advice(name: str) -> str | None:
@@ -19,20 +20,41 @@ def ir_type_advice(name: str) -> str | None:
     ir = ir_type_of(name)
     if ir is not None:
         return f"{name} is an ONNX op type; ATC takes the Ascend IR op type {ir}"
-    known = ", ".join(sorted(ir_types()))
-    return f"{name} is not an Ascend IR op type of the device table (known: {known})"
+    close = nearest(name, ir_types())
+    hint = f"nearest: {', '.join(close)}" if close else "docs/DEVICE_KERNELS.md lists them"
+    return f"{name} is not an Ascend IR op type of the device table ({hint})"
 
 
 def implmode_advice(ir_type: str) -> str | None:
     """Why an implmode cannot be set for the IR op `ir_type`; None when the op has one."""
     if has_implmode(ir_type):
         return None
-    fused = " (OpType::GroupNorm where GE fused it with its Reshapes, Mul and Add: SD's GroupNorm export)" \
-        if ir_type == "InstanceNorm" else ""
     return (f"{ir_type} has no implmode on the device (it is not in CANN's all_ops_impl_mode.ini; "
-            f"docs/DEVICE_KERNELS.md gives each op's implmodes); to change its precision keep it in fp32 with "
-            f"--keep-dtype OpType::{ir_type}{fused} or a node name (a fused op answers to its device name, as "
-            f"`mschecker plan` prints it)")
+            f"docs/DEVICE_KERNELS.md gives each op's implmodes); to change its precision keep it in fp32: "
+            f"--keep-dtype OpType::{ir_type} or a node name where the op is not fused, --customize-dtypes "
+            f"'NAME::InputDtype:float32,...' with the device op's name (as `mschecker plan` prints it) where it is")
+
+
+def mode_advice(ir_type: str, mode: str) -> str | None:
+    """Why `mode` cannot be set for the IR op (its all_ops_impl_mode.ini entry lacks it); None when it can."""
+    modes = IMPLMODE_INI.get(ir_type, ())
+    if mode == "enable_hi_float_32_execution":
+        return "enable_hi_float_32_execution is not supported by the current ATC (--op_precision_mode.md)"
+    if mode in modes:
+        return None
+    return (f"{ir_type} implements {', '.join(modes)} (all_ops_impl_mode.ini); atc does not accept {mode} for it"
+            if modes else implmode_advice(ir_type))
+
+
+def _implmode_target(op_type: str, mode: str | None) -> str | None:
+    """Why an implmode setting for `op_type` is refused: not an IR type, no implmode, not this mode."""
+    why = ir_type_advice(op_type)
+    if why is None:
+        return implmode_advice(op_type) or (mode_advice(op_type, mode) if mode else None)
+    ir = ir_type_of(op_type)
+    if ir is not None and implmode_advice(ir):
+        why += ", which " + implmode_advice(ir).split(" ", 1)[1]
+    return why
 
 
 def check_device_knobs(profile, where: str) -> None:
@@ -40,19 +62,36 @@ def check_device_knobs(profile, where: str) -> None:
     if profile.device not in CHIPS:
         raise InputError(f"{where}: device {profile.device!r} is not a chip of the device kernel table "
                          f"({', '.join(CHIPS)})")
-    for op_type in profile.implmode_by_op_type:
-        why = ir_type_advice(op_type)
-        if why is None:
-            why = implmode_advice(op_type)
-        elif ir_type_of(op_type) is not None and implmode_advice(ir_type_of(op_type)):
-            why += ", which " + implmode_advice(ir_type_of(op_type)).split(" ", 1)[1]
+    if profile.precision_mode == "allow_mix_precision_bf16" and profile.device == "ascend310p":
+        raise InputError(f"{where}: {profile.precision_mode_v2 or profile.precision_mode}: the 310P has no bfloat16 "
+                         "(atc supports bfloat16 on Atlas A2/A3 parts only, --precision_mode.md)")
+    for op_type, mode in profile.implmode_by_op_type.items():
+        why = _implmode_target(op_type, mode)
         if why:
-            raise InputError(f"{where}: op_precision_mode {op_type}: {why}")
+            raise InputError(f"{where}: op_precision_mode {op_type}={mode}: {why}")
+    for name, mode in profile.implmode_by_node.items():
+        if mode == "enable_hi_float_32_execution":
+            raise InputError(f"{where}: op_precision_mode [ByNodeName] {name}: {mode_advice('', mode)}")
+    for op_type in profile.optypelist_for_implmode:
+        why = _implmode_target(op_type, None)
+        if why:
+            raise InputError(f"{where}: optypelist_for_implmode {op_type}: {why}")
     for entry in profile.keep_dtype:
         if entry.startswith("OpType::"):
             why = ir_type_advice(entry[len("OpType::"):])
             if why:
                 raise InputError(f"{where}: keep_dtype {entry}: {why}")
+    for k, line in enumerate(profile.customize_dtypes):
+        e = parse_customize_line(line, f"{where}: customize_dtypes[{k}]")
+        why = ir_type_advice(e.name) if e.is_type else None
+        if why:
+            raise InputError(f"{where}: customize_dtypes OpType::{e.name}: {why}")
+    for table in profile.modify_mixlist.values():
+        for op_types in table.values():
+            for op_type in op_types:
+                why = ir_type_advice(op_type)
+                if why:
+                    raise InputError(f"{where}: modify_mixlist {op_type}: {why}")
     if profile.fusion:
         from .fusion import pass_names
 

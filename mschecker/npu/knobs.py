@@ -1,20 +1,27 @@
-"""The NPU knobs, one vocabulary for every command that runs the emulated NPU (run, the check command, sd, bisect).
+"""The NPU knobs, one vocabulary for every command that runs the emulated NPU (run, the check command, golden
+record, sd, bisect): ATC's own flags, in mschecker's spelling (`--precision-mode`) and in atc's (`--precision_mode`),
+so the precision part of an `atc` command line can be pasted as it is (docs/ATC.md).
 
 Flags (`add_npu_arguments`), the same names and syntax everywhere:
 
   --profile [STAGE:]PROFILE            preset name or .toml/.json file (default ascend910b)
-  --precision-mode [STAGE:]MODE        ATC precision_mode, one of PRECISION_MODES
-  --keep-dtype [STAGE:]FILE|ENTRY,...  ATC keep_dtype: a file (one node name or OpType::Type per line) or the
+  --precision-mode [STAGE:]MODE        atc --precision_mode (npu.atc.PRECISION_MODES_V1)
+  --precision-mode-v2 [STAGE:]MODE     atc --precision_mode_v2 (fp16, origin, cube_fp16in_fp32out, mixed_float16,
+                                       mixed_bfloat16); refused together with --precision-mode, as atc does
+  --keep-dtype [STAGE:]FILE|ENTRY,...  atc --keep_dtype: a file (one node name or OpType::Type per line) or the
                                        same entries inline, comma-separated
+  --customize-dtypes [STAGE:]FILE|LINE atc --customize_dtypes: a file, or one line (`Name::InputDtype:float32`)
   --op-precision [STAGE:]FILE.ini|OpType=MODE,...
-                                       ATC op_precision_mode: an op_precision.ini ([ByOpType]/[ByNodeName]) or
-                                       inline OpType=high_precision|high_performance entries
+                                       atc --op_precision_mode: an op_precision.ini ([ByOpType]/[ByNodeName]) or
+                                       inline OpType=MODE entries
+  --implmode MODE                      atc --op_select_implmode (high_precision, high_performance, *_for_all)
+  --optypelist-for-implmode T1,T2      atc --optypelist_for_implmode: the IR op types --implmode applies to
+  --modify-mixlist FILE.json           atc --modify_mixlist: the mixed-precision lists edited
+  --fusion-switch FILE                 atc --fusion_switch_file: GE passes on / off
   --overflow-mode MODE                 inf_nan | saturation
-  --implmode MODE                      the default implmode of every op
   --bracket modelled|optimistic|pessimistic
                                        a device profile's choice where a kernel's source is closed or silent
                                        (docs/DEVICE_KERNELS.md): the row's modelled variant or its bracket
-  --fusion-switch FILE                 ATC fusion switch file (--fusion_switch_file): GE passes on / off
 
 Every flag may repeat. A STAGE: prefix (where a command has stages, e.g. `sd`: text_encoder, unet,
 vae_decoder) applies the value to that stage only; without it the value applies to every stage. A value naming
@@ -30,46 +37,65 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..fsio import check_readable
-from .atc import IMPLMODES, parse_keep_dtype, parse_op_precision_ini
-from .profile import BRACKETS, OVERFLOW_MODES, PRECISION_MODES, NumericsProfile, load_profile
+from .atc import (INI_MODES, PRECISION_MODES_V1, PRECISION_MODES_V2, SELECT_IMPLMODES, parse_customize_dtypes,
+                  parse_customize_line, parse_keep_dtype, parse_modify_mixlist, parse_op_precision_ini)
+from .profile import BRACKETS, OVERFLOW_MODES, NumericsProfile, load_profile
 
 DEFAULT_PROFILE = "ascend910b"
+#: option key -> (mschecker's flag, atc's flag): every knob's two spellings, for messages and the flags given
+FLAGS = {"profile": ("--profile",), "precision_mode": ("--precision-mode", "--precision_mode"),
+         "precision_mode_v2": ("--precision-mode-v2", "--precision_mode_v2"),
+         "keep_dtype": ("--keep-dtype", "--keep_dtype"), "customize_dtypes": ("--customize-dtypes", "--customize_dtypes"),
+         "op_precision": ("--op-precision", "--op-precision-mode", "--op_precision_mode"),
+         "implmode": ("--implmode", "--op-select-implmode", "--op_select_implmode"),
+         "optypelist_for_implmode": ("--optypelist-for-implmode", "--optypelist_for_implmode"),
+         "modify_mixlist": ("--modify-mixlist", "--modify_mixlist"),
+         "fusion_switch": ("--fusion-switch", "--fusion-switch-file", "--fusion_switch_file"),
+         "overflow_mode": ("--overflow-mode",), "bracket": ("--bracket",)}
 
 
 def add_npu_arguments(parser: argparse.ArgumentParser, stages: tuple[str, ...] = ()) -> None:
     """The NPU knob flags (module docstring); `stages` names the STAGE: prefixes the command accepts."""
     pre = "[STAGE:]" if stages else ""
-    title = "NPU numerics (ATC vocabulary" + (f"; STAGE: one of {', '.join(stages)}" if stages else "") + ")"
+    title = "NPU numerics (ATC vocabulary; atc's underscore spellings work too" + \
+        (f"; STAGE: one of {', '.join(stages)}" if stages else "") + ")"
     g = parser.add_argument_group(title)
-    g.add_argument("--profile", action="append", metavar=f"{pre}PROFILE",
-                   help=f"numerics profile: preset name or .toml/.json file (default {DEFAULT_PROFILE})")
-    g.add_argument("--precision-mode", action="append", metavar=f"{pre}MODE",
-                   help=f"ATC precision mode: {', '.join(PRECISION_MODES)}")
-    g.add_argument("--keep-dtype", action="append", metavar=f"{pre}FILE|ENTRY,...",
-                   help="nodes kept in fp32: an ATC keep_dtype file, or node names / OpType::Type inline")
-    g.add_argument("--op-precision", action="append", metavar=f"{pre}FILE.ini|OpType=MODE,...",
-                   help="implmode per op type/node: an ATC op_precision.ini, or OpType=high_precision inline")
-    g.add_argument("--op-precision-mode", dest="op_precision", action="append", help=argparse.SUPPRESS)  # old name
-    g.add_argument("--overflow-mode", choices=OVERFLOW_MODES, help="inf_nan (IEEE) or saturation (310P style)")
-    g.add_argument("--implmode", choices=IMPLMODES, help="default implmode of every op")
-    g.add_argument("--bracket", choices=BRACKETS,
-                   help="where a device kernel's source is closed or silent: the modelled variant (default) or "
-                        "the table's more (optimistic) / less (pessimistic) accurate alternative")
-    g.add_argument("--fusion-switch", metavar="FILE",
-                   help="ATC fusion switch file (--fusion_switch_file format): GE fusion passes turned on / off")
+
+    def flag(key: str, **kw) -> None:
+        g.add_argument(*FLAGS[key], dest=key, **kw)
+    flag("profile", action="append", metavar=f"{pre}PROFILE",
+         help=f"numerics profile: preset name or .toml/.json file (default {DEFAULT_PROFILE})")
+    flag("precision_mode", action="append", metavar=f"{pre}MODE",
+         help=f"atc --precision_mode: {', '.join(PRECISION_MODES_V1)}")
+    flag("precision_mode_v2", action="append", metavar=f"{pre}MODE",
+         help="atc --precision_mode_v2: fp16, origin, cube_fp16in_fp32out, mixed_float16, mixed_bfloat16")
+    flag("keep_dtype", action="append", metavar=f"{pre}FILE|ENTRY,...",
+         help="atc --keep_dtype: a file, or node names / OpType::IRType inline")
+    flag("customize_dtypes", action="append", metavar=f"{pre}FILE|LINE",
+         help="atc --customize_dtypes: a file, or one line NAME::InputDtype:float32,...,OutputDtype:...")
+    flag("op_precision", action="append", metavar=f"{pre}FILE.ini|OpType=MODE,...",
+         help="atc --op_precision_mode: an op_precision.ini, or IRType=high_precision inline")
+    flag("implmode", choices=SELECT_IMPLMODES, help="atc --op_select_implmode")
+    flag("optypelist_for_implmode", action="append", metavar="T1,T2",
+         help="atc --optypelist_for_implmode: the IR op types --implmode applies to")
+    flag("modify_mixlist", metavar="FILE.json", help="atc --modify_mixlist (allow_mix_precision modes)")
+    flag("fusion_switch", metavar="FILE", help="atc --fusion_switch_file: GE fusion passes turned on / off")
+    flag("overflow_mode", choices=OVERFLOW_MODES, help="inf_nan (IEEE) or saturation (310P style)")
+    flag("bracket", choices=BRACKETS,
+         help="where a device kernel's source is closed or silent: the modelled variant (default) or the table's "
+              "more (optimistic) / less (pessimistic) accurate alternative")
 
 
 def npu_flags_given(args) -> list[str]:
-    """The knob flags set on the command line, as written (for commands where they do not apply)."""
-    names = ("profile", "precision_mode", "keep_dtype", "op_precision", "overflow_mode", "implmode", "bracket",
-             "fusion_switch")
-    return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None)]
+    """The knob flags set on the command line, in mschecker's spelling (for commands where they do not apply)."""
+    return [FLAGS[n][0] for n in FLAGS if getattr(args, n, None)]
 
 
-def _split_stage(value: str, flag: str, stages: tuple[str, ...]) -> tuple[str | None, str]:
-    """(stage, rest) of a '[STAGE:]value'. 'OpType::X' and Windows-free paths pass through unsplit."""
+def _split_stage(value: str, flag: str, stages: tuple[str, ...], *, lines: bool = False) -> tuple[str | None, str]:
+    """(stage, rest) of a '[STAGE:]value'. 'OpType::X' and Windows-free paths pass through unsplit; `lines`
+    (customize_dtypes, whose lines hold colons): only a known stage name splits."""
     head, sep, rest = value.partition(":")
-    if not sep or rest.startswith(":"):  # no prefix, or OpType::Name
+    if not sep or rest.startswith(":") or (lines and head not in stages):  # no prefix, or OpType::Name
         return None, value
     if head in stages:
         if not rest:
@@ -112,11 +138,18 @@ def _op_precision(value: str, flag: str) -> tuple[dict[str, str], dict[str, str]
     by_type = {}
     for e in _entries(value) or [value]:
         op, eq, mode = e.partition("=")
-        if not eq or not op.strip() or mode.strip() not in IMPLMODES:
-            raise UsageError(f"{flag} {e!r}: expected OpType=high_precision|high_performance or an existing "
+        if not eq or not op.strip() or mode.strip() not in INI_MODES:
+            raise UsageError(f"{flag} {e!r}: expected OpType=MODE (MODE: {', '.join(INI_MODES)}) or an existing "
                              "op_precision.ini file")
-        by_type[op.strip()] = mode.strip()
+        by_type.setdefault(op.strip(), mode.strip())  # atc: the first entry of a repeated key wins
     return by_type, {}
+
+
+def _customize(value: str, flag: str) -> list[str]:
+    """customize_dtypes lines (ATC syntax) from a file or one inline line."""
+    if _is_file(value, flag):
+        return [e.text() for e in parse_customize_dtypes(value)]
+    return [parse_customize_line(value, f"{flag} {value!r}").text()]
 
 
 def knobs_from_args(args, stages: tuple[str, ...] = ()) -> dict[str | None, dict]:
@@ -127,25 +160,38 @@ def knobs_from_args(args, stages: tuple[str, ...] = ()) -> dict[str | None, dict
     def slot(stage):
         return knobs.setdefault(stage, {})
 
-    for value in getattr(args, "profile", None) or []:
-        stage, rest = _split_stage(value, "--profile", stages)
+    def staged(key: str, **kw):
+        for value in getattr(args, key, None) or []:
+            yield _split_stage(value, FLAGS[key][0], stages, **kw)
+
+    if getattr(args, "precision_mode", None) and getattr(args, "precision_mode_v2", None):
+        raise UsageError("--precision-mode and --precision-mode-v2 are both given; atc refuses --precision_mode "
+                         "together with --precision_mode_v2: keep one")
+    for stage, rest in staged("profile"):
         slot(stage)["profile"] = rest
-    for value in getattr(args, "precision_mode", None) or []:
-        stage, rest = _split_stage(value, "--precision-mode", stages)
-        if rest not in PRECISION_MODES:
-            raise UsageError(f"--precision-mode {value!r}: {rest!r} is not one of {', '.join(PRECISION_MODES)}")
-        slot(stage)["precision_mode"] = rest
-    for value in getattr(args, "keep_dtype", None) or []:
-        stage, rest = _split_stage(value, "--keep-dtype", stages)
+    for key, modes in (("precision_mode", PRECISION_MODES_V1), ("precision_mode_v2", PRECISION_MODES_V2)):
+        for stage, rest in staged(key):
+            if rest not in modes:
+                raise UsageError(f"{FLAGS[key][0]} {rest!r} is not one of {', '.join(modes)}")
+            slot(stage)[key] = rest
+    for stage, rest in staged("keep_dtype"):
         slot(stage).setdefault("keep_dtype", []).extend(_keep_dtype(rest, "--keep-dtype"))
-    for value in getattr(args, "op_precision", None) or []:
-        stage, rest = _split_stage(value, "--op-precision", stages)
+    for stage, rest in staged("customize_dtypes", lines=True):
+        slot(stage).setdefault("customize_dtypes", []).extend(_customize(rest, "--customize-dtypes"))
+    for stage, rest in staged("op_precision"):
         by_type, by_node = _op_precision(rest, "--op-precision")
         slot(stage).setdefault("implmode_by_op_type", {}).update(by_type)
         slot(stage).setdefault("implmode_by_node", {}).update(by_node)
+    for value in getattr(args, "optypelist_for_implmode", None) or []:
+        types = _entries(value)
+        if not types:
+            raise UsageError(f"--optypelist-for-implmode {value!r}: no op type")
+        knobs[None].setdefault("optypelist_for_implmode", []).extend(types)
     for key in ("overflow_mode", "implmode", "bracket"):
         if getattr(args, key, None):
             knobs[None][key] = getattr(args, key)
+    if getattr(args, "modify_mixlist", None):
+        knobs[None]["modify_mixlist"] = parse_modify_mixlist(args.modify_mixlist)
     if getattr(args, "fusion_switch", None):
         from .fusion import load_switch_file
 
@@ -167,35 +213,52 @@ def options_for(knobs: dict[str | None, dict], stage: str | None = None) -> dict
     return out
 
 
-def apply_knobs(profile=None, *, precision_mode: str | None = None, keep_dtype=None, op_precision=None,
-                overflow_mode: str | None = None, implmode: str | None = None,
+def apply_knobs(profile=None, *, precision_mode: str | None = None, precision_mode_v2: str | None = None,
+                keep_dtype=None, customize_dtypes=None, op_precision=None, overflow_mode: str | None = None,
+                implmode: str | None = None, optypelist_for_implmode=None, modify_mixlist=None,
                 implmode_by_op_type: dict[str, str] | None = None,
                 implmode_by_node: dict[str, str] | None = None, bracket: str | None = None,
                 fusion: dict[str, str] | None = None) -> NumericsProfile:
     """A profile (preset name / file / NumericsProfile, default ascend910b) with the knobs applied on top.
 
-    keep_dtype: entries, or an ATC keep_dtype file path (added to the profile's list); op_precision: an ATC
-    op_precision.ini path; implmode_by_op_type / implmode_by_node: entries applied last (a node wins over its
-    op type at run time, as in ATC). allow_fp32_to_bf16 also switches storage to bfloat16. bracket: the device
-    table's alternative where a source is closed or silent; fusion: pass name -> "on"/"off" on top of the
-    profile's switches (an ATC fusion switch file, npu.fusion.load_switch_file)."""
+    precision_mode / precision_mode_v2: atc's two spellings (one replaces the other); keep_dtype: entries, or an ATC
+    keep_dtype file path (added to the profile's list); customize_dtypes: ATC lines, or a file path (put before the
+    profile's own: atc keeps the first entry of a name); op_precision: an ATC op_precision.ini path;
+    implmode_by_op_type / implmode_by_node: entries applied last (a node wins over its op type at run time, as in
+    ATC); modify_mixlist: ATC's JSON (a dict) or a file path; allow_fp32_to_bf16 also switches storage to bfloat16.
+    bracket: the device table's alternative where a source is closed or silent; fusion: pass name -> "on"/"off" on
+    top of the profile's switches (an ATC fusion switch file, npu.fusion.load_switch_file)."""
     prof = load_profile(profile or DEFAULT_PROFILE)
     changes: dict = {}
+    if precision_mode and precision_mode_v2:
+        raise UsageError("precision_mode and precision_mode_v2 are both given; atc refuses the two together")
     if precision_mode:
-        changes["precision_mode"] = precision_mode
+        changes.update(precision_mode=precision_mode, precision_mode_v2="")
         if precision_mode == "allow_fp32_to_bf16":
             changes["storage_dtype"] = "bfloat16"
+    if precision_mode_v2:
+        changes["precision_mode_v2"] = precision_mode_v2
     if overflow_mode:
         changes["overflow_mode"] = overflow_mode
     if implmode:
         changes["implmode"] = implmode
+    if optypelist_for_implmode:
+        changes["optypelist_for_implmode"] = tuple(dict.fromkeys(list(prof.optypelist_for_implmode)
+                                                                 + list(optypelist_for_implmode)))
     if bracket:
         changes["bracket"] = bracket
     if fusion:
         changes["fusion"] = {**prof.fusion, **fusion}
+    if modify_mixlist:
+        changes["modify_mixlist"] = parse_modify_mixlist(modify_mixlist) \
+            if isinstance(modify_mixlist, (str, Path)) else dict(modify_mixlist)
     if keep_dtype:
         entries = parse_keep_dtype(keep_dtype) if isinstance(keep_dtype, (str, Path)) else list(keep_dtype)
         changes["keep_dtype"] = tuple(prof.keep_dtype) + tuple(entries)
+    if customize_dtypes:
+        lines = [e.text() for e in parse_customize_dtypes(customize_dtypes)] \
+            if isinstance(customize_dtypes, (str, Path)) else list(customize_dtypes)
+        changes["customize_dtypes"] = tuple(lines) + tuple(prof.customize_dtypes)
     by_type, by_node = dict(prof.implmode_by_op_type), dict(prof.implmode_by_node)
     if op_precision:
         file_type, file_node = parse_op_precision_ini(op_precision)

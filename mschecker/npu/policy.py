@@ -1,20 +1,34 @@
 """The emulated NPU policy: per node, a dtype and registry variants chosen by a NumericsProfile.
 
-Node dtype (node_dtype): a keep_dtype node -> float32; otherwise by precision_mode: force_fp16 -> float16,
-force_lowerprecision -> storage_dtype, allow_fp32_to_fp16 / allow_fp32_to_bf16 -> cube ops in float16 / bfloat16
-and everything else float32, must_keep_origin_dtype / force_fp32 -> float32 (the models we emulate are fp32
-exports; "origin" is fp32). A node's float inputs are rounded to its dtype, its float outputs are stored in it.
-Cast to a float type produces the node dtype, except under must_keep_origin_dtype where the graph's Cast is kept.
+A profile with a `device` (a chip of the device kernel table, mschecker/npu/device_table.py) models that chip as
+ATC compiles for it (docs/ATC.md has each rule's GE source): transform() first rewrites the graph with GE's fusion
+passes (mschecker/npu/fusion.py); a node's op type is its Ascend IR op type; its dtype is decided, first match wins:
+  1. customize_dtypes: an entry naming the node (its own, post-fusion name), then one naming its IR type: the
+     InputDtype it gives is the compute dtype, a narrower OutputDtype rounds the outputs; a cube op given fp16
+     inputs and fp32 output computes in fp32 on fp16-rounded operands;
+  2. keep_dtype (ignored under must_keep_origin_dtype): ATC marks the nodes of the parsed graph, before fusion,
+     so an entry counts for a node that kept its name through fusion (an unfused node; a MatMul that absorbed its
+     bias) -- a node a fusion consumed loses it, and the run says so (errors.KnobNote) naming the fused device op;
+  3. precision_mode: force_fp16 -> fp16; force_lowerprecision -> storage dtype; force_fp32 == cube_fp16in_fp32out
+     -> cube ops fp16 operands into fp32 results, vector ops fp32; allow_fp32_to_fp16 -> cube fp16, vector fp32;
+     allow_fp32_to_bf16 and must_keep_origin_dtype -> fp32 (the graph's own dtype: mschecker emulates fp32
+     exports); allow_mix_precision(_fp16/_bf16) -> the chip's mixed-precision lists (npu.mixlist, edited by
+     modify_mixlist): white ops fp16 (bf16), black fp32, gray ops follow their predecessor.
+Its implmode (ops in CANN's all_ops_impl_mode.ini only; "none" for the others): an op_precision_mode ini
+(implmode_by_node by the node's own name, then implmode_by_op_type) makes atc ignore op_select_implmode; else
+op_select_implmode (`implmode`): "default" (no flag) and high_performance (the closed built-in
+high_performance.ini) leave each op on its own default path (device_table.default_implmode); with
+optypelist_for_implmode the mode applies to the listed IR types only; *_for_all, and high_precision (whose
+built-in ini is closed: modelled as its _for_all list, an assumption docs/ATC.md states), apply it to every op that
+implements it. A mode an op does not implement leaves it on its default path, as atc does. The fp16 node runs the
+registry variant the table's row names for its implmode, with the row's bracket alternative where the profile asks
+for one, and the `<variant>_sat` twin where the overflow mode is saturation and the kernel has one.
 
-A profile with a `device` (a chip of the device kernel table, mschecker/npu/device_table.py) models that chip:
-transform() first rewrites the graph with GE's fusion passes (mschecker/npu/fusion.py), a node's op type is its
-Ascend IR op type (a fused node's own type, or the table's ONNX -> IR map), a fp16 node runs the registry variant
-the table's row names for its implmode ("any" for ops that have no implmode: their implmode is "none"), with the
-row's bracket alternative where the profile asks for one, and the `<variant>_sat` twin where the overflow mode is
-saturation and the kernel has one (per-instruction saturation inside fp16 arithmetic). Nodes the table gives no
-variant for (fp32 nodes under keep_dtype, kernels a row does not name) fall back to the rule below.
+A generic profile (device "") models no chip: ONNX op types, no fusion; keep_dtype and implmode_by_node also match
+by name; force_fp32 is fp32 everywhere and allow_fp32_to_bf16 lowers cube ops to bf16; mixed modes need a device.
 
-Variant selection (select_variant), among a kernel's correct (non-bug) variants whose storage is the node dtype:
+Variant selection (select_variant) where the table names no variant (fp32 nodes, generic profiles), among a
+kernel's correct (non-bug) variants whose storage is the node dtype:
 - an explicit `[variants] kernel = name` in the profile wins;
 - cube ops: accumulate == cube_accumulation first, then implmode match;
 - vector ops: implmode match first, then accumulation (fp32 for high_precision, the storage dtype for
@@ -25,16 +39,23 @@ Variant selection (select_variant), among a kernel's correct (non-bug) variants 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 
-from ..dtypes import dtype_name, resolve_dtype
+from ..dtypes import dtype_name, is_float, resolve_dtype
+from ..errors import KnobNote
 from ..graph.policy import KernelUnavailable, NodeContext, Policy
 from ..registry import KernelInfo, Variant, get_kernel
 from ..graph.ops import attribute_values
-from .device_table import default_implmode, has_implmode, ir_type_of, variant_for
+from .atc import parse_customize_line
+from .device_table import default_implmode, has_implmode, ir_type_of, kernel_row, variant_for
 from .fusion import DEVICE_DOMAIN, apply as apply_fusions  # DEVICE_DOMAIN: the fused nodes' domain
-from .profile import DEFAULT_IMPLMODE, NumericsProfile, load_profile
+from .profile import DEFAULT_IMPLMODE, MIXED_MODES, NumericsProfile, load_profile
+
+#: ini modes that change nothing the emulator computes: index bounds checks, fp32 without HF32 (an fp32 node here
+#: is plain fp32), a norm op class tag -- the op runs its default path
+NO_NUMERIC_EFFECT = ("support_out_of_bound_index", "enable_float_32_execution", "norm_class")
 
 
 def covered_names(node) -> tuple[str, ...]:
@@ -47,11 +68,21 @@ def covered_names(node) -> tuple[str, ...]:
     return (node.name,)
 
 
-def keep_dtype_matches(entries, node, op_type: str | None = None) -> bool:
-    """ATC keep_dtype semantics: an entry is a node name (a fused device op answers to its device name and to the
-    ONNX nodes it covers), or OpType::TypeName for every node of that type (`op_type`: the node's type in the
-    profile's vocabulary, default its ONNX op type)."""
-    names = covered_names(node)
+def fused_away(node) -> bool:
+    """Whether a fusion consumed the node's ONNX nodes into a new device op (one whose name none of them had):
+    what ATC set on them before fusion (keep_dtype) does not reach it. A fusion that rewrote a node in place (the
+    MatMul that absorbed its bias keeps its name) keeps the node's settings."""
+    return node.domain == DEVICE_DOMAIN and node.name not in covered_names(node)[1:]
+
+
+def keep_dtype_matches(entries, node, op_type: str | None = None, *, device: bool = False) -> bool:
+    """ATC keep_dtype semantics: an entry is a node name or OpType::TypeName for every node of that type
+    (`op_type`: the node's type in the profile's vocabulary, default its ONNX op type). device: ATC applies the
+    file to the parsed graph before fusion (hicann/ge compiler/api/aclgrph/attr_options/keep_dtype_option.cc), so
+    a fused-away device op matches nothing; a generic profile's fused names (none) and covered names match."""
+    if device and fused_away(node):
+        return False
+    names = (node.name,) if device else covered_names(node)
     op_type = node.op_type if op_type is None else op_type
     for e in entries:
         if e.startswith("OpType::"):
@@ -60,6 +91,31 @@ def keep_dtype_matches(entries, node, op_type: str | None = None) -> bool:
         elif e in names:
             return True
     return False
+
+
+def _rounding_operands(fn, dtype: np.dtype, count: int):
+    """fn with its first `count` float array arguments rounded to `dtype` (kept in their own dtype): a cube op's
+    fp16 operands into an fp32 result (fp16 x fp16 products are exact in fp32, so fp32 arithmetic on the rounded
+    operands is the cube's fp16-in / fp32-out result)."""
+    def run(*args, **kwargs):
+        args = list(args)
+        for k in range(min(count, len(args))):
+            x = args[k]
+            if isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.dtype != dtype:
+                args[k] = x.astype(dtype).astype(x.dtype)
+        return fn(*args, **kwargs)
+    return run
+
+
+def _then_rounded(compress, dtype: np.dtype):
+    """The output storage: `compress` (or nothing), then the values rounded to `dtype`, kept in their own dtype."""
+    def store(value):
+        if compress is not None:
+            value = compress(value)
+        if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.dtype.itemsize > dtype.itemsize:
+            value = value.astype(dtype).astype(value.dtype)
+        return value
+    return store
 
 
 def select_variant(info: KernelInfo, dtype: str, implmode: str, *, cube: bool, cube_acc: str,
@@ -111,6 +167,18 @@ class NpuPolicy(Policy):
             info.variant(p.winograd)  # KeyError names the known variants
         self.chip = p.device or None
         self.fusion_report = None  # what transform()'s fusion passes did, for the device plan
+        self.notes: list[str] = []  # knob_notes of the graph last transformed
+        if p.precision_mode in MIXED_MODES and self.chip is None:
+            raise KernelUnavailable(f"profile {p.name!r}: precision_mode {p.precision_mode} follows a chip's "
+                                    "mixed-precision lists; give the profile a device (ascend910b, ascend310p)")
+        # customize_dtypes: ATC keeps the first entry of a repeated name or type
+        self.custom_by_name: dict[str, object] = {}
+        self.custom_by_type: dict[str, object] = {}
+        for k, line in enumerate(p.customize_dtypes):
+            e = parse_customize_line(line, f"profile {p.name!r}: customize_dtypes[{k}]")
+            table = self.custom_by_type if e.is_type else self.custom_by_name
+            table.setdefault(e.name, e)
+        self._mix = None  # the mixed-precision decisions of the graph being planned (prepare)
 
     def transform(self, model):
         """A device profile's graph is the one GE compiles: its fusion passes applied (a generic profile runs the
@@ -119,7 +187,56 @@ class NpuPolicy(Policy):
             return model
         # the LoadedModel itself, not its proto: a pass whose check reads a constant held in external data needs it
         proto, self.fusion_report = apply_fusions(model, self.chip, dict(self.profile.fusion))
+        self.notes = self.knob_notes(model.proto.graph, proto.graph)
         return dataclasses.replace(model, proto=proto)
+
+    def emit_notes(self) -> None:
+        """The notes of the graph last transformed, as KnobNote warnings (the CLI prints each once); commands
+        call it once the entries are known to match the model (modelcheck), so a note never precedes an error."""
+        for note in self.notes:
+            warnings.warn(note, KnobNote, stacklevel=2)
+
+    def knob_notes(self, parsed, device) -> list[str]:
+        """Which of the profile's ATC entries does nothing on this graph, where atc would only log it: an entry
+        naming a node a fusion consumed, or a device op that only exists after atc applied keep_dtype (naming the
+        setting to write instead); a type whose every op was fused. Entries that match no node at all are
+        modelcheck.unmatched_entries' errors. `parsed`: the ONNX graph, `device`: the graph after fusion."""
+        p = self.profile
+        own = {n.name for n in device.node}
+        into = {c: n for n in device.node if fused_away(n) for c in covered_names(n)[1:]}
+        before = {self.op_type_of(n) for n in parsed.node}
+        after = {self.op_type_of(n) for n in device.node}
+        unfused_after = {self.op_type_of(n) for n in device.node if not fused_away(n)}
+        notes = []
+
+        def by_name(kind: str, name: str, post_fusion: bool) -> None:
+            if name in into:
+                d = into[name]
+                notes.append(f"{kind} {name!r}: node fused into device op {d.name!r} ({d.op_type}); atc does not "
+                             f"apply the entry to it -- write customize_dtypes {d.name}::InputDtype:float32,... "
+                             "to set the fused op's dtype")
+            elif name in own and not post_fusion and fused_away(next(n for n in device.node if n.name == name)):
+                notes.append(f"{kind} {name!r}: {name!r} is a device op that fusion creates, after atc applies "
+                             f"keep_dtype -- write customize_dtypes {name}::InputDtype:float32,... instead")
+
+        def by_type(kind: str, ir: str, types: set) -> None:
+            if ir not in types and ir in before:
+                notes.append(f"{kind} OpType::{ir}: every {ir} was fused into another device op, which the entry "
+                             "does not reach (`mschecker plan` lists the device ops)")
+
+        if p.precision_mode != "must_keep_origin_dtype":
+            for e in p.keep_dtype:
+                if e.startswith("OpType::"):
+                    by_type("keep_dtype", e[len("OpType::"):], unfused_after)
+                else:
+                    by_name("keep_dtype", e, post_fusion=False)
+        for name in self.custom_by_name:
+            by_name("customize_dtypes", name, post_fusion=True)
+        for ir in self.custom_by_type:
+            by_type("customize_dtypes", ir, after)
+        for name in p.implmode_by_node:
+            by_name("op_precision_mode [ByNodeName]", name, post_fusion=True)
+        return notes
 
     def names_of(self, node) -> tuple[str, ...]:
         """The names a knob may give the node (its own; a fused device op's covered ONNX nodes too)."""
@@ -142,6 +259,15 @@ class NpuPolicy(Policy):
 
     def prepare(self, initializers) -> None:
         self.constant_shapes = {k: tuple(v.shape) for k, v in initializers.items()}
+        if self.profile.precision_mode in MIXED_MODES:
+            from .atc import mixlist_updates
+            from .mixlist import MixState
+
+            low = "bf16" if self.profile.precision_mode.endswith("bf16") else "fp16"
+            self._mix = MixState(self.chip, low=low, updates=mixlist_updates(self.profile.modify_mixlist))
+            for name, value in initializers.items():
+                if is_float(value.dtype):
+                    self._mix.constant(name, dtype_name(value.dtype))
 
     def _int8_weight_kernel(self, node, dtype: str, implmode: str):
         """MatMul / Gemm whose weight operand is a 2-D initializer, through the int8 weight-only GEMM kernel
@@ -164,32 +290,96 @@ class NpuPolicy(Policy):
         return v, gemm
 
     def node_dtype(self, node, cube: bool) -> np.dtype:
-        p = self.profile
-        if keep_dtype_matches(p.keep_dtype, node, self.op_type_of(node)):
-            return np.dtype(np.float32)
-        mode = p.precision_mode
-        if mode == "force_fp16":
-            return np.dtype(np.float16)
-        if mode == "force_lowerprecision":
-            return self.storage
-        if mode in ("allow_fp32_to_fp16", "allow_fp32_to_bf16"):
-            low = np.dtype(np.float16) if mode.endswith("fp16") else resolve_dtype("bfloat16")
-            return low if cube else np.dtype(np.float32)
-        return np.dtype(np.float32)  # must_keep_origin_dtype, force_fp32
+        """The node's compute and storage dtype (dtypes_of's first element)."""
+        return self.dtypes_of(node, cube)[0]
 
-    def implmode_of(self, node) -> str:
-        """By node name (a fused op: its device name, then the ONNX nodes it covers), by op type, the default;
-        "none" for a device op that has no implmode."""
+    def dtypes_of(self, node, cube: bool) -> tuple[np.dtype, np.dtype | None, np.dtype | None]:
+        """(compute dtype, dtype the operands are first rounded to or None, dtype the outputs are rounded to or
+        None), first match wins: customize_dtypes, keep_dtype, precision_mode (module docstring)."""
         p = self.profile
         op_type = self.op_type_of(node)
-        if self.chip is not None and not has_implmode(op_type):
+        entry = self.custom_by_name.get(node.name) or self.custom_by_type.get(op_type)
+        kept = p.precision_mode != "must_keep_origin_dtype" and \
+            keep_dtype_matches(p.keep_dtype, node, op_type, device=self.chip is not None)
+        lowered = False
+        if self._mix is not None:  # every planned node, in graph order, so that gray ops follow their producers
+            for name in node.input:
+                if name and name not in self._mix.tensors:  # neither produced nor constant: a graph input
+                    self._mix.graph_input(name)
+            lowered = self._mix.decide(node.name, op_type, list(node.input), [o for o in node.output if o],
+                                       keep_dtype=kept or entry is not None)
+        if entry is not None:
+            got = self._customized(entry, node, cube, lowered)
+            if got is not None:
+                return got
+        if kept:
+            return np.dtype(np.float32), None, None
+        return self._mode_dtypes(cube, lowered)
+
+    def _mode_dtypes(self, cube: bool, lowered: bool) -> tuple[np.dtype, np.dtype | None, None]:
+        """precision_mode's dtypes for a node (module docstring)."""
+        f16, f32 = np.dtype(np.float16), np.dtype(np.float32)
+        mode, device = self.profile.precision_mode, self.chip is not None
+        if mode == "force_fp16":
+            return f16, None, None
+        if mode == "force_lowerprecision":
+            return self.storage, None, None
+        if mode == "cube_fp16in_fp32out" or (mode == "force_fp32" and device):
+            return (f32, f16, None) if cube else (f32, None, None)
+        if mode == "allow_fp32_to_fp16":
+            return (f16 if cube else f32), None, None
+        if mode == "allow_fp32_to_bf16" and cube and not device:
+            return resolve_dtype("bfloat16"), None, None
+        if mode in MIXED_MODES:
+            low = resolve_dtype("bfloat16") if mode.endswith("bf16") else f16
+            return (low if lowered else f32), None, None
+        return f32, None, None  # must_keep_origin_dtype, force_fp32 (generic), allow_fp32_to_bf16 (vector / device)
+
+    def _customized(self, entry, node, cube: bool, lowered: bool):
+        """A customize_dtypes entry's dtypes for the node; None when it sets no float dtype the node has."""
+        ins = [entry.input_dtype(k) for k in range(min(len(entry.inputs), len([i for i in node.input if i])))]
+        in_d = next((resolve_dtype(d) for d in ins if d), None)
+        out_d = entry.output_dtype(0) if entry.outputs else None
+        out_d = resolve_dtype(out_d) if out_d else None
+        if in_d is None and out_d is None:
+            return None
+        if in_d is None:
+            compute, operands, _ = self._mode_dtypes(cube, lowered)
+        else:
+            compute, operands = np.dtype(in_d), None
+            if cube and compute.itemsize == 2 and out_d == np.float32:  # fp16 in, fp32 out: the cube's fp32 result
+                return np.dtype(np.float32), compute, None
+        narrower = out_d is not None and np.dtype(out_d).itemsize < compute.itemsize
+        return compute, operands, (np.dtype(out_d) if narrower else None)
+
+    def implmode_of(self, node) -> str:
+        """The node's implmode (module docstring); "none" for a device op that has no implmode."""
+        p = self.profile
+        op_type = self.op_type_of(node)
+        if self.chip is None:
+            for name in covered_names(node):
+                if name in p.implmode_by_node:
+                    return p.implmode_by_node[name]
+            return p.implmode_by_op_type.get(op_type) or p.implmode
+        if not has_implmode(op_type):
             return "none"
-        for name in covered_names(node):
-            if name in p.implmode_by_node:
-                return p.implmode_by_node[name]
-        mode = p.implmode_by_op_type.get(op_type) or p.implmode
-        if mode == DEFAULT_IMPLMODE:
-            return default_implmode(self.chip, op_type)
+        default = default_implmode(self.chip, op_type)
+        if p.implmode_by_node or p.implmode_by_op_type:  # an op_precision_mode ini: atc ignores op_select_implmode
+            mode = p.implmode_by_node.get(node.name) or p.implmode_by_op_type.get(op_type)
+        else:
+            select = p.implmode if p.implmode != DEFAULT_IMPLMODE or not p.optypelist_for_implmode \
+                else "high_performance"  # atc's default value, which optypelist_for_implmode then applies
+            base = select.removesuffix("_for_all")
+            if select == DEFAULT_IMPLMODE:
+                mode = None
+            elif p.optypelist_for_implmode:
+                mode = base if op_type in p.optypelist_for_implmode else None
+            elif select.endswith("_for_all") or base == "high_precision":
+                mode = base
+            else:  # high_performance: the closed built-in high_performance.ini, which default_implmode models
+                mode = None
+        if mode is None or mode in NO_NUMERIC_EFFECT or mode not in kernel_row(self.chip, op_type).implmodes:
+            return default  # an op that does not implement the mode runs the one it has (atc's rule)
         return mode
 
     def _device_variant(self, node, kernel: str, dname: str, implmode: str) -> Variant | None:
@@ -227,7 +417,11 @@ class NpuPolicy(Policy):
         # Constant-foldable nodes (shape arithmetic, weight preprocessing) are evaluated by the compiler on the
         # host, in the graph's own fp32, before the device runs: rounding them to fp16 would, e.g., turn a shape
         # computed through floats (4097 -> 4096) into a wrong Reshape. They get fp32 and IEEE overflow.
-        dtype = np.dtype(np.float32) if foldable else self.node_dtype(node, cube)
+        dtype, operands, out_round = (np.dtype(np.float32), None, None) if foldable else self.dtypes_of(node, cube)
+        if foldable and self._mix is not None:  # folded on the host: a constant for the mixed-precision rule
+            for o in node.output:
+                if o:
+                    self._mix.constant(o)
         dname = dtype_name(dtype)
         implmode = self.implmode_of(node)
         kernels, chosen, staged = {}, [], ()
@@ -251,8 +445,8 @@ class NpuPolicy(Policy):
                                        cube=cube, cube_acc=p.cube_accumulation, override=p.variants.get(k))
             except KeyError as exc:
                 raise KernelUnavailable(str(exc).strip('"')) from None
-            kernels[k] = v.fn
-            chosen.append(f"{k}:{v.name}")
+            kernels[k] = v.fn if operands is None else _rounding_operands(v.fn, operands, 3 if k == "attention" else 2)
+            chosen.append(f"{k}:{v.name}" + (f"({dtype_name(operands)} operands)" if operands is not None else ""))
             if k == operand_kernel:
                 staged = v.staged_f32_operands
         compress = None
@@ -264,6 +458,9 @@ class NpuPolicy(Policy):
                 raise KernelUnavailable(str(exc).strip('"')) from None
             compress = v4.fn
             chosen.append(f"bitpack4:{v4.name}")
+        if out_round is not None:  # customize_dtypes OutputDtype narrower than the compute dtype
+            compress = _then_rounded(compress, out_round)
+            chosen.append(f"output:{dtype_name(out_round)}")
         keep_casts = p.precision_mode == "must_keep_origin_dtype" or foldable
         return NodeContext(node=node, opset=opset, dtype=dtype, implmode=implmode, kernels=kernels, staged_f32=staged,
                            cast_float=(lambda t: t) if keep_casts else (lambda t, d=dtype: d),

@@ -2,13 +2,26 @@
 
 A profile is a plain TOML or JSON file (presets live in presets/*.toml, one per part). Fields:
   name, description
-  precision_mode      ATC's --precision_mode: force_fp16 | force_lowerprecision | allow_fp32_to_fp16 |
-                      allow_fp32_to_bf16 | must_keep_origin_dtype | force_fp32 (see node_dtype in policy.py)
+  precision_mode      ATC's --precision_mode (npu.atc.PRECISION_MODES_V1: force_fp16, force_fp32 ==
+                      cube_fp16in_fp32out, allow_fp32_to_fp16, must_keep_origin_dtype, allow_mix_precision ==
+                      allow_mix_precision_fp16, allow_mix_precision_bf16, allow_fp32_to_bf16, force_lowerprecision;
+                      see node_dtype in policy.py)
+  precision_mode_v2   ATC's --precision_mode_v2 (fp16, origin, cube_fp16in_fp32out, mixed_float16, mixed_bfloat16),
+                      the newer spelling of the same modes: when set, precision_mode is its v1 twin (npu.atc.V2_TO_V1)
+                      and the written atc flags use v2; a file giving both is refused, as atc refuses both flags
   storage_dtype       float16 | bfloat16 | float32: the low-precision format tensors are rounded to
   cube_accumulation   accumulator of MatMul/Gemm/Conv/ConvTranspose/Attention (float32 on real cube units)
   overflow_mode       inf_nan (IEEE) | saturation (+-inf -> +-max, NaN -> 0 after every node)
   [implmode] default, by_op_type = {Op = mode}, by_node_name = {node = mode}   (node name wins)
-  keep_dtype          node names or "OpType::TypeName": those nodes compute and store in fp32
+                      default: ATC's --op_select_implmode (npu.atc.SELECT_IMPLMODES, or "default" on a device
+                      profile: no flag); by_op_type / by_node_name: an --op_precision_mode ini (npu.atc.INI_MODES),
+                      which on a device profile makes atc ignore op_select_implmode and optypelist_for_implmode
+  optypelist_for_implmode  ATC's --optypelist_for_implmode: the op types implmode.default applies to
+  keep_dtype          node names or "OpType::TypeName": those nodes compute and store in fp32 (ATC --keep_dtype)
+  customize_dtypes    ATC --customize_dtypes lines (`Name::InputDtype:float32,...,OutputDtype:...`, `OpType::T:...`):
+                      a node's compute / output dtype; wins over keep_dtype and precision_mode
+  modify_mixlist      ATC --modify_mixlist JSON ({"black-list": {"to-add": [...]}, ...}): the mixed-precision lists
+                      edited (allow_mix_precision* / mixed_* modes only)
   winograd            "" (off) or a conv2d_winograd variant name used for 3x3 stride-1 convs
   int8_weight_only    MatMul/Gemm with a 2-D initializer weight run through the int8_weight_gemm kernel
                       (per-output-channel int8 weights, fp16 activations, fp32 accumulation)
@@ -34,10 +47,12 @@ from typing import Any, Mapping
 
 from ..dtypes import dtype_name, resolve_dtype
 from ..errors import InputError
-from .atc import IMPLMODES
+from .atc import (FLOAT_DTYPES as FLOAT_CUSTOM_DTYPES, IMPLMODES, INI_MODES, PRECISION_MODES_V1, PRECISION_MODES_V2, SELECT_IMPLMODES, V2_TO_V1,
+                  parse_customize_line, validate_modify_mixlist)
 
-PRECISION_MODES = ("force_fp16", "force_lowerprecision", "allow_fp32_to_fp16", "allow_fp32_to_bf16",
-                   "must_keep_origin_dtype", "force_fp32")
+PRECISION_MODES = PRECISION_MODES_V1
+#: precision modes whose op dtypes follow the mixed-precision lists (white / black / gray, npu.mixlist)
+MIXED_MODES = ("allow_mix_precision", "allow_mix_precision_fp16", "allow_mix_precision_bf16")
 OVERFLOW_MODES = ("inf_nan", "saturation")
 BRACKETS = ("modelled", "optimistic", "pessimistic")
 # implmode default "default": no --op_select_implmode given; every device op takes its own default path. ATC's
@@ -65,9 +80,20 @@ class NumericsProfile:
     device: str = ""
     bracket: str = "modelled"
     fusion: Mapping[str, str] = field(default_factory=dict)
+    precision_mode_v2: str = ""
+    customize_dtypes: tuple[str, ...] = ()
+    modify_mixlist: Mapping[str, Any] = field(default_factory=dict)
+    optypelist_for_implmode: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"profile {self.name!r}"
+        if self.precision_mode_v2:
+            if self.precision_mode_v2 not in V2_TO_V1:
+                known = ", ".join(V2_TO_V1)
+                why = (" (a hifloat8 mode: Ascend 950 only, not a chip mschecker models)"
+                       if self.precision_mode_v2 in PRECISION_MODES_V2 else "")
+                raise InputError(f"{where}: precision_mode_v2 {self.precision_mode_v2!r} is not one of {known}{why}")
+            object.__setattr__(self, "precision_mode", V2_TO_V1[self.precision_mode_v2])
         if self.precision_mode not in PRECISION_MODES:
             raise InputError(f"{where}: precision_mode {self.precision_mode!r} is not one of "
                              f"{', '.join(PRECISION_MODES)}")
@@ -80,15 +106,31 @@ class NumericsProfile:
                 raise InputError(f"{where}: {key}: {exc}") from None
             if getattr(self, key) not in ("float16", "bfloat16", "float32"):
                 raise InputError(f"{where}: {key} must be float16, bfloat16 or float32, not {getattr(self, key)}")
-        modes = [("implmode", self.implmode)] + [(f"implmode.by_op_type.{k}", v)
-                                                 for k, v in self.implmode_by_op_type.items()] \
-            + [(f"implmode.by_node_name.{k}", v) for k, v in self.implmode_by_node.items()]
-        if self.implmode == DEFAULT_IMPLMODE and self.device:
-            modes = modes[1:]  # each device op's own default path (device_table.default_implmode)
-        for key, mode in modes:
-            if mode not in IMPLMODES:
-                raise InputError(f"{where}: {key} = {mode!r} is not one of {', '.join(IMPLMODES)}")
+        # a device profile speaks ATC (op_select_implmode's four values, the ini's modes); a generic one models
+        # the two implementation paths only
+        select = SELECT_IMPLMODES + (DEFAULT_IMPLMODE,) if self.device else IMPLMODES
+        ini = INI_MODES if self.device else IMPLMODES
+        if self.implmode not in select:
+            raise InputError(f"{where}: implmode {self.implmode!r} is not one of {', '.join(select)}")
+        for key, table in (("by_op_type", self.implmode_by_op_type), ("by_node_name", self.implmode_by_node)):
+            for k, mode in table.items():
+                if mode not in ini:
+                    raise InputError(f"{where}: implmode.{key}.{k} = {mode!r} is not one of {', '.join(ini)}")
+        object.__setattr__(self, "optypelist_for_implmode", tuple(self.optypelist_for_implmode))
+        if self.optypelist_for_implmode and self.implmode not in IMPLMODES + (DEFAULT_IMPLMODE,):
+            raise InputError(f"{where}: optypelist_for_implmode takes implmode high_precision or high_performance "
+                             f"(atc --op_select_implmode), not {self.implmode!r}")
         object.__setattr__(self, "keep_dtype", tuple(self.keep_dtype))
+        object.__setattr__(self, "customize_dtypes", tuple(self.customize_dtypes))
+        for k, line in enumerate(self.customize_dtypes):
+            entry = parse_customize_line(line, f"{where}: customize_dtypes[{k}]")
+            for d in entry.inputs + entry.outputs:
+                if d is not None and d not in FLOAT_CUSTOM_DTYPES:
+                    raise InputError(f"{where}: customize_dtypes[{k}] {line!r}: dtype {d!r} is not modelled "
+                                     f"(mschecker emulates {', '.join(FLOAT_CUSTOM_DTYPES)})")
+        if self.modify_mixlist:
+            object.__setattr__(self, "modify_mixlist", validate_modify_mixlist(self.modify_mixlist,
+                                                                               f"{where}: modify_mixlist"))
         if self.bracket not in BRACKETS:
             raise InputError(f"{where}: bracket {self.bracket!r} is not one of {', '.join(BRACKETS)}")
         if self.device:
@@ -101,9 +143,11 @@ class NumericsProfile:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """The file form (what load_profile reads back)."""
+        """The file form (what load_profile reads back): the precision mode in the spelling it was given."""
+        mode = {"precision_mode_v2": self.precision_mode_v2} if self.precision_mode_v2 else \
+            {"precision_mode": self.precision_mode}
         return {
-            "name": self.name, "description": self.description, "precision_mode": self.precision_mode,
+            "name": self.name, "description": self.description, **mode,
             "storage_dtype": self.storage_dtype, "cube_accumulation": self.cube_accumulation,
             "overflow_mode": self.overflow_mode,
             "implmode": {"default": self.implmode, "by_op_type": dict(self.implmode_by_op_type),
@@ -111,13 +155,14 @@ class NumericsProfile:
             "keep_dtype": list(self.keep_dtype), "winograd": self.winograd,
             "int8_weight_only": self.int8_weight_only, "int4_intermediates": self.int4_intermediates,
             "variants": dict(self.variants), "device": self.device, "bracket": self.bracket,
-            "fusion": dict(self.fusion),
+            "fusion": dict(self.fusion), "customize_dtypes": list(self.customize_dtypes), "modify_mixlist": dict(self.modify_mixlist),
+            "optypelist_for_implmode": list(self.optypelist_for_implmode),
         }
 
 
 _TOP_KEYS = {"name", "description", "precision_mode", "storage_dtype", "cube_accumulation", "overflow_mode",
              "implmode", "keep_dtype", "winograd", "int8_weight_only", "int4_intermediates", "variants", "device",
-             "bracket", "fusion"}
+             "bracket", "fusion", "precision_mode_v2", "customize_dtypes", "modify_mixlist", "optypelist_for_implmode"}
 
 
 def _profile_schema():
@@ -126,8 +171,8 @@ def _profile_schema():
     from .. import schema as sc
 
     name = sc.Str(max_len=1024)
-    mode = sc.Str(choices=IMPLMODES)
-    default_mode = sc.Str(choices=IMPLMODES + (DEFAULT_IMPLMODE,))
+    mode = sc.Str(choices=INI_MODES)
+    default_mode = sc.Str(choices=SELECT_IMPLMODES + (DEFAULT_IMPLMODE,))
     implmode = sc.OneOf((default_mode, sc.Table({"default": (default_mode, False), "by_op_type": (sc.MapOf(mode, key=name), False),
                                          "by_node_name": (sc.MapOf(mode, key=name), False)})))
     return sc.Table({
@@ -143,6 +188,12 @@ def _profile_schema():
         "variants": (sc.MapOf(sc.Str(max_len=200), key=name), False),
         "device": (sc.Str(max_len=200), False), "bracket": (sc.Str(choices=BRACKETS), False),
         "fusion": (sc.MapOf(sc.Str(choices=("on", "off")), key=name), False),
+        "precision_mode_v2": (sc.Str(choices=PRECISION_MODES_V2 + ("",)), False),
+        "customize_dtypes": (sc.ListOf(sc.Str(max_len=1023), max_len=1 << 16), False),
+        "modify_mixlist": (sc.Table({k: (sc.Table({u: (sc.ListOf(name, max_len=1 << 16), False)
+                                                   for u in ("to-add", "to-remove")}), False)
+                                     for k in ("black-list", "white-list", "gray-list")}), False),
+        "optypelist_for_implmode": (sc.ListOf(name, max_len=1 << 12), False),
     })
 
 
@@ -155,6 +206,9 @@ def profile_from_dict(data: Mapping[str, Any], where: str) -> NumericsProfile:
             raise InputError(f"{where}: unknown profile field(s) {', '.join(unknown)} "
                              f"(known: {', '.join(sorted(_TOP_KEYS))})")
     data = validate(dict(data) if isinstance(data, Mapping) else data, _profile_schema(), where)
+    if data.get("precision_mode_v2") and "precision_mode" in data:
+        raise InputError(f"{where}: precision_mode and precision_mode_v2 are both given; atc refuses the two "
+                         "together: keep one")
     imp = data.get("implmode", {})
     if isinstance(imp, str):
         imp = {"default": imp}
@@ -181,7 +235,10 @@ def profile_from_dict(data: Mapping[str, Any], where: str) -> NumericsProfile:
             keep_dtype=tuple(keep), winograd=winograd, int8_weight_only=data.get("int8_weight_only", False),
             int4_intermediates=data.get("int4_intermediates", False), variants=dict(data.get("variants", {})),
             device=data.get("device", ""), bracket=data.get("bracket", "modelled"),
-            fusion=dict(data.get("fusion", {})))
+            fusion=dict(data.get("fusion", {})), precision_mode_v2=data.get("precision_mode_v2", ""),
+            customize_dtypes=tuple(data.get("customize_dtypes", ())),
+            modify_mixlist=dict(data.get("modify_mixlist", {})),
+            optypelist_for_implmode=tuple(data.get("optypelist_for_implmode", ())))
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
 

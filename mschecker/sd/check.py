@@ -33,21 +33,26 @@ is always measured.
 """
 from __future__ import annotations
 
+import shlex
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from ..bisect.lockstep import Analysis, analyse, reference_executor
+from ..bisect.engine import fusion_of
 from ..bisect.policy import npu_policy
+from ..bisect.report import fix_lines
+from ..npu.fixes import op_facts
 from ..bisect.samples import Sample
 from ..bisect.search import Evaluation, Evaluator, FixConfig, high_precision_capable, members, op_type_of, \
     rank_candidates, search
 from ..bisect.stats import Headroom, is_overflow
 from ..compare import TensorComparison, ToleranceRule, compare_arrays
 from ..dtypes import float_format
-from ..errors import InputError
+from ..errors import InputError, KnobNote
 from ..graph.executor import Executor
 from ..dtypes import is_float
 from .images import image_psnr, image_ssim
@@ -191,7 +196,7 @@ class FixAttempt:
     """One re-run of the failing stage with a candidate fix, and what it measured."""
 
     stage: str
-    keep_dtype: list[str]
+    keep_dtype: list[str]         # device ops / "OpType::T" moved to fp32 (written as atc_keep_dtype + customize_dtypes)
     implmodes: dict[str, str]     # "OpType::T" or node name -> implmode (ATC op_precision_mode [ByOpType]/[ByNodeName])
     precision_mode: str | None
     metrics: Metrics | None
@@ -199,10 +204,16 @@ class FixAttempt:
     passed: bool
     seconds: float
     chosen: bool = False          # the fix search's recommendation (the smallest passing configuration)
+    atc_keep_dtype: list[str] = field(default_factory=list)    # keep_dtype as written: the moves atc can name so
+    customize_dtypes: list[str] = field(default_factory=list)  # the others: fp32 for fused device ops (ATC lines)
+    fusion_off: list[str] = field(default_factory=list)   # GE fusion passes switched off
+    atc: list[str] = field(default_factory=list)          # the ATC settings it adds (bisect.report.fix_lines)
 
     def describe(self) -> str:
         if self.precision_mode:
             return f"{self.stage}: precision_mode {self.precision_mode}"
+        if self.atc:
+            return f"{self.stage}: " + " + ".join(self.atc)
         parts = [f"op_precision_mode {t}={m}" for t, m in self.by_op_type.items()]
         parts += [f"op_precision_mode [ByNodeName] {n}={m}" for n, m in self.by_node.items()]
         if self.keep_dtype:
@@ -225,12 +236,18 @@ class FixAttempt:
         if self.by_node:  # inline entries name op types; nodes take an op_precision.ini file
             flags.append(f"--op-precision {self.stage}:OP_PRECISION.ini (with [ByNodeName] "
                          + ", ".join(f"{n}={m}" for n, m in self.by_node.items()) + ")")
-        if self.keep_dtype:
-            flags.append(f"--keep-dtype {self.stage}:" + ",".join(self.keep_dtype))  # STAGE: prefixes the list
+        if self.atc_keep_dtype:
+            flags.append(f"--keep-dtype {self.stage}:" + ",".join(self.atc_keep_dtype))  # STAGE: prefixes the list
+        flags += [f"--customize-dtypes {shlex.quote(f'{self.stage}:{line}')}" for line in self.customize_dtypes]
+        if self.fusion_off:  # a switch file applies to every stage
+            flags.append("--fusion-switch FUSION_SWITCH.cfg (with " + ", ".join(f"{p}:off" for p in self.fusion_off)
+                         + ")")
         return " ".join(flags)
 
     def to_dict(self) -> dict:
-        return {"stage": self.stage, "keep_dtype": self.keep_dtype, "implmode_by_op_type": self.by_op_type,
+        return {"stage": self.stage, "keep_dtype": self.keep_dtype, "atc_keep_dtype": self.atc_keep_dtype,
+                "customize_dtypes": self.customize_dtypes,
+                "fusion_off": self.fusion_off, "atc": self.atc, "implmode_by_op_type": self.by_op_type,
                 "implmode_by_node": self.by_node,
                 "precision_mode": self.precision_mode, "passed": self.passed, "chosen": self.chosen,
                 "seconds": self.seconds,
@@ -422,15 +439,18 @@ def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_op
     def entries(opts):
         return NumericsProfile(name="entries", keep_dtype=tuple((opts or {}).get("keep_dtype", ())),
                                implmode_by_op_type=dict((opts or {}).get("implmode_by_op_type", {})),
-                               implmode_by_node=dict((opts or {}).get("implmode_by_node", {})))
+                               implmode_by_node=dict((opts or {}).get("implmode_by_node", {})),
+                               customize_dtypes=tuple((opts or {}).get("customize_dtypes", ())))
 
     # each stage's graph as its profile runs it (a device profile: fused, IR op types, device names)
     options = stage_npu_options(npu_options, stage_options)
-    graphs, vocab = {}, {}
+    graphs, vocab, notes = {}, {}, {}
     for st in STAGES:
         policy = npu_policy(stage_profile(profile, options[st]))
-        graphs[st] = policy.device_graph(pipeline.files.model_header(MODEL_FILES[st]))
+        header = pipeline.files.model_header(MODEL_FILES[st])
+        graphs[st] = policy.device_graph(header)
         vocab[st] = dict(op_type_of=policy.op_type_of, names_of=policy.names_of)
+        notes[st] = policy.knob_notes(header.graph, graphs[st]) if policy.chip else []
     for st, opts in (stage_options or {}).items():
         problems = unmatched_entries(entries(opts), graphs[st], **vocab[st])
         if problems:
@@ -440,11 +460,16 @@ def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_op
                + [({"implmode_by_op_type": {t: m}}, f"op_precision op type {t!r}")
                   for t, m in common.get("implmode_by_op_type", {}).items()]
                + [({"implmode_by_node": {n: m}}, f"op_precision node {n!r}")
-                  for n, m in common.get("implmode_by_node", {}).items()])
+                  for n, m in common.get("implmode_by_node", {}).items()]
+               + [({"customize_dtypes": [c]}, f"customize_dtypes entry {c!r}")
+                  for c in common.get("customize_dtypes", ())])
     for opts, what in singles:
         if all(unmatched_entries(entries(opts), graphs[st], **vocab[st]) for st in STAGES):
             raise InputError(f"{what} matches nothing in any stage ({', '.join(STAGES)}); give it a STAGE: "
                              "prefix to aim it at one")
+    for st in STAGES:  # entries that match but do nothing on the device, once every entry matches
+        for note in notes[st]:
+            warnings.warn(f"{st} stage: {note}", KnobNote, stacklevel=2)
 
 
 def stage_npu_options(npu_options: dict | None, stage_options: dict[str, dict] | None) -> dict[str, dict]:
@@ -539,19 +564,16 @@ class StageEvaluator(Evaluator):
         super().__init__()
         self.check, self.located, self.common, self.profile = check, located, common, profile
         self.options, self.announce, self.stage = options, announce, located.stage
+        self.base = stage_profile(profile, options[self.stage])
+        self.facts = op_facts(located.npu)
 
     def run(self, config: FixConfig, purpose: str) -> Evaluation:
-        fixed = dict(self.options[self.stage])
-        keep = sorted(config.keep_dtype)
         implmodes = {i: "high_precision" for i in sorted(config.high_precision)}  # "OpType::T" items or node names
-        if keep:
-            fixed["keep_dtype"] = list(fixed.get("keep_dtype") or []) + keep
-        by_type = {op_type_of(i): m for i, m in implmodes.items() if op_type_of(i)}
-        by_node = {i: m for i, m in implmodes.items() if not op_type_of(i)}
-        if by_type:
-            fixed["implmode_by_op_type"] = {**fixed.get("implmode_by_op_type", {}), **by_type}
-        if by_node:
-            fixed["implmode_by_node"] = {**fixed.get("implmode_by_node", {}), **by_node}
+        moved = config.profile(self.base, self.facts)  # the moves in ATC's vocabulary (npu.fixes)
+        keep = sorted(config.keep_dtype)  # the device ops (or IR types) moved to fp32
+        written = [e for e in moved.keep_dtype if e not in self.base.keep_dtype]
+        custom = [e for e in moved.customize_dtypes if e not in self.base.customize_dtypes]
+        fixed = {"profile": moved}
         tracker = Tracker(self.announce(f"fix {self.count}"))
         t0 = time.perf_counter()
         rerun = _rerun_from(self.stage, self.check.npu, self.check.pipeline.models, self.common, self.profile,
@@ -563,7 +585,9 @@ class StageEvaluator(Evaluator):
             self.located.analysis.reference_ranges.get(inside.output))
         psnr_ok = metrics.psnr_db >= self.check.psnr_min
         ok = not metrics.nonfinite_outputs and psnr_ok and not overflow
-        attempt = FixAttempt(self.stage, keep, implmodes, None, metrics, inside, ok, time.perf_counter() - t0)
+        attempt = FixAttempt(self.stage, keep, implmodes, None, metrics, inside, ok, time.perf_counter() - t0,
+                             atc_keep_dtype=written, customize_dtypes=custom, fusion_off=sorted(config.fusion_off),
+                             atc=fix_lines(self.base, moved))
         failing = list(metrics.nonfinite_outputs) + ([] if psnr_ok else ["image PSNR"])
         score = metrics.decoded.rel_euclidean if metrics.decoded.rel_euclidean is not None else float("inf")
         if metrics.nonfinite_outputs:
@@ -588,7 +612,7 @@ def find_fix(check: SDCheck, event: NodeEvent, common: dict, profile: str, optio
     given = Evaluation("profile as given (the NPU run)", FixConfig(), False, float("inf"),
                        check.failure_reasons(), [event.node], 0.0)
     result = search(evaluator, items, high_precision_capable(located.npu, base, items), [], position,
-                    baseline=given)
+                    baseline=given, fusion_of=fusion_of(evaluator.facts))
     attempts = [ev.detail for ev in result.log if ev.detail is not None]
     if result.recommended is not None and result.best is not None and result.best.detail is not None:
         result.best.detail.chosen = True

@@ -13,6 +13,7 @@ from mschecker.bisect.report import to_dict, write_outputs
 from mschecker.graph.executor import Executor
 from mschecker.npu.knobs import apply_knobs
 from mschecker.npu import NpuPolicy, load_profile, parse_keep_dtype, parse_op_precision_ini
+from mschecker.npu.atc import parse_customize_dtypes
 
 from ..profiles import GENERIC_FP16
 from . import models as M
@@ -204,17 +205,18 @@ def test_written_files_round_trip_into_a_profile(tmp_path, poly_gelu):
     r = bisect_model(path, _samples(model), tolerance=1e-2, profile=GENERIC)
     files = write_outputs(r, tmp_path / "fix", json_report=True, html_report=True)
     proven = r.recommendation.profile(r.profile)
-    via_files = apply_knobs(GENERIC_FP16, keep_dtype=files["keep_dtype"], op_precision=files["op_precision"])
-    assert via_files.keep_dtype == proven.keep_dtype
+    assert "keep_dtype" not in files and "customize_dtypes" not in files  # a file only where it has entries
+    via_files = apply_knobs(GENERIC_FP16, op_precision=files["op_precision"])
+    assert via_files.keep_dtype == proven.keep_dtype == ()
     assert dict(via_files.implmode_by_node) == dict(proven.implmode_by_node) == {"ln_big": "high_precision"}
     assert parse_op_precision_ini(files["op_precision"]) == ({}, {"ln_big": "high_precision"})
-    assert parse_keep_dtype(files["keep_dtype"]) == []
     from_json = load_profile(files["profile"])
     assert dict(from_json.implmode_by_node) == {"ln_big": "high_precision"}
     assert from_json.precision_mode == proven.precision_mode
     flags = (tmp_path / "fix" / "atc_flags.txt").read_text()
     assert "--op_precision_mode=op_precision.ini" in flags and "--keep_dtype" not in flags
-    assert "--precision_mode=force_fp16" in flags and "--op_select_implmode=high_performance" in flags
+    # atc ignores --op_select_implmode once an ini is given: the flag is not written
+    assert "--precision_mode=force_fp16" in flags and "--op_select_implmode" not in flags
     patched = onnx.load(files["onnx"])
     ln = next(n for n in patched.graph.node if n.name == "ln_big")
     assert any(n.op_type == "Cast" for n in patched.graph.node)
@@ -326,14 +328,17 @@ def test_an_integer_output_is_judged_too(tmp_path):
 
 
 def test_unnamed_nodes_can_be_moved(tmp_path):
-    """Nodes without a name are selected by their label ("#index:OpType"); ATC's files cannot carry that name,
-    the report says so, and the profile and the patched model use it."""
+    """Nodes without a name are selected by their label ("#index:OpType"), which ATC's files cannot carry (a
+    leading '#' is a comment): the fix is written for the node's op type, the closest expressible one, and the
+    report says so."""
     model = M.layernorm_pair()
     for node in model.graph.node:
         node.name = ""
     r = bisect_model(_save(tmp_path, model), _samples(model), tolerance=1e-2, profile=GENERIC)
-    assert r.verdict == "FIXED" and r.recommendation.by_node == {"#1:LayerNormalization": "high_precision"}
-    assert r.recommendation.not_expressible() == ["#1:LayerNormalization"]
+    assert r.verdict == "FIXED" and r.recommendation.by_node == {}
+    # the closest fix ATC's files can carry: the node's op type
+    assert r.recommendation.rewritten == {"#1:LayerNormalization": "OpType::LayerNormalization"}
+    assert r.recommendation.by_op_type == {"LayerNormalization": "high_precision"}
     assert r.proof.passed and r.onnx_check.ran and r.onnx_check.passed
 
 
@@ -381,14 +386,17 @@ def test_device_igelu_is_fixed_by_high_precision_gelu_under_its_device_name(tmp_
 
 def test_device_group_norm_fed_beyond_fp16_range_is_fixed_by_an_fp32_island(tmp_path):
     """inf_nan (910B): x * 3e4 overflows fp16, the fused GroupNorm (fp32 statistics, no implmode) turns the inf
-    into NaN; the fix keeps both nodes in fp32, one island, written by their device names."""
+    into NaN; the fix keeps both nodes in fp32, one island, written by their device names: keep_dtype for the Mul,
+    customize_dtypes for the GroupNorm GE's fusion created (keep_dtype, applied before fusion, cannot name it)."""
     model = M.device_group_norm_overflow()
     path = _save(tmp_path, model)
     r = bisect_model(path, _samples(model), tolerance=1e-2)  # the default profile: ascend910b
     assert [(n.name, n.op_type, n.overflow) for n in r.analysis.nodes] == [
         ("/scale_up/Mul", "Mul", True), ("/norm/Mul/GroupNorm", "GroupNorm", True)]
     assert r.analysis.first_low_headroom().name == "/scale_up/Mul"
-    assert r.verdict == "FIXED" and r.recommendation.keep_dtype == ["/scale_up/Mul", "/norm/Mul/GroupNorm"]
+    assert r.verdict == "FIXED" and r.recommendation.keep_dtype == ["/scale_up/Mul"]
+    gn_line = "/norm/Mul/GroupNorm::InputDtype:float32,float32,float32,OutputDtype:float32"
+    assert r.recommendation.customize_dtypes == [gn_line]
     assert r.recommendation.by_node == {} and r.recommendation.by_op_type == {}  # neither has an implmode
     _check_bound(r)
     _minimal(r)
@@ -400,13 +408,16 @@ def test_device_group_norm_fed_beyond_fp16_range_is_fixed_by_an_fp32_island(tmp_
     assert doc["islands"] == [{"nodes": ["/scale_up/Mul", "/norm/Mul/GroupNorm"], "cast_in": ["x"],
                                "cast_out": ["/norm/Add_out"]}]
     files = write_outputs(r, tmp_path / "fix")
-    assert parse_keep_dtype(files["keep_dtype"]) == ["/scale_up/Mul", "/norm/Mul/GroupNorm"]
-    assert "--op_select_implmode" not in (tmp_path / "fix" / "atc_flags.txt").read_text()
+    assert parse_keep_dtype(files["keep_dtype"]) == ["/scale_up/Mul"]
+    assert [e.text() for e in parse_customize_dtypes(files["customize_dtypes"])] == [gn_line]
+    flags = (tmp_path / "fix" / "atc_flags.txt").read_text()
+    assert "--op_select_implmode" not in flags and "--customize_dtypes=customize_dtypes.cfg" in flags
     # saturation (310P): no inf is left in any tensor, the clamp is recorded; the same fix
     r310 = bisect_model(path, _samples(model), tolerance=1e-2, profile="ascend310p")
     head = r310.analysis.node("/scale_up/Mul").outputs[0].headroom
     assert head.inf == 0 and head.hidden_overflow > 0 and r310.analysis.node("/scale_up/Mul").overflow
     assert r310.verdict == "FIXED" and r310.recommendation.keep_dtype == r.recommendation.keep_dtype
+    assert r310.recommendation.customize_dtypes == [gn_line]
     assert r310.proof.passed and r310.onnx_check.passed
 
 

@@ -49,7 +49,8 @@ def test_cli_fix_exit_0_and_files(tmp_path, capsys):
     assert code == 0, err
     assert "FIXED" in text and "ln_big" in text and "[ByNodeName] ln_big=high_precision" in text
     names = {p.name for p in out.iterdir()}
-    assert {"keep_dtype.cfg", "op_precision.ini", "profile.json", "atc_flags.txt", "model_fp16_fixed.onnx",
+    assert "keep_dtype.cfg" not in names  # the fix is an implmode: no empty ATC file
+    assert {"op_precision.ini", "profile.json", "atc_flags.txt", "model_fp16_fixed.onnx",
             "error_by_depth.png", "bisect_report.json", "bisect_report.html"} <= names
     doc = json.loads((out / "bisect_report.json").read_text())
     assert doc["samples"] == [str(x), str(x2)] and len(doc["proof"]["samples"]) == 2

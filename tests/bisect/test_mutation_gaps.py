@@ -13,8 +13,13 @@ from mschecker.bisect.lockstep import Analysis, NodeRecord, analyse, reference_e
 from mschecker.bisect.search import FixConfig
 from mschecker.bisect.writers import Recommendation
 from mschecker.compare import ToleranceRule
+from mschecker.npu import load_profile
+
+from ..profiles import GENERIC_FP16
 from mschecker.graph.executor import Executor
 from mschecker.npu import NpuPolicy
+
+from mschecker.npu import load_profile
 
 from ..profiles import GENERIC_FP16
 from . import models as M
@@ -112,8 +117,10 @@ def test_an_op_type_entry_needs_every_node_of_the_type_and_at_least_two(move):
                    "m3": "MatMul", "s1": "Softmax", "s2": "Softmax"}, folded=("s2",))
 
     def rec(names):
-        r = Recommendation.from_config(FixConfig(**{move: frozenset(names)}), a)
-        return (r.keep_dtype, {}, {}) if move == "keep_dtype" else ([], r.by_op_type, r.by_node)
+        generic = load_profile(GENERIC_FP16)
+        r = Recommendation.from_config(FixConfig(**{move: frozenset(names)}), a, generic)
+        p = r.items.profile(generic)  # what the files will hold
+        return list(p.keep_dtype), dict(p.implmode_by_op_type), dict(p.implmode_by_node)
 
     keep, by_type, by_node = rec({"ln1"})  # one node, the only one of its type: a node entry
     assert keep == ["ln1"] if move == "keep_dtype" else (by_node == {"ln1": "high_precision"} and not by_type)

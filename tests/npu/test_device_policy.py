@@ -5,10 +5,12 @@ Each test names the realistic bug it catches: a policy that ignores the table (p
 emulator does), forgets the saturating twin on the 310P, applies an implmode to an op that has none, matches a
 keep_dtype entry only by the fused device name, or lets an ONNX op type through where ATC wants an IR type.
 """
+import re
+
 import numpy as np
 import pytest
 
-from mschecker.errors import InputError
+from mschecker.errors import InputError, KnobNote
 from mschecker.graph.executor import Executor
 from mschecker.npu import NpuPolicy, load_profile
 from mschecker.npu.knobs import apply_knobs
@@ -106,14 +108,51 @@ def test_gelu_default_path_and_the_recipes_implmode():
     assert _bound(pess, name)[0] == {"gelu": "fp16_ascend_igelu"}
 
 
-def test_keep_dtype_by_a_covered_onnx_name_or_the_device_name_or_the_ir_type(gn_model):
-    """A fused op answers to its device name, to every ONNX node it covers and to its IR type."""
-    for entry in ("/norm/Mul/GroupNorm", "/norm/InstanceNormalization", "OpType::GroupNorm"):
-        ex = Executor(gn_model, NpuPolicy(apply_knobs("ascend910b", keep_dtype=[entry])))
-        assert ex.step("/norm/Mul/GroupNorm").ctx.dtype == np.float32, entry
-        assert ex.step("/act/Sigmoid").ctx.dtype == np.float16
+@pytest.mark.parametrize("entry, says", [
+    ("/norm/Mul/GroupNorm", "a device op that fusion creates, after atc applies keep_dtype"),
+    ("/norm/InstanceNormalization", "node fused into device op '/norm/Mul/GroupNorm' (GroupNorm)"),
+    ("OpType::InstanceNorm", "every InstanceNorm was fused into another device op"),
+])
+def test_keep_dtype_does_not_reach_an_op_a_fusion_created(gn_model, entry, says):
+    """atc applies keep_dtype to the parsed graph, before fusion (keep_dtype_option.cc): the fused GroupNorm is
+    named by none of these, it stays fp16, and the run says why, naming the device op to write instead."""
+    ex = Executor(gn_model, NpuPolicy(apply_knobs("ascend910b", keep_dtype=[entry])))
+    assert ex.step("/norm/Mul/GroupNorm").ctx.dtype == np.float16, entry
+    with pytest.warns(KnobNote, match=re.escape(says)):
+        ex.policy.emit_notes()
     ex = Executor(gn_model, NpuPolicy(apply_knobs("ascend910b", keep_dtype=["OpType::SoftmaxV2"])))
     assert ex.step("/attn/Softmax").ctx.dtype == np.float32
+
+
+@pytest.mark.parametrize("line", ["/norm/Mul/GroupNorm::InputDtype:float32,float32,float32,OutputDtype:float32",
+                                  "/norm/Mul/GroupNorm:InputDtype:float32",  # the SD recipe's single colon
+                                  "OpType::GroupNorm:InputDtype:float32"])
+def test_customize_dtypes_names_the_fused_op_by_its_device_name_or_type(gn_model, line):
+    ex = Executor(gn_model, NpuPolicy(apply_knobs("ascend910b", customize_dtypes=[line])))
+    assert ex.step("/norm/Mul/GroupNorm").ctx.dtype == np.float32
+    assert ex.step("/act/Sigmoid").ctx.dtype == np.float16
+
+
+def test_customize_dtypes_on_a_consumed_node_has_no_effect_and_says_so(gn_model):
+    ex = Executor(gn_model, NpuPolicy(apply_knobs(
+        "ascend910b", customize_dtypes=["/norm/InstanceNormalization::InputDtype:float32"])))
+    assert ex.step("/norm/Mul/GroupNorm").ctx.dtype == np.float16
+    assert ex.policy.notes == ["customize_dtypes '/norm/InstanceNormalization': node fused into device op "
+                               "'/norm/Mul/GroupNorm' (GroupNorm); atc does not apply the entry to it -- write "
+                               "customize_dtypes /norm/Mul/GroupNorm::InputDtype:float32,... to set the fused op's "
+                               "dtype"]
+
+
+def test_customize_dtypes_wins_over_keep_dtype_and_output_dtype_rounds(gn_model):
+    """customize_dtypes beats keep_dtype (--customize_dtypes.md); a narrower OutputDtype rounds the outputs."""
+    prof = apply_knobs("ascend910b", keep_dtype=["OpType::SoftmaxV2"],
+                       customize_dtypes=["OpType::SoftmaxV2:InputDtype:float16"])
+    assert Executor(gn_model, NpuPolicy(prof)).step("/attn/Softmax").ctx.dtype == np.float16
+    prof = apply_knobs("ascend910b", customize_dtypes=["/attn/Softmax::InputDtype:float32,OutputDtype:float16"])
+    ctx = Executor(gn_model, NpuPolicy(prof)).step("/attn/Softmax").ctx
+    assert ctx.dtype == np.float32 and ctx.compress is not None
+    y = ctx.compress(np.array([1 + 2.0 ** -12], np.float32))
+    assert y.dtype == np.float32 and y[0] == 1.0  # rounded through fp16, stored as fp32
 
 
 def test_a_profile_variant_override_wins_over_the_table(gn_model):
@@ -142,5 +181,5 @@ def test_device_knobs_refuse_what_atc_would_refuse(changes, says):
 def test_ir_types_with_an_implmode_are_accepted_and_a_generic_profile_keeps_onnx_types():
     load_profile("ascend910b").replace(implmode_by_op_type={"SoftmaxV2": "high_precision", "Gelu": "high_performance"})
     load_profile("fp32").replace(implmode_by_op_type={"InstanceNormalization": "high_precision"})  # generic: as before
-    with pytest.raises(InputError, match="implmode = 'default'"):
+    with pytest.raises(InputError, match="implmode 'default' is not one of"):
         load_profile("fp32").replace(implmode="default")  # each device op's own default needs a device

@@ -51,8 +51,8 @@ def test_files_are_read_as_files(tmp_path):
     (["--keep-dtype", "decoder:conv1"], "'decoder' is not a stage"),
     (["--keep-dtype", "unet:"], "nothing after the stage name"),
     (["--keep-dtype", "two words"], "not a node name"),
-    (["--op-precision", "Gelu=fast"], "expected OpType=high_precision"),
-    (["--op-precision", "Gelu"], "expected OpType=high_precision"),
+    (["--op-precision", "Gelu=fast"], "expected OpType=MODE"),
+    (["--op-precision", "Gelu"], "expected OpType=MODE"),
     (["--precision-mode", "unet:fp8"], "'fp8' is not one of"),
 ])
 def test_bad_values_are_usage_errors_naming_the_flag(argv, match):

@@ -117,25 +117,30 @@ def test_vae_in_fp32_recovers_the_image(vae):
     assert image_psnr(to_uint8_image(out), to_uint8_image(ref)) >= PSNR_MIN
 
 
-def test_vae_keep_dtype_on_the_offending_nodes_recovers_the_image(vae):
+def test_vae_fp32_on_the_offending_nodes_recovers_the_image(vae):
     """Only the nodes that read or write a tensor beyond half the fp16 range (from the reference's activation
     peaks; half, so that fp16 error on the way cannot push a near-limit value over) in fp32: finite and above
-    the image threshold, while most of the graph stays fp16. The names are the ONNX graph's: a fused GroupNorm
-    answers to the ONNX nodes it covers (its Reshape / InstanceNormalization read the hot stream), as ATC's
-    keep_dtype does after fusion."""
+    the image threshold, while most of the graph stays fp16 -- written as atc takes it: keep_dtype for the ONNX
+    nodes, customize_dtypes for the GroupNorms GE's fusion creates from the hot Reshape / InstanceNormalization
+    (atc applies keep_dtype before fusion, so the covered ONNX names do not reach the fused op)."""
+    from mschecker.npu import NpuPolicy
+    from mschecker.npu.policy import covered_names
+
     model, feeds, ref, peaks = vae
     hot = {name for name, peak in peaks.items() if peak > FP16_MAX / 2}
     nodes = [n.name for n in model.graph.node if hot & (set(n.input) | set(n.output))]
     assert 0 < len(nodes) < len(model.graph.node) / 4
     assert not any(n.endswith("/GroupNorm") for n in nodes)  # no device name among them
+    device = NpuPolicy("ascend910b").device_graph(model)
+    fused = sorted(n.name for n in device.node if n.op_type == "GroupNorm" and set(covered_names(n)[1:]) & set(nodes))
+    assert fused
+    # keep_dtype alone: the fused GroupNorms stay fp16, round the fp32 stream (> 65504) to inf on the way in, NaN
     out, tracker = run(model, feeds, keep_dtype=nodes)
+    assert tracker.first_nonfinite.op_type == "GroupNorm" and not np.isfinite(out).all()
+    lines = [f"{g}::InputDtype:float32,float32,float32,OutputDtype:float32" for g in fused]
+    out, tracker = run(model, feeds, keep_dtype=nodes, customize_dtypes=lines)
     assert tracker.first_nonfinite is None
     assert image_psnr(to_uint8_image(out), to_uint8_image(ref)) >= PSNR_MIN
-    # control: without the ONNX names the fused GroupNorms cover, those GroupNorms stay fp16, round the fp32 stream
-    # (> 65504) to inf on the way in and give NaN -- the covered names are what kept them in fp32
-    bare = [n for n in nodes if "/InstanceNormalization" not in n and "/Reshape" not in n]
-    out, tracker = run(model, feeds, keep_dtype=bare)
-    assert tracker.first_nonfinite.op_type == "GroupNorm" and not np.isfinite(out).all()
 
 
 # ------------------------------------------------------------------------------------------------ attention
@@ -351,8 +356,11 @@ def test_fused_group_norm_one_pass_variance_goes_negative_at_a_large_mean():
     # the input is exact in fp16 (no input rounding term): fp16 storage of y and the gamma/beta multiply-add,
     # 2 u16 |y|, doubled for the fp32 statistics' own rounding (u32 |mean| / std ~ 3e-4, small against u16)
     bound = 4 * U16 * np.abs(ref).max()
-    for fix in ({"keep_dtype": ["gn/Mul/GroupNorm"]}, {"keep_dtype": ["gn/InstanceNormalization"]},
-                {"keep_dtype": ["OpType::GroupNorm"]}, {"bracket": "optimistic"}):
+    # fp32 for the fused op (customize_dtypes by its device name or IR type: atc's keep_dtype, applied before
+    # fusion, does not reach it), GE's fusion switched off (the TBE two-pass InstanceNorm path), or the bracket
+    for fix in ({"customize_dtypes": ["gn/Mul/GroupNorm::InputDtype:float32,float32,float32"]},
+                {"customize_dtypes": ["OpType::GroupNorm:InputDtype:float32"]},
+                {"fusion": {"GroupNormFusionPass": "off"}}, {"bracket": "optimistic"}):
         fixed, tracker = run(model, feeds, **fix)
         assert tracker.first_nonfinite is None, fix
         assert np.abs(fixed - ref).max() <= bound, fix  # measured 1.3e-3 (fp32 node), 2.0e-3 (optimistic)
@@ -385,9 +393,10 @@ def test_fix_search_finds_fp32_statistics_for_the_fp16_statistics_failure():
 def test_the_device_passes_that_run_and_the_pessimistic_bracket_needs_the_stream_norms_in_fp32():
     """The same run on ascend910b as the device runs it passes (fp32 GroupNorm statistics). With ``--bracket
     pessimistic`` it fails as the generic emulator does, first NaN at a fused ``<Mul>/GroupNorm`` reading the
-    stream past 256; the GroupNorm has no implmode on the device, so the node-granular fix is keep_dtype on fused
-    GroupNorms named as ATC names them after fusion -- the same three norms the generic emulator's node-granular
-    search puts in high_precision ([ByNodeName], on the ONNX InstanceNormalization nodes)."""
+    stream past 256; the GroupNorm has no implmode on the device: fp32 for three fused GroupNorms named as ATC
+    names them after fusion (customize_dtypes) passes -- the same three norms the generic emulator's node-granular
+    search puts in high_precision ([ByNodeName], on the ONNX InstanceNormalization nodes) -- and GE's
+    GroupNormFusionPass switched off passes with one change, so that is the fix."""
     from mschecker.sd.check import run_check
 
     device = run_check(prompt=PROMPT, preset="tiny", steps=3)
@@ -401,11 +410,17 @@ def test_the_device_passes_that_run_and_the_pessimistic_bracket_needs_the_stream
     assert first.nan > 0 and first.input_peak > 256
     fix = check.fix
     assert fix is not None and fix.passed and fix.metrics.psnr_db >= PSNR_MIN and not fix.implmodes
-    assert all(n.endswith("/Mul/GroupNorm") for n in fix.keep_dtype)
+    # the fused kernel is the culprit: GE's fusion switched off (the unfused TBE InstanceNorm keeps fp32 statistics)
+    # passes with one change instead of three fp32 GroupNorms
+    assert fix.fusion_off == ["GroupNormFusionPass"] and fix.keep_dtype == []
+    assert fix.atc == ["fusion_switch_file GroupNormFusionPass:off"]
+    fp32 = min((a for a in check.fixes if a.passed and not a.fusion_off), key=lambda a: len(a.keep_dtype))
+    assert all(n.endswith("/Mul/GroupNorm") for n in fp32.keep_dtype) and len(fp32.keep_dtype) == 3
+    assert fp32.customize_dtypes and not fp32.atc_keep_dtype  # fused ops: customize_dtypes, not keep_dtype
     assert not any(a.implmodes for a in check.fixes)  # no implmode move exists for a GroupNorm on the device
     generic = run_check(prompt=PROMPT, preset="tiny", steps=3, profile=GENERIC).fix
     assert not generic.keep_dtype and generic.by_node and not generic.by_op_type
-    assert sorted(fix.keep_dtype) == sorted(n.replace("/InstanceNormalization", "/Mul/GroupNorm")
+    assert sorted(fp32.keep_dtype) == sorted(n.replace("/InstanceNormalization", "/Mul/GroupNorm")
                                             for n in generic.by_node)
 
 

@@ -10,6 +10,7 @@ up_blocks.2/3 GroupNorm inputs to fp32 on the A2 (910B) and nothing on the 310P 
 """
 import json
 import math
+import shlex
 
 import numpy as np
 import pytest
@@ -171,10 +172,17 @@ def test_default_profile_fails_names_the_node_and_verifies_the_fix(default_run):
     assert len(report["metrics"]["latents"]) == 10
     fix = report["fix"]
     assert fix["passed"] and fix["metrics"]["image_psnr_db"] >= PSNR_MIN and not fix["implmode_by_op_type"]
-    assert fix["keep_dtype"] == FIX_NODES
-    assert fix["cli_flags"] == "--keep-dtype vae_decoder:" + ",".join(FIX_NODES)
+    # fp32 for the nine device ops: keep_dtype for the unfused ones, customize_dtypes for the GroupNorms GE's fusion
+    # created (atc applies keep_dtype before fusion: it cannot name them)
+    fused = [n for n in FIX_NODES if n.endswith("/GroupNorm")]
+    lines = [f"{n}::InputDtype:float32,float32,float32,OutputDtype:float32" for n in sorted(fused)]
+    assert fix["keep_dtype"] == FIX_NODES and fix["fusion_off"] == []
+    assert fix["atc_keep_dtype"] == [n for n in FIX_NODES if n not in fused] and fix["customize_dtypes"] == lines
+    assert fix["cli_flags"] == "--keep-dtype vae_decoder:" + ",".join(fix["atc_keep_dtype"]) + "".join(
+        f" --customize-dtypes vae_decoder:{line}" for line in lines)
     # the smallest passing configuration the search evaluated
-    assert all(len(a["keep_dtype"]) >= len(FIX_NODES) for a in report["fix_attempts"] if a["passed"])
+    assert all(len(a["keep_dtype"]) + len(a["fusion_off"]) >= len(FIX_NODES)
+               for a in report["fix_attempts"] if a["passed"])
     assert report["psnr_min_db"] == PSNR_MIN
 
 
@@ -220,7 +228,7 @@ def test_the_stream_passes_65504_in_float32_where_the_report_and_the_fix_point(d
 
 
 def test_the_suggested_fix_passes_and_the_threshold_is_honoured(default_run, tmp_path, capsys):
-    flags = default_run[2]["fix"]["cli_flags"].split()
+    flags = shlex.split(default_run[2]["fix"]["cli_flags"])
     rc = main(["sd", *SMALL, *flags, "--out", str(tmp_path / "o"), "--json", str(tmp_path / "r.json")])
     report = json.loads((tmp_path / "r.json").read_text())
     assert rc == 0 and report["verdict"] == "PASS" and report["first_nonfinite"] is None
@@ -266,7 +274,7 @@ def test_310p_saturates_the_same_conv_and_passes_naming_it(tmp_path):
     (["--preset", "tiny", "--op-precision", "InstanceNormalization=high_precision"],
      "InstanceNormalization is an ONNX op type; ATC takes the Ascend IR op type InstanceNorm, which has no implmode"),
     (["--preset", "tiny", "--op-precision", "vae_decoder:GroupNorm=high_precision"],
-     "op_precision_mode GroupNorm: GroupNorm has no implmode on the device"),
+     "op_precision_mode GroupNorm=high_precision: GroupNorm has no implmode on the device"),
     (["--preset", "tiny", "--keep-dtype", "OpType::Nope"],
      "keep_dtype OpType::Nope: Nope is not an Ascend IR op type of the device table"),
     # entries that match nothing in the graph as the device runs it (fused): a STAGE: one in its stage, one
