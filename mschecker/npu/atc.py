@@ -64,6 +64,7 @@ from typing import Iterable, Mapping
 from ..errors import InputError
 from ..fsio import read_bytes
 from .device_table import Source
+from .mixlist import bitmap, kPrecisionReduceUpdateTemplate
 
 GE_COMMIT = "ffdcbc9f7496c17a98c1d12762c61ed608ef3503"
 _PARSERS = "compiler/engines/nn_engine/utils/common/config_parser/"
@@ -101,7 +102,7 @@ V2_TO_V1 = {"fp16": "force_fp16", "origin": "must_keep_origin_dtype", "cube_fp16
             "mixed_float16": "allow_mix_precision_fp16", "mixed_bfloat16": "allow_mix_precision_bf16"}
 _HIF8_MODES = ("mixed_hif8", "cube_hif8")
 #: modes under which atc accepts --modify_mixlist (option_utils.cc CheckModifyMixlistParamValid)
-_MIXED_V1 = ("allow_mix_precision", "allow_mix_precision_fp16", "allow_mix_precision_bf16")
+MIXED_MODES = ("allow_mix_precision", "allow_mix_precision_fp16", "allow_mix_precision_bf16")
 _MIXED_V2 = ("mixed_float16", "mixed_bfloat16", "mixed_hif8")
 
 #: customize_dtypes words -> numpy dtype name (None: no numpy twin mschecker models). Every key of metadef's
@@ -120,11 +121,11 @@ CUSTOM_DTYPES: dict[str, str | None] = {
 FLOAT_DTYPES = ("float16", "float32", "float", "bfloat16")
 
 #: modify_mixlist bitmaps (modify_mixlist_config_parser.cc) and the combinations GE's VerifyMixlist accepts
-MIXLIST_BITS = {("gray-list", "to-add"): 1, ("gray-list", "to-remove"): 2, ("white-list", "to-add"): 4,
-                ("white-list", "to-remove"): 8, ("black-list", "to-add"): 16, ("black-list", "to-remove"): 32}
-MIXLIST_VALID = frozenset({32, 8, 1, 1 | 32, 1 | 8, 4, 4 | 2, 4 | 32, 16, 16 | 2, 16 | 8})
 MIXLIST_LISTS = ("black-list", "white-list", "gray-list")
 MIXLIST_UPDATES = ("to-add", "to-remove")
+#: GE's per-op-type bitmap bits and its valid combinations: defined once, in npu.mixlist (GE's names)
+MIXLIST_BITS = {(lst, upd): bitmap(lst, upd) for lst in MIXLIST_LISTS for upd in MIXLIST_UPDATES}
+MIXLIST_VALID = kPrecisionReduceUpdateTemplate
 
 FORMATS = ("keep_dtype", "customize_dtypes", "op_precision")
 OP_TYPE_PREFIX = "OpType::"
@@ -657,9 +658,9 @@ def _check_atc_flags(f: AtcFlags, where: str) -> None:
         raise InputError(f"{where}: --op_select_implmode={f.op_select_implmode}: atc accepts it but mschecker does "
                          f"not model it (one of {', '.join(SELECT_IMPLMODES)})")
     _check_choice(f.op_select_implmode, SELECT_IMPLMODES, "op_select_implmode", where, "an implmode")
-    if f.modify_mixlist and f.precision_mode not in _MIXED_V1 and f.precision_mode_v2 not in _MIXED_V2:
+    if f.modify_mixlist and f.precision_mode not in MIXED_MODES and f.precision_mode_v2 not in _MIXED_V2:
         raise InputError(f"{where}: atc refuses --modify_mixlist unless --precision_mode is one of "
-                         f"{', '.join(_MIXED_V1)} or --precision_mode_v2 is one of {', '.join(_MIXED_V2[:2])}")
+                         f"{', '.join(MIXED_MODES)} or --precision_mode_v2 is one of {', '.join(_MIXED_V2[:2])}")
 
 
 def parse_atc_command(text: str, where: str) -> AtcFlags:

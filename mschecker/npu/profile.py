@@ -47,12 +47,10 @@ from typing import Any, Mapping
 
 from ..dtypes import dtype_name, resolve_dtype
 from ..errors import InputError
-from .atc import (FLOAT_DTYPES as FLOAT_CUSTOM_DTYPES, IMPLMODES, INI_MODES, PRECISION_MODES_V1, PRECISION_MODES_V2, SELECT_IMPLMODES, V2_TO_V1,
-                  parse_customize_line, validate_modify_mixlist)
+from .atc import (FLOAT_DTYPES as FLOAT_CUSTOM_DTYPES, IMPLMODES, INI_MODES, MIXED_MODES, PRECISION_MODES_V1,
+                  PRECISION_MODES_V2, SELECT_IMPLMODES, V2_TO_V1, parse_customize_line, validate_modify_mixlist)
 
 PRECISION_MODES = PRECISION_MODES_V1
-#: precision modes whose op dtypes follow the mixed-precision lists (white / black / gray, npu.mixlist)
-MIXED_MODES = ("allow_mix_precision", "allow_mix_precision_fp16", "allow_mix_precision_bf16")
 OVERFLOW_MODES = ("inf_nan", "saturation")
 BRACKETS = ("modelled", "optimistic", "pessimistic")
 # implmode default "default": no --op_select_implmode given; every device op takes its own default path. ATC's
@@ -131,6 +129,10 @@ class NumericsProfile:
         if self.modify_mixlist:
             object.__setattr__(self, "modify_mixlist", validate_modify_mixlist(self.modify_mixlist,
                                                                                f"{where}: modify_mixlist"))
+            if self.precision_mode not in MIXED_MODES:
+                raise InputError(f"{where}: modify_mixlist edits the mixed-precision lists, which only "
+                                 f"{', '.join(MIXED_MODES)} (v2: mixed_float16, mixed_bfloat16) use; atc refuses it "
+                                 f"under {self.precision_mode_v2 or self.precision_mode}")
         if self.bracket not in BRACKETS:
             raise InputError(f"{where}: bracket {self.bracket!r} is not one of {', '.join(BRACKETS)}")
         if self.device:
