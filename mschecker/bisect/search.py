@@ -409,7 +409,7 @@ def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], lay
                                               high_precision=frozenset(chosen | {c}))
                             if note(evaluate(trial, f"high_precision instead of fp32 for {c}")).passed:
                                 chosen.add(c)
-                if fusion_of and regime == "culprits" and state["best_pass"] is not None:
+                if fusion_of and state["best_pass"] is not None:
                     _fusion_off_trials(evaluate, note, state["best_pass"].config, fusion_of)
     except BudgetExhausted as exc:
         exhausted = str(exc)

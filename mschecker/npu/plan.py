@@ -58,6 +58,9 @@ class DevicePlan:
     ops: list[DeviceOp] = field(default_factory=list)
     host_folded: int = 0  # ONNX nodes folded to constants at compile time (not device ops)
     fusion: FusionReport | None = None
+    # the profile's ATC entries that do nothing on this graph: naming no node (an error for run / check / bisect),
+    # or a node a fusion consumed (npu.policy.NpuPolicy.knob_notes)
+    notes: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Device ops by IR type."""
@@ -67,7 +70,7 @@ class DevicePlan:
         return {"schema": PLAN_SCHEMA, "model": self.model, "profile": self.profile, "chip": self.chip,
                 "device_ops": len(self.ops), "host_folded": self.host_folded, "counts": self.counts(),
                 "ops": [op.to_dict() for op in self.ops],
-                "fusion": self.fusion.to_dict() if self.fusion is not None else None}
+                "fusion": self.fusion.to_dict() if self.fusion is not None else None, "notes": list(self.notes)}
 
     def render(self, console, *, limit: int | None = None) -> None:
         """Rich tables: the ops (all, or the first `limit`), the counts by IR type, the fusion passes. Every
@@ -108,6 +111,8 @@ class DevicePlan:
             for name, n in self.fusion.by_pass().items():
                 f.add_row(markup(name), "on" if self.fusion.enabled[name] else "off", str(n), str(rejected[name]))
             console.print(f)
+        for note in self.notes:
+            console.print("note: " + markup(note))
 
 
 def _variants(description: str) -> dict[str, str]:
@@ -211,10 +216,15 @@ def device_plan(model, profile_or_policy="ascend910b", *, fusion: Mapping[str, A
         for f in report.fusions:
             if f.device_name:
                 fused_by[f.device_name] = (f.pass_name, f.notes)
+    from ..modelcheck import unmatched_entries
+
+    notes = unmatched_entries(policy.profile, ex.model.graph, op_type_of=policy.op_type_of,
+                              names_of=policy.names_of) + list(getattr(policy, "notes", []))
     graph_inputs = {i.name for i in ex.input_infos}
     data = set(graph_inputs)
     plan = DevicePlan(model=str(getattr(loaded, "path", "") or "<in-memory model>"),
-                      profile=policy.profile.name, chip=getattr(policy, "chip", None) or "", fusion=report)
+                      profile=policy.profile.name, chip=getattr(policy, "chip", None) or "", fusion=report,
+                      notes=notes)
     for step in ex.steps:
         node = step.node
         foldable = node.op_type in ("Shape", "Size") or not any(n in data for n in node.input if n)

@@ -212,12 +212,18 @@ class FixAttempt:
     def describe(self) -> str:
         if self.precision_mode:
             return f"{self.stage}: precision_mode {self.precision_mode}"
-        if self.atc:
-            return f"{self.stage}: " + " + ".join(self.atc)
+        from ..npu.atc import parse_customize_line
+
         parts = [f"op_precision_mode {t}={m}" for t, m in self.by_op_type.items()]
         parts += [f"op_precision_mode [ByNodeName] {n}={m}" for n, m in self.by_node.items()]
-        if self.keep_dtype:
-            parts.append("keep_dtype " + ", ".join(self.keep_dtype))
+        keep = self.atc_keep_dtype if self.atc else self.keep_dtype  # atc: the ATC settings were recorded
+        if keep:
+            parts.append("keep_dtype " + ", ".join(keep))
+        if self.customize_dtypes:
+            parts.append("customize_dtypes fp32 " + ", ".join(parse_customize_line(c, "fix").key
+                                                                for c in self.customize_dtypes))
+        if self.fusion_off:
+            parts.append("fusion off " + ", ".join(self.fusion_off))
         return f"{self.stage}: " + " + ".join(parts)
 
     @property
