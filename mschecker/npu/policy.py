@@ -446,7 +446,7 @@ class NpuPolicy(Policy):
             except KeyError as exc:
                 raise KernelUnavailable(str(exc).strip('"')) from None
             kernels[k] = v.fn if operands is None else _rounding_operands(v.fn, operands, 3 if k == "attention" else 2)
-            chosen.append(f"{k}:{v.name}" + (f"({dtype_name(operands)} operands)" if operands is not None else ""))
+            chosen.append(f"{k}:{v.name}")
             if k == operand_kernel:
                 staged = v.staged_f32_operands
         compress = None
@@ -458,6 +458,8 @@ class NpuPolicy(Policy):
                 raise KernelUnavailable(str(exc).strip('"')) from None
             compress = v4.fn
             chosen.append(f"bitpack4:{v4.name}")
+        if operands is not None:  # a cube op's fp16 operands into its fp32 result (cube_fp16in_fp32out)
+            chosen.append(f"operands:{dtype_name(operands)}")
         if out_round is not None:  # customize_dtypes OutputDtype narrower than the compute dtype
             compress = _then_rounded(compress, out_round)
             chosen.append(f"output:{dtype_name(out_round)}")

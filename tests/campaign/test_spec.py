@@ -39,6 +39,16 @@ def test_expansion_counts_keys_and_repeats():
     assert len({c.task_key for c in cells}) == len(cells)
 
 
+def test_npu_options_speak_atc_and_change_the_cell():
+    """A cell's npu_options take ATC's settings inline (a cell runs where only shipped files exist)."""
+    base = {"campaign": {"name": "n"}, "sd": [{"name": "s", "preset": "tiny", "prompts": ["a"]}]}
+    opts = {"precision_mode_v2": "mixed_float16", "modify_mixlist": {"black-list": {"to-add": ["SoftmaxV2"]}},
+            "customize_dtypes": ["OpType::GroupNorm:InputDtype:float32"], "optypelist_for_implmode": ["Gelu"],
+            "implmode": "high_performance", "fusion": {"GroupNormFusionPass": "off"}}
+    cell = parse({**base, "sd": [{**base["sd"][0], "npu_options": opts}]}).cells()[0]
+    assert cell.spec_hash != parse(base).cells()[0].spec_hash
+
+
 def test_timeouts_per_block_default_to_the_campaign():
     spec = parse({"campaign": {"name": "n", "timeout_s": 60},
                   "kernels": [{"name": "k", "kernels": ["exp"]}, {"name": "slow", "kernels": ["exp"], "timeout_s": 5}]})
@@ -91,6 +101,10 @@ def test_spec_hash_tracks_parameters_not_paths(tmp_path):
      "npu_options: unknown key 'implmod'"),
     ({"campaign": {"name": "n"}, "sd": [{"name": "s", "prompts": ["a"], "npu_options": {"implmode": "fastest"}}]},
      "npu_options: "),
+    ({"campaign": {"name": "n"}, "sd": [{"name": "s", "prompts": ["a"], "npu_options": {
+        "customize_dtypes": ["OpType::GroupNormalization:InputDtype:float32"]}}]}, "ATC takes the Ascend IR op type"),
+    ({"campaign": {"name": "n"}, "sd": [{"name": "s", "prompts": ["a"], "npu_options": {
+        "precision_mode": "force_fp16", "precision_mode_v2": "fp16"}}]}, "atc refuses"),
     ({"campaign": {"name": "n"}, "kernels": [{"name": "k"}, {"name": "k"}]}, "same name"),
     ({"campaign": {"name": "n"}, "compare": {"allow": {"image_psnr_db": -1}}, "kernels": [{"name": "k"}]},
      "allow.image_psnr_db must be a finite number >= 0"),
