@@ -149,6 +149,9 @@ def _customize(value: str, flag: str) -> list[str]:
     """customize_dtypes lines (ATC syntax) from a file or one inline line."""
     if _is_file(value, flag):
         return [e.text() for e in parse_customize_dtypes(value)]
+    if ":" not in value:
+        raise UsageError(f"{flag} {value!r}: neither an existing file nor a customize_dtypes line "
+                         "(NAME::InputDtype:float32,...,OutputDtype:... or OpType::T:InputDtype:...)")
     return [parse_customize_line(value, f"{flag} {value!r}").text()]
 
 
