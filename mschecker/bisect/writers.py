@@ -154,8 +154,9 @@ class Recommendation:
         return out
 
 
-def atc_texts(fixed: NumericsProfile, model_path: str) -> dict[str, str]:
-    """kind -> text of every ATC file `fixed` needs, and the atc command line that uses them."""
+def atc_texts(fixed: NumericsProfile, model_path: str, prefix: str = "") -> dict[str, str]:
+    """kind -> text of every ATC file `fixed` needs, and the atc command line that uses them (the files named
+    `prefix` + FILES[kind], next to it)."""
     texts: dict[str, str] = {}
     if fixed.keep_dtype:
         texts["keep_dtype"] = keep_dtype_text(fixed.keep_dtype)
@@ -169,21 +170,22 @@ def atc_texts(fixed: NumericsProfile, model_path: str) -> dict[str, str]:
         texts["fusion_switch"] = fusion_switch_text(dict(fixed.fusion))
     if fixed.modify_mixlist:
         texts["modify_mixlist"] = modify_mixlist_text(fixed.modify_mixlist)
-    texts["atc_flags"] = atc_command_text(atc_flags_of(fixed, model_path, set(texts)))
+    texts["atc_flags"] = atc_command_text(atc_flags_of(fixed, model_path, set(texts), prefix)) + "\n"
     return texts
 
 
-def atc_flags_of(fixed: NumericsProfile, model_path: str, kinds) -> AtcFlags:
-    """The atc flags of a profile whose ATC files (`kinds`, FILES' keys) sit next to the flags file."""
-    stem = Path(model_path).stem or "model"
+def atc_flags_of(fixed: NumericsProfile, model_path: str, kinds, prefix: str = "") -> AtcFlags:
+    """The atc flags of a profile whose ATC files (`kinds`, FILES' keys, named `prefix` + FILES[kind]) sit next
+    to the flags file."""
+    stem = prefix.rstrip(".") or Path(model_path).stem or "model"
     ini = "op_precision" in kinds
     select = None if ini or fixed.implmode == DEFAULT_IMPLMODE else fixed.implmode
-    return AtcFlags(model=Path(model_path).name, framework="5", other={"output": f"{stem}_fixed"},
+    return AtcFlags(model=str(model_path), framework="5", other={"output": f"{stem}_fixed"},
                     soc_version=SOC_VERSION.get(fixed.device),
                     precision_mode=None if fixed.precision_mode_v2 else fixed.precision_mode,
                     precision_mode_v2=fixed.precision_mode_v2 or None, op_select_implmode=select,
                     optypelist_for_implmode=tuple(fixed.optypelist_for_implmode) if select else (),
-                    **{_FLAG_OF[k]: FILES[k] for k in kinds if k in _FLAG_OF})
+                    **{_FLAG_OF[k]: prefix + FILES[k] for k in kinds if k in _FLAG_OF})
 
 
 def read_back(base: NumericsProfile, texts: dict[str, str]) -> NumericsProfile:
@@ -223,11 +225,12 @@ _ATC_FIELDS = ("precision_mode", "precision_mode_v2", "keep_dtype", "customize_d
                "implmode_by_node", "optypelist_for_implmode", "fusion", "modify_mixlist")
 
 
-def written_profile(fixed: NumericsProfile, model_path: str) -> tuple[NumericsProfile, dict[str, str]]:
+def written_profile(fixed: NumericsProfile, model_path: str,
+                    prefix: str = "") -> tuple[NumericsProfile, dict[str, str]]:
     """(the profile the files give, kind -> text): the files of `fixed` written and read back; an ATC setting that
     does not survive the round trip is a bug in a writer or reader (RuntimeError: an internal error, exit 3)."""
-    texts = atc_texts(fixed, model_path)
-    back = read_back(fixed, texts)
+    back = read_back(fixed, atc_texts(fixed, model_path))
+    texts = atc_texts(fixed, model_path, prefix) if prefix else atc_texts(fixed, model_path)
     lost = [f for f in _ATC_FIELDS if _norm(getattr(back, f)) != _norm(getattr(fixed, f))]
     if lost:
         raise RuntimeError(f"the ATC files do not give back the proven configuration: {', '.join(lost)} "

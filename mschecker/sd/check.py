@@ -208,6 +208,7 @@ class FixAttempt:
     customize_dtypes: list[str] = field(default_factory=list)  # the others: fp32 for fused device ops (ATC lines)
     fusion_off: list[str] = field(default_factory=list)   # GE fusion passes switched off
     atc: list[str] = field(default_factory=list)          # the ATC settings it adds (bisect.report.fix_lines)
+    profile: object = field(default=None, repr=False)    # the stage's NumericsProfile with the fix, as written
 
     def describe(self) -> str:
         if self.precision_mode:
@@ -593,7 +594,7 @@ class StageEvaluator(Evaluator):
         ok = not metrics.nonfinite_outputs and psnr_ok and not overflow
         attempt = FixAttempt(self.stage, keep, implmodes, None, metrics, inside, ok, time.perf_counter() - t0,
                              atc_keep_dtype=written, customize_dtypes=custom, fusion_off=sorted(config.fusion_off),
-                             atc=fix_lines(self.base, moved))
+                             atc=fix_lines(self.base, moved), profile=moved)
         failing = list(metrics.nonfinite_outputs) + ([] if psnr_ok else ["image PSNR"])
         score = metrics.decoded.rel_euclidean if metrics.decoded.rel_euclidean is not None else float("inf")
         if metrics.nonfinite_outputs:

@@ -20,6 +20,7 @@ import json
 import math
 from pathlib import Path
 
+from ..bisect.writers import FILES as FIX_FILES  # the ATC file names, one definition
 from ..compare import TensorComparison, json_safe
 from ..check_report import fmt_num
 from .check import SDCheck
@@ -182,6 +183,7 @@ def output_files(check: SDCheck) -> dict[str, bytes]:
         labels += ["npu + fix", f"|diff fix| x{fixed_gain:.3g}"]
         nans += [0.0, float(ref_nan.mean())]
     files = {SIDE_BY_SIDE: figure_png(side_by_side(tiles, labels, nans))}
+    files.update(fix_files(check))
 
     def errors(m):
         return [c.rel_euclidean if c.rel_euclidean is not None else math.nan for c in m.steps]
@@ -222,14 +224,30 @@ def write_outputs(check: SDCheck, out_dir: str | Path) -> list[Path]:
     return write_file_set(out, files, stale=stale, flag="--out", prefix=".mschecker-sd-")
 
 
+def fix_files(check: SDCheck) -> dict[str, bytes]:
+    """The chosen fix's ATC files for its stage, `<stage>.<file>` (bisect.writers.FILES: keep_dtype.cfg,
+    customize_dtypes.cfg, ..., atc_flags.txt naming the stage's model and those files), read back by mschecker's
+    own ATC readers before they are written (writers.written_profile)."""
+    from ..bisect.writers import written_profile
+    from .folder import MODEL_FILES
+
+    fix = check.fix
+    if fix is None or fix.profile is None:
+        return {}
+    _, texts = written_profile(fix.profile, MODEL_FILES[fix.stage], prefix=f"{fix.stage}.")
+    return {f"{fix.stage}.{FIX_FILES[kind]}": text.encode("utf-8") for kind, text in texts.items()}
+
+
 def _own_file_pattern():
     import re
 
-    from .check import SIDES
+    from .check import SIDES, STAGES
 
     sides = "|".join(re.escape(s) for s in SIDES)
+    stages = "|".join(re.escape(s) for s in STAGES)
+    fixes = "|".join(re.escape(n) for n in FIX_FILES.values())
     return re.compile(rf"^(?:(?:{sides})\.(?:image|latents_step\d+)\.npy|{re.escape(SIDE_BY_SIDE)}|"
-                      rf"{re.escape(ERROR_PLOT)})$")
+                      rf"{re.escape(ERROR_PLOT)}|(?:{stages})\.(?:{fixes}))$")
 
 
 _OWN_FILE = _own_file_pattern()

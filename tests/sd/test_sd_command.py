@@ -15,6 +15,8 @@ import shlex
 import numpy as np
 import pytest
 
+from mschecker.npu.atc import parse_atc_command, parse_customize_dtypes, parse_keep_dtype
+
 from mschecker.cli import main
 from mschecker.errors import InputError
 from mschecker.sd import images
@@ -194,8 +196,17 @@ def test_default_run_writes_the_pngs_and_arrays(default_run):
     assert panel.shape[1] > 4 * panel.shape[0] and plot.shape[2] == 3  # five panels side by side
     assert sorted(report["images"]) == sorted(str(out / n) for n in ("sd_side_by_side.png", "sd_error_per_step.png"))
     names = sorted(p.name for p in out.iterdir())
+    fix_files = ["vae_decoder.keep_dtype.cfg", "vae_decoder.customize_dtypes.cfg", "vae_decoder.atc_flags.txt"]
     assert names == sorted(["sd_side_by_side.png", "sd_error_per_step.png", "reference.image.npy", "npu.image.npy",
-                            *(f"{s}.latents_step{k}.npy" for s in ("reference", "npu") for k in range(1, 11))])
+                            *(f"{s}.latents_step{k}.npy" for s in ("reference", "npu") for k in range(1, 11)),
+                            *fix_files])
+    # the fix as atc takes it, for the stage it fixes: the files read back give the fix the check proved
+    fix = report["fix"]
+    assert parse_keep_dtype(out / fix_files[0]) == fix["atc_keep_dtype"]
+    assert [e.text() for e in parse_customize_dtypes(out / fix_files[1])] == fix["customize_dtypes"]
+    flags = parse_atc_command((out / fix_files[2]).read_text(), "atc_flags")
+    assert (flags.model, flags.precision_mode, flags.keep_dtype, flags.customize_dtypes) == (
+        "vae_decoder/model.onnx", "force_fp16", fix_files[0], fix_files[1])
     ref, npu = np.load(out / "reference.image.npy"), np.load(out / "npu.image.npy")
     assert ref.dtype == np.float32 and ref.shape == (64, 64, 3) and 0 <= ref.min() and ref.max() <= 1
     assert np.isnan(npu).all()  # the documented NaN image, kept as NaN (diffusers' output_type="np")
