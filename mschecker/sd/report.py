@@ -12,6 +12,8 @@ nothing half-written; this command's files of an earlier run that this run does 
                                fixed NPU when the fix is before the VAE)
   <out>/<side>.image.npy     float32 (H, W, 3) in [0, 1] (diffusers' output_type="np"), for both sides
   <out>/<side>.latents_step<k>.npy  float32 (1, C, h, w) latents after step k = 1..steps, for both sides
+  <out>/<stage>.<ATC file>    the chosen fix's ATC files for the stage it fixes (bisect.writers.FILES:
+                             keep_dtype.cfg, customize_dtypes.cfg, ..., atc_flags.txt), read back before written
   --json PATH                  SDCheck.to_dict() (schema_version 1; NaN/inf as strings like the check report)
 """
 from __future__ import annotations
