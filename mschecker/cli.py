@@ -82,12 +82,15 @@ def _internal(exc: BaseException, show_traceback: bool) -> int:
     return EXIT_INTERNAL
 
 
-def _show_note(message, category, filename, lineno, file=None, line=None) -> None:
-    """KnobNotes as one `note:` line on stderr; any other warning as Python prints it."""
-    if issubclass(category, KnobNote):
-        _say(f"note: {message}")
-    else:
-        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+def _note_collector(notes: list[str]):
+    """A warnings.showwarning that keeps KnobNotes for the end of a command that did not fail (printed as
+    `note:` lines, so an exit-2 error stays one line) and prints any other warning as Python does."""
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, KnobNote):
+            notes.append(str(message))
+        else:
+            sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+    return show
 
 
 def _dispatch(argv: list[str]) -> int:
@@ -149,10 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     sys.unraisablehook = _redelivering_interrupts(previous_hook)
     try:
         try:
+            notes: list[str] = []
             with warnings.catch_warnings():
                 warnings.simplefilter("default", KnobNote)  # each distinct note once
-                warnings.showwarning = _show_note
-                return _dispatch(argv)
+                warnings.showwarning = _note_collector(notes)
+                code = _dispatch(argv)
+            for note in notes:  # after the command's own output; an error (one line) discards them
+                _say(f"note: {note}")
+            return code
         finally:
             sys.unraisablehook = previous_hook
             _flush_stdout()

@@ -44,7 +44,8 @@ def _nearest(name: str, pool: Iterable[str]) -> str:
     return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 
-def unmatched_entries(profile, graph: onnx.GraphProto, *, op_type_of=None, names_of=None) -> list[str]:
+def unmatched_entries(profile, graph: onnx.GraphProto, *, op_type_of=None, names_of=None,
+                      parsed_types=()) -> list[str]:
     """One sentence per keep_dtype / implmode (op_precision) / customize_dtypes entry of `profile` that matches no
     node name or op
     type of `graph`, saying what exists. `op_type_of(node)` / `names_of(node)`: the profile's vocabulary where it
@@ -52,7 +53,9 @@ def unmatched_entries(profile, graph: onnx.GraphProto, *, op_type_of=None, names
     answers to its own name and to the ONNX nodes it covers: mschecker.npu.policy)."""
     nodes = list(all_nodes(graph))
     names = {m for n in nodes for m in (names_of(n) if names_of else (n.name,)) if m}
-    types = {op_type_of(n) if op_type_of else n.op_type for n in nodes}
+    # parsed_types: the op types of the graph before a device's fusions (an entry naming one matches there, as in
+    # atc; the policy's notes say when fusion then leaves it nothing to do)
+    types = {op_type_of(n) if op_type_of else n.op_type for n in nodes} | set(parsed_types)
     known_types = ", ".join(sorted(types))
     out = []
 
@@ -85,8 +88,9 @@ def unmatched_entries(profile, graph: onnx.GraphProto, *, op_type_of=None, names
     return out
 
 
-def check_profile_entries(profile, graph: onnx.GraphProto, where: str, *, op_type_of=None, names_of=None) -> None:
-    problems = unmatched_entries(profile, graph, op_type_of=op_type_of, names_of=names_of)
+def check_profile_entries(profile, graph: onnx.GraphProto, where: str, *, op_type_of=None, names_of=None,
+                          parsed_types=()) -> None:
+    problems = unmatched_entries(profile, graph, op_type_of=op_type_of, names_of=names_of, parsed_types=parsed_types)
     if problems:
         more = f" (and {len(problems) - 1} more unmatched entr{'y' if len(problems) == 2 else 'ies'})" \
             if len(problems) > 1 else ""
@@ -101,6 +105,7 @@ def check_runner_entries(runner, where: str) -> None:
     executor = getattr(runner, "executor", None)
     if profile is not None and executor is not None:
         check_profile_entries(profile, executor.model.graph, where, op_type_of=getattr(policy, "op_type_of", None),
-                              names_of=getattr(policy, "names_of", None))
+                              names_of=getattr(policy, "names_of", None),
+                              parsed_types=getattr(policy, "parsed_types", ()))
         if hasattr(policy, "emit_notes"):
             policy.emit_notes()  # entries that match but do nothing (a node a fusion consumed), once they all match

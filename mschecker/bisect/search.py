@@ -274,20 +274,23 @@ def _hp_capable_nodes(executor: Executor, base: NumericsProfile, names: list[str
                                                       **{n: "high_precision" for n in names}}))
     wanted = set(names)
     out = set()
+    # every step bound in graph order, as a plan does (a mixed-precision mode decides a node's dtype from its
+    # producers'), on the graph already transformed
+    probe.prepare(executor.initializers)
     for st in executor.steps:
-        if st.label not in wanted or st.ctx.implmode == "high_precision":
-            continue
         kernels = list(st.spec.kernel_names(st.attrs, executor.model.opset))
-        ctx = probe.bind(st.node, executor.model.opset, kernels, st.spec.cube, foldable=False)
-        if _bound(ctx) != _bound(st.ctx):
+        folded = st.ctx.description.startswith("host-folded")
+        ctx = probe.bind(st.node, executor.model.opset, kernels, st.spec.cube, foldable=folded)
+        if st.label in wanted and st.ctx.implmode != "high_precision" and _bound(ctx) != _bound(st.ctx):
             out.add(st.label)
     return out
 
 
 def _bound(ctx) -> tuple:
-    """What a node computes with: dtype and kernel callables (the implmode name itself changes nothing: a
-    Reshape or an op whose kernel has one variant per dtype binds the same code under either implmode)."""
-    return ctx.dtype, tuple(sorted((k, id(fn)) for k, fn in ctx.kernels.items())), id(ctx.compress)
+    """What a node computes with: dtype and the kernel:variant choices the policy bound, its operand and output
+    roundings included (NpuPolicy.bind's description; the implmode name itself changes nothing: a Reshape or an
+    op whose kernel has one variant per dtype binds the same code under either implmode)."""
+    return ctx.dtype, tuple(sorted(t for t in ctx.description.split() if ":" in t))
 
 
 def _accumulation(evaluate: Evaluator, note, prefix: list[str], order: list[str]) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..errors import InputError
 from .atc import nearest, parse_customize_line
-from .device_table import CHIPS, IMPLMODE_INI, has_implmode, ir_type_of, ir_types
+from .device_table import CHIPS, IMPLMODE_INI, has_implmode, ir_type_of, ir_types, kernel_row
 
 
 def ir_type_advice(name: str) -> str | None:
@@ -29,10 +29,14 @@ def implmode_advice(ir_type: str) -> str | None:
     """Why an implmode cannot be set for the IR op `ir_type`; None when the op has one."""
     if has_implmode(ir_type):
         return None
-    return (f"{ir_type} has no implmode on the device (it is not in CANN's all_ops_impl_mode.ini; "
-            f"docs/DEVICE_KERNELS.md gives each op's implmodes); to change its precision keep it in fp32: "
+    fused_only = ir_type in ir_types() and not kernel_row(CHIPS[0], ir_type).onnx_types
+    keep = (f"--customize-dtypes 'OpType::{ir_type}:InputDtype:float32' or a device op's name (a {ir_type} is "
+            "always made by a GE fusion, after atc applies keep_dtype)" if fused_only else
             f"--keep-dtype OpType::{ir_type} or a node name where the op is not fused, --customize-dtypes "
-            f"'NAME::InputDtype:float32,...' with the device op's name (as `mschecker plan` prints it) where it is")
+            "'NAME::InputDtype:float32,...' with the device op's name where it is")
+    return (f"{ir_type} has no implmode on the device (it is not in CANN's all_ops_impl_mode.ini; "
+            f"docs/DEVICE_KERNELS.md gives each op's implmodes); to change its precision keep it in fp32: {keep} "
+            "(`mschecker plan` prints the device ops)")
 
 
 def mode_advice(ir_type: str, mode: str) -> str | None:

@@ -78,9 +78,9 @@ def explicit_implmodes(profile: NumericsProfile, types: Iterable[str] = ()) -> d
     instead of it: {} for the default path ("default", plain high_performance); `types` restricts *_for_all and
     high_precision to those IR types (the graph's), every implmode op otherwise."""
     mode = profile.implmode
-    if mode == DEFAULT_IMPLMODE and not profile.optypelist_for_implmode:
+    if mode == DEFAULT_IMPLMODE:
         return {}
-    base = "high_performance" if mode == DEFAULT_IMPLMODE else mode.removesuffix("_for_all")
+    base = mode.removesuffix("_for_all")
     if profile.optypelist_for_implmode:
         pool = profile.optypelist_for_implmode
     elif mode.endswith("_for_all") or base == "high_precision":
@@ -137,6 +137,8 @@ def moved_profile(base: NumericsProfile, facts: Mapping[str, OpFacts] | None, *,
             else:
                 by_node[item] = "high_precision"
         changes.update(implmode_by_op_type=by_type, implmode_by_node=by_node)
+        if base.device:  # the ini replaces them for atc (and for the emulator): written once, in the ini
+            changes.update(implmode=DEFAULT_IMPLMODE, optypelist_for_implmode=())
     if fusion_off:
         changes["fusion"] = {**base.fusion, **{p: "off" for p in fusion_off}}
     return base.replace(**changes)

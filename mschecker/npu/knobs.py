@@ -37,8 +37,10 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..fsio import check_readable
-from .atc import (INI_MODES, PRECISION_MODES_V1, PRECISION_MODES_V2, SELECT_IMPLMODES, parse_customize_dtypes,
-                  parse_customize_line, parse_keep_dtype, parse_modify_mixlist, parse_op_precision_ini)
+from ..errors import InputError
+from .atc import (INI_MODES, PRECISION_MODES_V1, PRECISION_MODES_V2, SELECT_IMPLMODES,
+                  parse_customize_dtypes_with_notes, parse_customize_line, parse_keep_dtype, parse_modify_mixlist,
+                  parse_op_precision_ini_with_notes)
 from .profile import BRACKETS, OVERFLOW_MODES, NumericsProfile, load_profile
 
 DEFAULT_PROFILE = "ascend910b"
@@ -131,10 +133,26 @@ def _keep_dtype(value: str, flag: str) -> list[str]:
     return entries
 
 
+def read_customize_dtypes(path) -> list[str]:
+    """The lines of a customize_dtypes file; a repeated name or type is refused (atc silently keeps the first)."""
+    entries, notes = parse_customize_dtypes_with_notes(path)
+    if notes:
+        raise InputError(notes[0] + " -- give each once")
+    return [e.text() for e in entries]
+
+
+def read_op_precision(path) -> tuple[dict[str, str], dict[str, str]]:
+    """(by op type, by node) of an op_precision.ini; a repeated key is refused (atc silently keeps the first)."""
+    by_type, by_node, notes = parse_op_precision_ini_with_notes(path)
+    if notes:
+        raise InputError(notes[0] + " -- give each once")
+    return by_type, by_node
+
+
 def _op_precision(value: str, flag: str) -> tuple[dict[str, str], dict[str, str]]:
     """(by op type, by node) from an op_precision.ini file or inline OpType=MODE entries."""
     if _is_file(value, flag):
-        return parse_op_precision_ini(value)
+        return read_op_precision(value)
     by_type = {}
     for e in _entries(value) or [value]:
         op, eq, mode = e.partition("=")
@@ -148,7 +166,7 @@ def _op_precision(value: str, flag: str) -> tuple[dict[str, str], dict[str, str]
 def _customize(value: str, flag: str) -> list[str]:
     """customize_dtypes lines (ATC syntax) from a file or one inline line."""
     if _is_file(value, flag):
-        return [e.text() for e in parse_customize_dtypes(value)]
+        return read_customize_dtypes(value)
     if ":" not in value:
         raise UsageError(f"{flag} {value!r}: neither an existing file nor a customize_dtypes line "
                          "(NAME::InputDtype:float32,...,OutputDtype:... or OpType::T:InputDtype:...)")
@@ -259,12 +277,12 @@ def apply_knobs(profile=None, *, precision_mode: str | None = None, precision_mo
         entries = parse_keep_dtype(keep_dtype) if isinstance(keep_dtype, (str, Path)) else list(keep_dtype)
         changes["keep_dtype"] = tuple(prof.keep_dtype) + tuple(entries)
     if customize_dtypes:
-        lines = [e.text() for e in parse_customize_dtypes(customize_dtypes)] \
-            if isinstance(customize_dtypes, (str, Path)) else list(customize_dtypes)
+        lines = read_customize_dtypes(customize_dtypes) if isinstance(customize_dtypes, (str, Path)) \
+            else list(customize_dtypes)
         changes["customize_dtypes"] = tuple(lines) + tuple(prof.customize_dtypes)
     by_type, by_node = dict(prof.implmode_by_op_type), dict(prof.implmode_by_node)
     if op_precision:
-        file_type, file_node = parse_op_precision_ini(op_precision)
+        file_type, file_node = read_op_precision(op_precision)
         by_type.update(file_type)
         by_node.update(file_node)
     by_type.update(implmode_by_op_type or {})

@@ -168,6 +168,7 @@ class NpuPolicy(Policy):
         self.chip = p.device or None
         self.fusion_report = None  # what transform()'s fusion passes did, for the device plan
         self.notes: list[str] = []  # knob_notes of the graph last transformed
+        self.parsed_types: set[str] = set()  # its op types before fusion (what atc's keep_dtype OpType:: sees)
         if p.precision_mode in MIXED_MODES and self.chip is None:
             raise KernelUnavailable(f"profile {p.name!r}: precision_mode {p.precision_mode} follows a chip's "
                                     "mixed-precision lists; give the profile a device (ascend910b, ascend310p)")
@@ -188,6 +189,7 @@ class NpuPolicy(Policy):
         # the LoadedModel itself, not its proto: a pass whose check reads a constant held in external data needs it
         proto, self.fusion_report = apply_fusions(model, self.chip, dict(self.profile.fusion))
         self.notes = self.knob_notes(model.proto.graph, proto.graph)
+        self.parsed_types = {self.op_type_of(n) for n in model.proto.graph.node}
         return dataclasses.replace(model, proto=proto)
 
     def emit_notes(self) -> None:
@@ -367,8 +369,7 @@ class NpuPolicy(Policy):
         if p.implmode_by_node or p.implmode_by_op_type:  # an op_precision_mode ini: atc ignores op_select_implmode
             mode = p.implmode_by_node.get(node.name) or p.implmode_by_op_type.get(op_type)
         else:
-            select = p.implmode if p.implmode != DEFAULT_IMPLMODE or not p.optypelist_for_implmode \
-                else "high_performance"  # atc's default value, which optypelist_for_implmode then applies
+            select = p.implmode
             base = select.removesuffix("_for_all")
             if select == DEFAULT_IMPLMODE:
                 mode = None

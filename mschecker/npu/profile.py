@@ -115,9 +115,10 @@ class NumericsProfile:
                 if mode not in ini:
                     raise InputError(f"{where}: implmode.{key}.{k} = {mode!r} is not one of {', '.join(ini)}")
         object.__setattr__(self, "optypelist_for_implmode", tuple(self.optypelist_for_implmode))
-        if self.optypelist_for_implmode and self.implmode not in IMPLMODES + (DEFAULT_IMPLMODE,):
-            raise InputError(f"{where}: optypelist_for_implmode takes implmode high_precision or high_performance "
-                             f"(atc --op_select_implmode), not {self.implmode!r}")
+        if self.optypelist_for_implmode and self.implmode not in IMPLMODES:
+            raise InputError(f"{where}: optypelist_for_implmode needs implmode high_precision or high_performance "
+                             f"(atc refuses --optypelist_for_implmode without --op_select_implmode set to one of "
+                             f"them), not {self.implmode!r}")
         object.__setattr__(self, "keep_dtype", tuple(self.keep_dtype))
         object.__setattr__(self, "customize_dtypes", tuple(self.customize_dtypes))
         for k, line in enumerate(self.customize_dtypes):

@@ -456,7 +456,8 @@ def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_op
         policy = npu_policy(stage_profile(profile, options[st]))
         header = pipeline.files.model_header(MODEL_FILES[st])
         graphs[st] = policy.device_graph(header)
-        vocab[st] = dict(op_type_of=policy.op_type_of, names_of=policy.names_of)
+        vocab[st] = dict(op_type_of=policy.op_type_of, names_of=policy.names_of,
+                         parsed_types={policy.op_type_of(n) for n in header.graph.node} if policy.chip else ())
         notes[st] = policy.knob_notes(header.graph, graphs[st]) if policy.chip else []
     for st, opts in (stage_options or {}).items():
         problems = unmatched_entries(entries(opts), graphs[st], **vocab[st])

@@ -65,7 +65,7 @@ def _three_implmode_ops():
 @pytest.mark.parametrize("select", [
     {}, {"implmode": "high_performance"}, {"implmode": "high_precision"}, {"implmode": "high_performance_for_all"},
     {"implmode": "high_precision_for_all"}, {"implmode": "high_performance", "optypelist_for_implmode": ("Gelu",)},
-    {"optypelist_for_implmode": ("SoftmaxV2",)},
+    {"implmode": "high_precision", "optypelist_for_implmode": ("SoftmaxV2",)},
 ])
 def test_a_high_precision_move_leaves_every_other_op_on_its_implmode(select):
     """fixes_explicit_implmodes_forgotten, fixes_explicit_hperf_all_ops: the ini a move writes makes atc ignore

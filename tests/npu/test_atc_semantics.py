@@ -138,7 +138,6 @@ def _gelu_name(ex):
     ({"implmode": "high_performance"}, "high_precision"),                     # high_performance.ini: not Gelu
     ({"implmode": "high_performance_for_all"}, "high_performance"),
     ({"implmode": "high_performance", "optypelist_for_implmode": ["Gelu"]}, "high_performance"),  # the SD recipe
-    ({"optypelist_for_implmode": ["Gelu"]}, "high_performance"),              # with atc's default select value
     ({"implmode": "high_performance", "optypelist_for_implmode": ["Sigmoid"]}, "high_precision"),  # not listed
     # an ini makes atc ignore op_select_implmode and optypelist_for_implmode
     ({"implmode": "high_performance_for_all", "implmode_by_op_type": {"Exp": "high_precision"}}, "high_precision"),
@@ -160,8 +159,9 @@ def test_by_node_name_is_the_device_name_and_beats_the_op_type():
     ({"implmode_by_op_type": {"GroupNorm": "high_precision"}}, "GroupNorm has no implmode"),
     ({"implmode_by_op_type": {"Gelu": "keep_fp16"}}, "Gelu implements high_performance, high_precision"),
     ({"implmode_by_op_type": {"Gelu": "enable_hi_float_32_execution"}}, "not supported by the current ATC"),
-    ({"optypelist_for_implmode": ["Softmax"]}, "Ascend IR op type SoftmaxV2"),
-    ({"optypelist_for_implmode": ["SoftmaxV3"]}, "nearest: SoftmaxV2"),
+    ({"implmode": "high_precision", "optypelist_for_implmode": ["Softmax"]}, "Ascend IR op type SoftmaxV2"),
+    ({"implmode": "high_precision", "optypelist_for_implmode": ["SoftmaxV3"]}, "nearest: SoftmaxV2"),
+    ({"optypelist_for_implmode": ["Gelu"]}, "atc refuses --optypelist_for_implmode without --op_select_implmode"),
     ({"customize_dtypes": ["OpType::GroupNormalization:InputDtype:float32"]}, "ATC takes the Ascend IR op type"),
     ({"customize_dtypes": ["conv::InputDtype:int8"]}, "dtype 'int8' is not modelled"),
     ({"precision_mode": "allow_mix_precision", "modify_mixlist": {"black-list": {"to-add": ["Softmax"]}}},
