@@ -168,23 +168,26 @@ def test_mixed_inputs_first_nonconstant_input_decides():
     assert _two_input(["hi", "lo"]) is False
 
 
-def test_a_graph_input_is_not_a_constant():
-    # GE's SortInputBySequence defers only Const/Constant/Variable producers; a Data (graph input) at index 0
-    # decides like any producer: fp32
+def _lowered():
+    """A 910B mixed state with graph input x, constant w and the white MatMulV2's lowered output lo."""
     st = ml.MixState(B)
     st.graph_input("x")
     st.constant("w")
     st.decide("mm", "MatMulV2", ["x", "w"], ["lo"])
+    return st
+
+
+def test_a_graph_input_is_not_a_constant():
+    # GE's SortInputBySequence defers only Const/Constant/Variable producers; a Data (graph input) at index 0
+    # decides like any producer: fp32
+    st = _lowered()
     assert st.decide("add", "Add", ["x", "lo"], ["y"]) is False
     assert st.decide("add2", "Add", ["lo", "x"], ["y2"]) is True
 
 
 def test_constants_are_visited_after_the_other_inputs():
     # Add(const, lowered): the constant (fp32) is input 0 but GE visits it last -> follows the lowered input
-    st = ml.MixState(B)
-    st.graph_input("x")
-    st.constant("w")
-    st.decide("mm", "MatMulV2", ["x", "w"], ["lo"])
+    st = _lowered()
     assert st.decide("add", "Add", ["w", "lo"], ["y"]) is True
     # a Const node's output counts as a constant too
     st.decide("c", "Const", [], ["c0"])
@@ -194,10 +197,7 @@ def test_constants_are_visited_after_the_other_inputs():
 
 
 def test_non_float_inputs_do_not_decide():
-    st = ml.MixState(B)
-    st.graph_input("x")
-    st.constant("w")
-    st.decide("mm", "MatMulV2", ["x", "w"], ["lo"])
+    st = _lowered()
     st.decide("gt", "Greater", ["x", "w"], ["cond"], out_dtypes=["bool"])
     assert st.decide("sel", "SelectV2", ["cond", "lo", "x"], ["y"]) is True
     st.graph_input("idx", "int64")
@@ -216,10 +216,7 @@ def test_cast_is_never_lowered_and_a_fp16_to_fp32_cast_is_looked_through():
 
 
 def test_an_fp32_cast_after_a_lowered_op_is_not_looked_through():
-    st = ml.MixState(B)
-    st.graph_input("x")
-    st.constant("w")
-    st.decide("mm", "MatMulV2", ["x", "w"], ["lo"])
+    st = _lowered()
     st.decide("cast", "Cast", ["lo"], ["c"])             # original fp32 -> fp32: keeps fp32
     assert st.decide("add", "Add", ["c"], ["y"]) is False
 
@@ -244,10 +241,7 @@ def test_modify_mixlist_in_the_stream():
 
 
 def test_absent_ops_gray_or_kept():
-    st = ml.MixState(B)
-    st.graph_input("x")
-    st.constant("w")
-    st.decide("mm", "MatMulV2", ["x", "w"], ["lo"])
+    st = _lowered()
     assert st.decide("tk", "TopK", ["lo"], ["v"]) is True
     keep = ml.MixState(B, absent="keep")
     keep.graph_input("x")
