@@ -24,8 +24,8 @@ overflow, most own error first). With the ranking r_1..r_n and F the culprits fo
   4. refinement: culprits whose high_precision implmode binds another kernel try it instead of fp32 storage
      (all at once, then one by one if that fails): the cheaper move wins where it passes.
   5. fusion off: for each GE fusion pass whose fused device ops the fix keeps in fp32, the pass switched off
-     instead of those moves (one evaluation per pass); kept when it passes with fewer changes (a fused kernel that is itself
-     the culprit, while the ops it replaces compute well enough in the profile's precision).
+     instead of those moves (one evaluation per pass); kept when it passes with fewer changes (a fused kernel that is
+     itself the culprit, while the ops it replaces compute well enough in the profile's precision).
 The search is anytime: the last passing configuration is always known, so an exhausted budget still returns
 the best fix found (or, with none, the closest configuration and what still fails).
 

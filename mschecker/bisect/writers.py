@@ -36,9 +36,10 @@ import onnx
 
 from ..compare import ToleranceRule, json_float
 from ..npu import NumericsProfile
-from ..npu.atc import (AtcFlags, atc_command_text, atc_expressible, customize_dtypes_text, keep_dtype_text,
-                       modify_mixlist_text, op_precision_text, parse_atc_command, parse_customize_dtypes,
-                       parse_keep_dtype, parse_modify_mixlist, parse_op_precision_ini, fusion_switch_text)
+from ..npu.atc import (AtcFlags, atc_command_text, atc_expressible, customize_dtypes_text, fusion_switch_text,
+                       keep_dtype_text, modify_mixlist_text, op_precision_text, parse_atc_command,
+                       parse_customize_dtypes, parse_customize_line, parse_keep_dtype, parse_modify_mixlist,
+                       parse_op_precision_ini)
 from ..npu.fixes import OP_TYPE_PREFIX, OpFacts
 from ..npu.profile import DEFAULT_IMPLMODE
 from .lockstep import Analysis
@@ -148,9 +149,9 @@ class Recommendation:
                "not_expressible_in_atc_files": dict(self.rewritten)}
         if p is not None:
             out["atc_files"] = {"keep_dtype": list(p.keep_dtype), "customize_dtypes": list(p.customize_dtypes),
-                          "op_precision": {"ByOpType": dict(p.implmode_by_op_type),
-                                           "ByNodeName": dict(p.implmode_by_node)},
-                          "fusion_switch": dict(p.fusion), "modify_mixlist": dict(p.modify_mixlist)}
+                                "op_precision": {"ByOpType": dict(p.implmode_by_op_type),
+                                                 "ByNodeName": dict(p.implmode_by_node)},
+                                "fusion_switch": dict(p.fusion), "modify_mixlist": dict(p.modify_mixlist)}
         return out
 
 
@@ -161,7 +162,6 @@ def atc_texts(fixed: NumericsProfile, model_path: str, prefix: str = "") -> dict
     if fixed.keep_dtype:
         texts["keep_dtype"] = keep_dtype_text(fixed.keep_dtype)
     if fixed.customize_dtypes:
-        from ..npu.atc import parse_customize_line
         texts["customize_dtypes"] = customize_dtypes_text(
             [parse_customize_line(line, "profile customize_dtypes") for line in fixed.customize_dtypes])
     if fixed.implmode_by_op_type or fixed.implmode_by_node:
@@ -200,7 +200,7 @@ def read_back(base: NumericsProfile, texts: dict[str, str]) -> NumericsProfile:
             paths[kind].write_text(text, encoding="utf-8")
         flags = parse_atc_command(texts["atc_flags"], FILES["atc_flags"])
         by_type, by_node = parse_op_precision_ini(paths["op_precision"]) if "op_precision" in paths else ({}, {})
-        customize = _customize_entries(paths["customize_dtypes"]) if "customize_dtypes" in paths else []
+        customize = parse_customize_dtypes(paths["customize_dtypes"]) if "customize_dtypes" in paths else []
         changes = dict(
             keep_dtype=tuple(parse_keep_dtype(paths["keep_dtype"])) if "keep_dtype" in paths else (),
             customize_dtypes=tuple(e.text() for e in customize),
@@ -214,11 +214,6 @@ def read_back(base: NumericsProfile, texts: dict[str, str]) -> NumericsProfile:
         else:
             changes.update(precision_mode=flags.precision_mode or "force_fp16", precision_mode_v2="")
     return base.replace(**changes)
-
-
-def _customize_entries(path):
-    got = parse_customize_dtypes(path)
-    return got[0] if isinstance(got, tuple) else got
 
 
 _ATC_FIELDS = ("precision_mode", "precision_mode_v2", "keep_dtype", "customize_dtypes", "implmode_by_op_type",

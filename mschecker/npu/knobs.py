@@ -47,7 +47,8 @@ DEFAULT_PROFILE = "ascend910b"
 #: option key -> (mschecker's flag, atc's flag): every knob's two spellings, for messages and the flags given
 FLAGS = {"profile": ("--profile",), "precision_mode": ("--precision-mode", "--precision_mode"),
          "precision_mode_v2": ("--precision-mode-v2", "--precision_mode_v2"),
-         "keep_dtype": ("--keep-dtype", "--keep_dtype"), "customize_dtypes": ("--customize-dtypes", "--customize_dtypes"),
+         "keep_dtype": ("--keep-dtype", "--keep_dtype"),
+         "customize_dtypes": ("--customize-dtypes", "--customize_dtypes"),
          "op_precision": ("--op-precision", "--op-precision-mode", "--op_precision_mode"),
          "implmode": ("--implmode", "--op-select-implmode", "--op_select_implmode"),
          "optypelist_for_implmode": ("--optypelist-for-implmode", "--optypelist_for_implmode"),

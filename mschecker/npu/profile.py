@@ -158,7 +158,8 @@ class NumericsProfile:
             "keep_dtype": list(self.keep_dtype), "winograd": self.winograd,
             "int8_weight_only": self.int8_weight_only, "int4_intermediates": self.int4_intermediates,
             "variants": dict(self.variants), "device": self.device, "bracket": self.bracket,
-            "fusion": dict(self.fusion), "customize_dtypes": list(self.customize_dtypes), "modify_mixlist": dict(self.modify_mixlist),
+            "fusion": dict(self.fusion), "customize_dtypes": list(self.customize_dtypes),
+            "modify_mixlist": dict(self.modify_mixlist),
             "optypelist_for_implmode": list(self.optypelist_for_implmode),
         }
 

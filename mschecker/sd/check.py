@@ -196,7 +196,7 @@ class FixAttempt:
     """One re-run of the failing stage with a candidate fix, and what it measured."""
 
     stage: str
-    keep_dtype: list[str]         # device ops / "OpType::T" moved to fp32 (written as atc_keep_dtype + customize_dtypes)
+    keep_dtype: list[str]         # device ops / "OpType::T" moved to fp32 (written: atc_keep_dtype, customize_dtypes)
     implmodes: dict[str, str]     # "OpType::T" or node name -> implmode (ATC op_precision_mode [ByOpType]/[ByNodeName])
     precision_mode: str | None
     metrics: Metrics | None

@@ -264,3 +264,14 @@ def test_cli_says_once_what_an_entry_does_not_reach_and_never_before_an_error(tm
     assert main(argv + ["--keep_dtype", "/norm/InstanceNormalization,/nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'/nope' matches no node name" in err[0]
+
+
+def test_the_plan_lists_every_entry_that_does_nothing_without_failing():
+    """`mschecker plan` is where an engineer checks a setting: an entry naming no node and one naming a node a
+    fusion consumed are both listed as notes (run / check / bisect make the first an error)."""
+    from mschecker.npu.plan import device_plan
+
+    plan = device_plan(_gn_model(), apply_knobs("ascend910b", keep_dtype=["/norm/InstanceNormalization", "/nope"]))
+    assert len(plan.notes) == 2 and plan.to_json()["notes"] == plan.notes
+    assert any("'/nope' matches no node name" in n for n in plan.notes)
+    assert any("fused into device op '/norm/Mul/GroupNorm'" in n for n in plan.notes)
