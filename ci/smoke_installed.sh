@@ -59,12 +59,12 @@ step "mschecker demo"
 expect 0 "$mschecker" demo
 step "mschecker kernels (three kernels)"
 expect 0 "$mschecker" kernels --kernel softmax --kernel conv2d --kernel gelu
-step "mschecker sd --preset tiny: passes on ascend910b (exit 0); the pessimistic bracket (fp16 GroupNorm statistics) fails (exit 1), passes with the fix (exit 0)"
+step "mschecker sd --preset tiny: passes on ascend910b (exit 0); the pessimistic bracket (fp16 GroupNorm statistics) fails (exit 1), passes with the fused GroupNorms in fp32 in atc's words (exit 0)"
 expect 0 "$mschecker" sd --preset tiny --out "$work/sd_out"
 expect 1 "$mschecker" sd --preset tiny --bracket pessimistic --out "$work/sd_out"
 grep -q "FIXES IT" "$work/last.out"
 expect 0 "$mschecker" sd --preset tiny --bracket pessimistic --out "$work/sd_out" \
-  --keep-dtype vae_decoder:OpType::GroupNorm
+  --customize_dtypes vae_decoder:OpType::GroupNorm:InputDtype:float32
 step "the pytest plugin in a user project (examples/fused_kernel_project copied out of the repository)"
 cp -r "$repo/examples/fused_kernel_project" "$work/project"
 cd "$work/project"
