@@ -225,6 +225,9 @@ class NpuPolicy(Policy):
             if ir not in types and ir in before:
                 notes.append(f"{kind} OpType::{ir}: every {ir} was fused into another device op, which the entry "
                              "does not reach (`mschecker plan` lists the device ops)")
+            elif ir not in types and ir in after:
+                notes.append(f"{kind} OpType::{ir}: every {ir} is made by a GE fusion, after atc applies "
+                             f"keep_dtype -- write customize_dtypes OpType::{ir}:InputDtype:float32,... instead")
 
         if p.precision_mode != "must_keep_origin_dtype":
             for e in p.keep_dtype:

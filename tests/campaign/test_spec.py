@@ -145,3 +145,14 @@ def test_load_campaign_file_errors(tmp_path):
 def test_example_campaigns_parse():
     for path in sorted((ROOT / "examples" / "campaigns").glob("*.toml")):
         assert load_campaign(path).cells(), path
+
+
+@pytest.mark.parametrize("name", ["smoke.toml", "sd_small_nightly.toml"])
+def test_the_example_campaigns_parse(name):
+    """The shipped examples stay valid as the options they use change (the nightly's VAE fix speaks ATC)."""
+    from pathlib import Path
+
+    from mschecker.campaign.spec import load_campaign
+
+    spec = load_campaign(Path(__file__).resolve().parents[2] / "examples" / "campaigns" / name)
+    assert spec.cells()

@@ -112,6 +112,7 @@ def test_gelu_default_path_and_the_recipes_implmode():
     ("/norm/Mul/GroupNorm", "a device op that fusion creates, after atc applies keep_dtype"),
     ("/norm/InstanceNormalization", "node fused into device op '/norm/Mul/GroupNorm' (GroupNorm)"),
     ("OpType::InstanceNorm", "every InstanceNorm was fused into another device op"),
+    ("OpType::GroupNorm", "every GroupNorm is made by a GE fusion, after atc applies keep_dtype"),
 ])
 def test_keep_dtype_does_not_reach_an_op_a_fusion_created(gn_model, entry, says):
     """atc applies keep_dtype to the parsed graph, before fusion (keep_dtype_option.cc): the fused GroupNorm is
