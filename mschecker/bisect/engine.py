@@ -34,8 +34,8 @@ from ..npu.fixes import OP_TYPE_PREFIX, op_facts
 from .lockstep import Analysis, DumpFolder, NodeRecord, analyse, reference_executor
 from .policy import npu_policy
 from .samples import Sample, check_same_shapes
-from .search import LAYER_OPS, Budget, Evaluation, Evaluator, FixConfig, ModelEvaluator, SearchResult, \
-    high_precision_capable, members, op_type_of, rank_candidates, search
+from .search import LAYER_OPS, Budget, BudgetExhausted, Evaluation, Evaluator, FixConfig, ModelEvaluator, \
+    SearchResult, high_precision_capable, members, op_type_of, rank_candidates, search
 from .writers import OnnxCheck, Recommendation, check_with_onnxruntime, patched_onnx, written_profile
 
 Progress = Callable[[str, int, int | None], None]
@@ -78,6 +78,8 @@ class BisectResult:
     attribution: list[Attribution] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     npu_side: str = "emulator"
+    frontier: object = None                         # frontier.Frontier: every evaluated configuration priced
+    cost_of_fewest: float | None = None             # estimated seconds of the count-minimal passing configuration
 
     @property
     def verdict(self) -> str:
@@ -132,10 +134,17 @@ def _plan(model: LoadedModel, profile: NumericsProfile) -> tuple[Executor, Execu
 def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, profile="ascend910b",
                  tolerance=1e-2, budget: Budget | None = None, npu_dump: str | Path | None = None,
                  check_onnx: bool = True, granularity: str = "node",
-                 progress: Progress | None = None) -> BisectResult:
+                 progress: Progress | None = None, cost: str | Path | None = None,
+                 frontier: bool = False, choose: str = "moves") -> BisectResult:
     """The whole bisection (module docstring). `samples`: input sets (samples.read_samples); `profile`: a preset
     name, profile file or NumericsProfile; `npu_dump`: a folder of device dumps replacing the emulator;
-    `granularity`: moves per "node" or per "op_type" (search.rank_candidates)."""
+    `granularity`: moves per "node" or per "op_type" (search.rank_candidates); `cost`: a CSV of measured per-op
+    times (npu.cost.load_cost_file) replacing the cost model's estimates; `frontier`: evaluate the ranked prefixes
+    too (uncounted), so the accuracy-cost frontier spans the profile as given to all-fp32; `choose`: the fix is the
+    passing configuration with the fewest moves ("moves") or the least estimated device time ("cost"). Any of
+    cost / frontier / choose="cost" on a device profile prices every evaluated configuration (result.frontier)."""
+    if choose not in ("moves", "cost"):
+        raise InputError(f"--choose {choose!r}: moves or cost")
     rule = tolerance_rule(tolerance)
     if not samples:
         raise InputError("--input: no input set given")
@@ -165,6 +174,8 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
         return result
     t0 = time.perf_counter()
     facts = op_facts(npu)
+    priced = cost is not None or frontier or choose == "cost"
+    cost_model = _cost_model(base, cost, npu) if priced else None  # a bad cost file: exit 2 before the search
     evaluator = ModelEvaluator(loaded, base, list(samples), analysis, rule, budget, progress, facts=facts)
     names = rank_candidates(analysis, granularity)
     layers = [n.name for n in analysis.nodes if n.op_type in LAYER_OPS and not n.folded] or \
@@ -174,8 +185,16 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
                      if op_type_of(item)})
     result.search = search(evaluator, names, high_precision_capable(npu, base, names), layers, position,
                            baseline=_as_given(analysis, timings["lockstep_pass"]), fusion_of=fusion_of(facts))
+    if frontier:
+        _frontier_points(evaluator, names)
     timings["fix_search"] = time.perf_counter() - t0
     config = result.search.recommended
+    if cost_model is not None and result.search.log:  # every evaluated configuration priced: the cheapest passes
+        t0 = time.perf_counter()
+        cheapest_config = _by_cost(result, loaded, base, facts, npu, samples, cost_model)
+        if choose == "cost" and cheapest_config is not None:
+            config = cheapest_config
+        timings["cost"] = time.perf_counter() - t0
     if config is None or not config.changes:
         return result
     rec = Recommendation.from_config(config, analysis, base, facts)
@@ -200,6 +219,46 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
                                                               [n.name for n in ranking], _onnx_names(npu))
         timings["onnx_check"] = time.perf_counter() - t0
     return result
+
+
+def _frontier_points(evaluator: Evaluator, ranked: list[str]) -> None:
+    """The ranked prefixes 1, 2, 4, ... in fp32 (uncounted evaluations): the frontier's spine."""
+    p = 1
+    while p < len(ranked):
+        try:
+            evaluator(FixConfig(keep_dtype=frozenset(ranked[:p])), f"frontier: top {p} in fp32", counted=False)
+        except BudgetExhausted:  # pragma: no cover - uncounted evaluations never exhaust
+            return
+        p *= 2
+
+
+def _cost_model(base, cost_file, npu: Executor):
+    """The chip's cost model (npu.cost), with measured per-op times from `cost_file` when given (checked against
+    the device ops); None for a generic profile (no chip to price)."""
+    if not base.device:
+        raise InputError(f"profile {base.name} models no chip: pricing a fix (--cost, --frontier, --choose cost) "
+                         "needs a device profile (ascend910b, ascend310p)")
+    from ..npu.cost import CostModel, load_cost_file
+
+    measured = load_cost_file(cost_file) if cost_file is not None else None
+    model = CostModel(base.device, measured=measured)
+    if measured is not None:
+        model.check_measured(npu)
+    return model
+
+
+def _by_cost(result: BisectResult, loaded, base, facts, npu: Executor, samples, model) -> FixConfig | None:
+    """Every evaluated configuration priced (frontier.Frontier into result.frontier); the cheapest passing one,
+    or None when none passed. The count-minimal fix's cost is kept for the report."""
+    from ..npu.cost import shapes_of
+    from .frontier import Coster, cheapest, frontier
+
+    coster = Coster(loaded, base, facts, shapes_of(result.analysis, npu, samples[0].feeds), model)
+    result.frontier = frontier(result.search.log, coster)
+    if result.search.recommended is not None:
+        result.cost_of_fewest = coster(result.search.recommended)
+    pick = cheapest(result.frontier)
+    return pick.config if pick is not None else None
 
 
 def fusion_of(facts) -> dict[str, str] | None:

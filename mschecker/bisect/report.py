@@ -30,9 +30,10 @@ SCHEMA_VERSION = 1
 PLOT_FILE = "error_by_depth.png"
 JSON_FILE = "bisect_report.json"
 HTML_FILE = "bisect_report.html"
+FRONTIER_FILE = "frontier.png"
 TOP = 10
 #: Every file bisect writes into --out: a run removes the ones it does not write this time (write_outputs).
-OWN_FILES = (*FILES.values(), PLOT_FILE, JSON_FILE, HTML_FILE)
+OWN_FILES = (*FILES.values(), PLOT_FILE, JSON_FILE, HTML_FILE, FRONTIER_FILE)
 
 
 def _islands(result: BisectResult):
@@ -77,6 +78,7 @@ def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
         "onnx_check": result.onnx_check.to_dict() if result.onnx_check else None,
         "dump": a.dump.to_dict() if a.dump else None,
         "timings_s": {k: round(v, 3) for k, v in result.timings.items()}, "files": files or {},
+        "cost": _cost_entry(result), "frontier": result.frontier.to_dict() if result.frontier is not None else None,
     }
     if s is not None:
         doc["search"] = {"candidates": len(s.candidates), "culprits_found": s.culprits, "regime": s.regime,
@@ -118,7 +120,8 @@ def _before_after(result: BisectResult) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------- console
-def render_console(result: BisectResult, console=None, files: dict[str, str] | None = None) -> None:
+def render_console(result: BisectResult, console=None, files: dict[str, str] | None = None,
+                   frontier_table: bool = False) -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -178,6 +181,14 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
                         f"2 + k*ceil(log2 n) = {s.bound} for k = {len(s.culprits)}, n = {len(s.candidates)}"
                         f"{probe})")
         console.print(line + f", {s.evaluations} in all" + (f"; stopped: {s.exhausted}" if s.exhausted else ""))
+    cost = _cost_entry(result)
+    if cost is not None and cost.get("fix_estimated_seconds") is not None:
+        console.print(f"estimated device time (npu.cost model, ranking only): profile as given "
+                      f"{_ms(cost['baseline_estimated_seconds'])}, the fix {_ms(cost['fix_estimated_seconds'])}"
+                      f" (the fix with the fewest moves: {_ms(cost['fewest_moves_estimated_seconds'])})",
+                      markup=False, highlight=False)
+    if result.frontier is not None and frontier_table:
+        console.print(_frontier_table(result.frontier))
     if result.verdict == "FIXED":
         rec = result.recommendation
         console.print(Text("fix (proven on every sample):", style="bold"))
@@ -303,6 +314,36 @@ table{{border-collapse:collapse}}</style></head><body>
 """
 
 
+def _ms(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3g} ms"
+
+
+def _cost_entry(result: BisectResult) -> dict | None:
+    """Estimated device seconds of the profile as given, the fix, and the fix with the fewest moves."""
+    front = result.frontier
+    if front is None:
+        return None
+    rec = result.recommendation
+    fix = next((p.seconds for p in front.points if rec is not None and p.config == rec.config), None)
+    return {"baseline_estimated_seconds": json_float(front.baseline_seconds),
+            "fix_estimated_seconds": json_float(fix) if fix is not None else None,
+            "fewest_moves_estimated_seconds": json_float(result.cost_of_fewest)}
+
+
+def _frontier_table(front):
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title="accuracy-cost frontier (Pareto points; estimated device time relative to the profile as given)")
+    for col in ("configuration", "moves", "time", "worst rel L2", "passes"):
+        t.add_column(col)
+    base = front.baseline_seconds or 1.0
+    for p in front.pareto:
+        t.add_row(Text(plain(p.purpose)), str(p.changes), f"{p.seconds / base:.3f}x", f"{p.worst_rel_l2:.3g}",
+                  "yes" if p.passed else "no")
+    return t
+
+
 def fix_lines(base, fixed) -> list[str]:
     """The ATC settings a fix adds to the profile as given, one per line, in ATC's words."""
     lines = [f"keep_dtype fp32: {plain(e)}" for e in fixed.keep_dtype if e not in base.keep_dtype]
@@ -319,7 +360,8 @@ def fix_lines(base, fixed) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------- files
-def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_report: bool = False) -> dict:
+def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_report: bool = False,
+                  frontier_plot: bool = False) -> dict:
     """Everything into `out` as one set (module docstring): the plot always; the fix files when the verdict is
     FIXED (proven); the JSON and HTML reports when asked; bisect's files of an earlier run that this run does not
     write are removed. Returns kind -> path (also recorded in the JSON). Every byte is built before the first
@@ -337,6 +379,13 @@ def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_
     png = plot_png(result)
     data[PLOT_FILE] = png
     files["plot"] = str(out / PLOT_FILE)
+    if frontier_plot and result.frontier is not None:
+        from .frontier import frontier_png
+
+        chosen = next((p for p in result.frontier.points if result.recommendation is not None
+                       and p.config == result.recommendation.config), None)
+        data[FRONTIER_FILE] = frontier_png(result.frontier, chosen)
+        files["frontier"] = str(out / FRONTIER_FILE)
     if json_report:
         files["json"] = str(out / JSON_FILE)
     if html_report:
@@ -353,7 +402,7 @@ def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_
 def output_targets(json_report: bool = False, html_report: bool = False) -> dict[str, str]:
     """File name -> the flag that asks for it, of every file a run may write into --out (the command checks them
     before the search: a directory in the way is exit 2 before minutes of work)."""
-    targets = {name: "--out" for name in (*FILES.values(), PLOT_FILE)}
+    targets = {name: "--out" for name in (*FILES.values(), PLOT_FILE, FRONTIER_FILE)}
     if json_report:
         targets[JSON_FILE] = "--json"
     if html_report:

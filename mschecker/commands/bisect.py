@@ -37,6 +37,14 @@ def build_parser(prog: str = "mschecker bisect") -> Parser:
     p.add_argument("--granularity", choices=["node", "op-type"], default="node",
                    help="moves per node (default: the smallest fix) or per op type (OpType:: / [ByOpType] entries)")
     p.add_argument("--no-onnx-check", action="store_true", help="do not build and check the patched ONNX model")
+    p.add_argument("--frontier", action="store_true",
+                   help="also evaluate the ranked prefixes in fp32 and report the accuracy-cost frontier (table, JSON, "
+                        "frontier.png)")
+    p.add_argument("--cost", metavar="FILE.csv",
+                   help="measured per-op times (columns op,dtype,time_us) replacing the cost model's estimates")
+    p.add_argument("--choose", choices=["moves", "cost"], default="moves",
+                   help="the fix: the passing configuration with the fewest moves (default) or the least estimated "
+                        "device time (npu.cost; ranking only, docs/BISECT.md)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_override_args(p)
     add_npu_arguments(p)  # the deployment as configured today: --profile, --keep-dtype, --op-precision, ...
@@ -61,9 +69,11 @@ def main(argv: list[str]) -> int:
     with _progress(show) as progress:
         result = bisect_model(model, samples, profile=profile, tolerance=args.tolerance, budget=budget,
                               npu_dump=args.npu_dump, check_onnx=not args.no_onnx_check,
-                              granularity=args.granularity.replace("-", "_"), progress=progress)
-    files = write_outputs(result, args.out, json_report=args.json, html_report=args.html)
-    render_console(result, files=files)
+                              granularity=args.granularity.replace("-", "_"), progress=progress,
+                              cost=args.cost, frontier=args.frontier, choose=args.choose)
+    files = write_outputs(result, args.out, json_report=args.json, html_report=args.html,
+                          frontier_plot=args.frontier)
+    render_console(result, files=files, frontier_table=args.frontier)
     return result.exit_code
 
 
