@@ -23,13 +23,13 @@ Figures (read 2026-12-02; "secondary": a third-party page quoting Huawei, no Hua
 corpus; "assumption": no public figure, the bracket says how wrong it may be):
 
   chip        figure            value            status      source
-  ascend910b  cube fp16         313 TFLOPS       secondary   Atlas 800T A2 / 910B3 figure as quoted by the issue;
-                                                             pages disagree: 256 (jishuzhan.net/article/
-                                                             1872432607539499010), 320 (borimooc.com/mNoticeDetail/
-                                                             1187.htm, boardor.com 910B vs H20)
+  ascend910b  cube fp16         320 TFLOPS       secondary   Atlas 800T A2 (910B) as third-party pages quote it:
+                                                             320 (borimooc.com/mNoticeDetail/1187.htm, boardor.com
+                                                             910B vs H20), 256 (jishuzhan.net/article/
+                                                             1872432607539499010); bracket 256..320
   ascend910b  cube fp32 (HF32)  fp16 / 4         assumption  no published fp32 cube figure; bracket fp16/2..fp16/8
                                                              (jishuzhan.net quotes 128 TFLOPS FP32: unsourced)
-  ascend910b  HBM bandwidth     1600 GB/s        secondary   issue's figure; pages give 1.2 TB/s (oryoy.com 910b),
+  ascend910b  HBM bandwidth     1200 GB/s        secondary   pages give 1.2 TB/s (oryoy.com 910b),
                                                              768 GB/s (jishuzhan.net): bracket 0.4..1.6 TB/s
   ascend910b  vector fp16       9.2 TFLOPS       assumption  40 AIV cores x 128 fp16 lanes x 1.8 GHz; fp32 half
   ascend310p  cube fp16         70 TFLOPS        secondary   Atlas 300I Duo: 140 TFLOPS FP16 / 280 TOPS INT8 for
@@ -128,18 +128,18 @@ _LAUNCH = Figure(LAUNCH_US, "us", "assumption", "task dispatch + tiling per op; 
 FIGURES: Mapping[str, ChipFigures] = {
     "ascend910b": ChipFigures(
         "ascend910b",
-        cube={"float16": Figure(313.0, "TFLOPS", "secondary",
-                                f"Atlas 800T A2 (910B3) FP16 as the issue quotes it; pages say 256 "
-                                f"(https://jishuzhan.net/article/1872432607539499010) to 320 "
-                                f"(https://borimooc.com/mNoticeDetail/1187.htm), {_READ}"),
-              "float32": Figure(313.0 / 4, "TFLOPS", "assumption",
+        cube={"float16": Figure(320.0, "TFLOPS", "secondary",
+                                f"Atlas 800T A2 (910B) FP16 as third-party pages quote it: 320 "
+                                f"(https://borimooc.com/mNoticeDetail/1187.htm), 256 "
+                                f"(https://jishuzhan.net/article/1872432607539499010); bracket 256..320, {_READ}"),
+              "float32": Figure(320.0 / 4, "TFLOPS", "assumption",
                                 "no published fp32/HF32 cube figure: fp16 / 4 assumed, bracket fp16/2..fp16/8")},
         vector={"float16": Figure(9.2, "TFLOPS", "assumption", "40 AIV x 128 fp16 lanes x 1.8 GHz"),
                 "float32": Figure(4.6, "TFLOPS", "assumption", "half the fp16 lanes")},
-        bandwidth=Figure(1600.0, "GB/s", "secondary",
-                         f"HBM as the issue quotes it; pages say 1.2 TB/s (https://www.oryoy.com/news/910b-suan-li-"
+        bandwidth=Figure(1200.0, "GB/s", "secondary",
+                         f"HBM as third-party pages quote it: 1.2 TB/s (https://www.oryoy.com/news/910b-suan-li-"
                          f"shi-duo-shao-jie-mi-hua-wei-sheng-teng-910b-xin-pian-de-xing-neng-can-shu-yu-shi-ji-sua."
-                         f"html) and 768 GB/s (jishuzhan.net, above); bracket 400..1600, {_READ}"),
+                         f"html), 768 GB/s (jishuzhan.net, above); bracket 400..1600, {_READ}"),
         launch=_LAUNCH),
     "ascend310p": ChipFigures(
         "ascend310p",
