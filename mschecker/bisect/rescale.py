@@ -11,7 +11,8 @@ graph output) makes the region not scale invariant: plan_rescale refuses with on
 
 API: plan_rescale(model, tensors, k) -> RescalePlan; apply_rescale(model, plan) -> patched copy;
 plan.report() -> RescaleReport; prove(model, patched, feeds) -> max relative float64 output difference;
-suggest_k(peak) -> the smallest k that brings a peak under the fp16 range with headroom.
+suggest_k(peak) -> the smallest k that brings a peak under the fp16 range with headroom; choose_k(model, tensors,
+peak) -> suggest_k against the range the region's norms need (sqrt(65504) for the device's LayerNorm variance).
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from onnx import helper, numpy_helper
 from ..errors import InputError
 
 FP16_MAX = 65504.0
+# the device's TBE LayerNorm rounds its (fp32) variance through fp16: the stream's RMS must stay below sqrt(65504)
+LAYERNORM_LIMIT = 255.0
 NORMS = {"InstanceNormalization", "LayerNormalization", "GroupNormalization"}
 NORM_EPS_DEFAULT = {"InstanceNormalization": 1e-5, "LayerNormalization": 1e-5, "GroupNormalization": 1e-5}
 # read only the shape: a scaled tensor passes through them unchanged in meaning
@@ -129,6 +132,14 @@ def suggest_k(peak: float, limit: float = FP16_MAX, headroom: float = 4.0) -> in
     """The smallest k >= 1 with peak * 2^-k * headroom <= limit: the headroom leaves room for the fp16 rounding and
     for residual sums downstream that grow past the seed's peak."""
     return max(1, math.ceil(math.log2(peak * headroom / limit)))
+
+
+def choose_k(model: onnx.ModelProto, tensors: list[str], peak: float, headroom: float = 4.0) -> int:
+    """suggest_k against the range the region's norms need: 65504 for the activations, but sqrt(65504) when one
+    of the norms is a LayerNormalization (measured: a MatMul+bias -> LayerNorm peak of 3e5 stays broken on
+    ascend910b up to k = 9 although the activations fit fp16 from k = 3; the variance overflows)."""
+    ops = {model.graph.node[e.node].op_type for e in plan_rescale(model, tensors, 1).attrs}
+    return suggest_k(peak, LAYERNORM_LIMIT if "LayerNormalization" in ops else FP16_MAX, headroom)
 
 
 # --------------------------------------------------------------------------------------------------- planner
