@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
 import onnx
 
 from ..compare import ToleranceRule
@@ -79,10 +80,13 @@ class BisectResult:
     timings: dict[str, float] = field(default_factory=dict)
     npu_side: str = "emulator"
     frontier: object = None                         # frontier.Frontier: every evaluated configuration priced
+    rescale: object = None                          # RescaleOutcome: the exact power-of-two rescale, when tried
     cost_of_fewest: float | None = None             # estimated seconds of the count-minimal passing configuration
 
     @property
     def verdict(self) -> str:
+        if self.rescale is not None and self.rescale.passed:
+            return "FIXED"
         if self.npu_side == "dump" or self.search is None:
             # a graph output nobody compared is no evidence of a pass (bisect_model refuses such a dump folder)
             return "PASS" if self.analysis.passed and not self.analysis.unjudged_outputs else "FAIL"
@@ -135,14 +139,16 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
                  tolerance=1e-2, budget: Budget | None = None, npu_dump: str | Path | None = None,
                  check_onnx: bool = True, granularity: str = "node",
                  progress: Progress | None = None, cost: str | Path | None = None,
-                 frontier: bool = False, choose: str = "moves") -> BisectResult:
+                 frontier: bool = False, choose: str = "moves", rescale: bool = False) -> BisectResult:
     """The whole bisection (module docstring). `samples`: input sets (samples.read_samples); `profile`: a preset
     name, profile file or NumericsProfile; `npu_dump`: a folder of device dumps replacing the emulator;
     `granularity`: moves per "node" or per "op_type" (search.rank_candidates); `cost`: a CSV of measured per-op
     times (npu.cost.load_cost_file) replacing the cost model's estimates; `frontier`: evaluate the ranked prefixes
     too (uncounted), so the accuracy-cost frontier spans the profile as given to all-fp32; `choose`: the fix is the
     passing configuration with the fewest moves ("moves") or the least estimated device time ("cost"). Any of
-    cost / frontier / choose="cost" on a device profile prices every evaluated configuration (result.frontier)."""
+    cost / frontier / choose="cost" on a device profile prices every evaluated configuration (result.frontier).
+    `rescale`: before the search, where activations exceed fp16's range, try the exact power-of-two rescale
+    (bisect.rescale; free on the device); when it passes on every input set it is the fix and no search runs."""
     if choose not in ("moves", "cost"):
         raise InputError(f"--choose {choose!r}: moves or cost")
     rule = tolerance_rule(tolerance)
@@ -172,6 +178,12 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     if dump is not None:
         _check_dump_evidence(npu_dump, analysis)
         return result
+    if rescale:
+        t0 = time.perf_counter()
+        result.rescale = try_rescale(loaded, analysis, base, list(samples), rule)
+        timings["rescale"] = time.perf_counter() - t0
+        if result.rescale.passed:
+            return result
     t0 = time.perf_counter()
     facts = op_facts(npu)
     priced = cost is not None or frontier or choose == "cost"
@@ -219,6 +231,67 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
                                                               [n.name for n in ranking], _onnx_names(npu))
         timings["onnx_check"] = time.perf_counter() - t0
     return result
+
+
+@dataclass
+class RescaleOutcome:
+    """The exact rescale bisect tried: the tensors beyond fp16's range, k, the plan's report, the float64 proof,
+    and the emulated device's verdict on the rescaled model; `refused`: why no plan exists."""
+
+    tensors: list[str]
+    k: int = 0
+    refused: str = ""
+    float64_rel_diff: float | None = None
+    passed: bool = False
+    worst_rel_l2: float | None = None
+    report: object = None
+    model: onnx.ModelProto | None = None
+
+    def to_dict(self) -> dict:
+        from ..compare import json_float
+
+        rep = self.report
+        return {"tensors": self.tensors, "k": self.k, "factor": 2.0 ** -self.k if self.k else None,
+                "refused": self.refused, "float64_rel_diff": json_float(self.float64_rel_diff),
+                "passed": self.passed, "worst_rel_l2": json_float(self.worst_rel_l2),
+                "changes": rep.lines() if rep is not None else []}
+
+
+def try_rescale(loaded: LoadedModel, analysis: Analysis, base: NumericsProfile, samples: list[Sample],
+                rule: ToleranceRule) -> RescaleOutcome:
+    """The rescale of every tensor whose reference values exceed fp16's range (the activations the format cannot
+    hold): planned (bisect.rescale), proven equal on the float64 reference, run on the emulated device on every
+    input set and judged like any configuration."""
+    from .rescale import apply_rescale, choose_k, plan_rescale, prove
+    from .stats import ErrorStats
+
+    limit = float(np.finfo(np.float16).max)
+    big = {o.tensor: o.reference.peak for n in analysis.nodes for o in n.outputs if o.reference.peak > limit}
+    out = RescaleOutcome(sorted(big))
+    if not big:
+        out.refused = "no activation exceeds fp16's range: nothing to rescale"
+        return out
+    try:
+        out.k = choose_k(loaded.proto, out.tensors, max(big.values()))
+        plan = plan_rescale(loaded.proto, out.tensors, out.k)
+    except InputError as exc:
+        out.refused = str(exc)
+        return out
+    out.report, out.model = plan.report(), apply_rescale(loaded.proto, plan)
+    out.float64_rel_diff = max(prove(loaded.proto, out.model, s.feeds) for s in samples)
+    if not out.float64_rel_diff <= 1e-12:
+        out.refused = f"the rescaled float64 model differs by {out.float64_rel_diff:.3g} (relative): not exact"
+        return out
+    npu = Executor(out.model, npu_policy(base))
+    worst, ok = 0.0, True
+    for sample, ref in zip(samples, analysis.reference_outputs):
+        got = npu.run(sample.feeds)
+        for name, r in ref.items():
+            st = ErrorStats.of(got[name], r, rule, name)
+            worst = max(worst, st.rel_l2)
+            ok = ok and st.passed
+    out.passed, out.worst_rel_l2 = ok, worst
+    return out
 
 
 def _frontier_points(evaluator: Evaluator, ranked: list[str]) -> None:

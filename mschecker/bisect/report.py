@@ -31,9 +31,10 @@ PLOT_FILE = "error_by_depth.png"
 JSON_FILE = "bisect_report.json"
 HTML_FILE = "bisect_report.html"
 FRONTIER_FILE = "frontier.png"
+RESCALED_FILE, RESCALE_REPORT = "model_rescaled.onnx", "rescale_report.txt"
 TOP = 10
 #: Every file bisect writes into --out: a run removes the ones it does not write this time (write_outputs).
-OWN_FILES = (*FILES.values(), PLOT_FILE, JSON_FILE, HTML_FILE, FRONTIER_FILE)
+OWN_FILES = (*FILES.values(), PLOT_FILE, JSON_FILE, HTML_FILE, FRONTIER_FILE, RESCALED_FILE, RESCALE_REPORT)
 
 
 def _islands(result: BisectResult):
@@ -79,6 +80,7 @@ def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
         "dump": a.dump.to_dict() if a.dump else None,
         "timings_s": {k: round(v, 3) for k, v in result.timings.items()}, "files": files or {},
         "cost": _cost_entry(result), "frontier": result.frontier.to_dict() if result.frontier is not None else None,
+        "rescale": result.rescale.to_dict() if result.rescale is not None else None,
     }
     if s is not None:
         doc["search"] = {"candidates": len(s.candidates), "culprits_found": s.culprits, "regime": s.regime,
@@ -189,7 +191,20 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
                       markup=False, highlight=False)
     if result.frontier is not None and frontier_table:
         console.print(_frontier_table(result.frontier))
-    if result.verdict == "FIXED":
+    rs = result.rescale
+    if rs is not None:
+        if rs.refused:
+            console.print(Text(f"exact rescale: not possible: {plain(rs.refused)}"))
+        else:
+            console.print(Text(f"exact rescale by 2^-{rs.k} of {len(rs.tensors)} tensor(s) beyond fp16's range: "
+                               f"float64 outputs {'identical' if rs.float64_rel_diff == 0 else 'equal'} (max rel "
+                               f"diff {rs.float64_rel_diff:.3g}); on the emulated device it "
+                               f"{'passes' if rs.passed else 'fails'} (worst rel L2 {rs.worst_rel_l2:.3g})",
+                               style="bold" if rs.passed else ""))
+            if rs.passed:
+                for line in rs.report.lines():
+                    console.print(Text("  " + plain(line)))
+    if result.verdict == "FIXED" and result.recommendation is not None:
         rec = result.recommendation
         console.print(Text("fix (proven on every sample):", style="bold"))
         for line in fix_lines(result.profile, rec.fixed):
@@ -223,7 +238,8 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
                                  f"overflowing nodes {', '.join(s.best.overflow_nodes[:5]) or '-'}")))
     if s is not None and s.rule_of_thumb is not None:
         t = s.rule_of_thumb
-        mine = result.recommendation.changes if result.verdict == "FIXED" else None
+        mine = result.recommendation.changes if result.recommendation is not None and result.verdict == "FIXED" \
+            else None
         console.print(f"rule of thumb (fp32 after every 5 fp16 layers): {t.config.changes} nodes in fp32, "
                       f"{'passes' if t.passed else 'fails'} (worst rel L2 {t.worst_rel_l2:.3g})"
                       + (f"; the minimal set found: {mine} change(s)" if mine is not None else ""))
@@ -369,7 +385,7 @@ def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_
     out = Path(out)
     data: dict[str, bytes] = {}
     files: dict[str, str] = {}
-    if result.verdict == "FIXED":
+    if result.verdict == "FIXED" and result.recommendation is not None:
         fixed_profile = result.recommendation.fixed
         for kind, blob in fix_files(result.profile, fixed_profile, result.model,
                                     result.onnx_bytes if result.onnx_check and result.onnx_check.ran
@@ -379,6 +395,12 @@ def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_
     png = plot_png(result)
     data[PLOT_FILE] = png
     files["plot"] = str(out / PLOT_FILE)
+    if result.rescale is not None and result.rescale.passed:
+        from .writers import serialize
+
+        data[RESCALED_FILE] = serialize(result.rescale.model)
+        data[RESCALE_REPORT] = ("\n".join(result.rescale.report.lines()) + "\n").encode("utf-8")
+        files["rescaled_model"], files["rescale_report"] = str(out / RESCALED_FILE), str(out / RESCALE_REPORT)
     if frontier_plot and result.frontier is not None:
         from .frontier import frontier_png
 
@@ -402,7 +424,7 @@ def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_
 def output_targets(json_report: bool = False, html_report: bool = False) -> dict[str, str]:
     """File name -> the flag that asks for it, of every file a run may write into --out (the command checks them
     before the search: a directory in the way is exit 2 before minutes of work)."""
-    targets = {name: "--out" for name in (*FILES.values(), PLOT_FILE, FRONTIER_FILE)}
+    targets = {name: "--out" for name in (*FILES.values(), PLOT_FILE, FRONTIER_FILE, RESCALED_FILE, RESCALE_REPORT)}
     if json_report:
         targets[JSON_FILE] = "--json"
     if html_report:

@@ -42,6 +42,9 @@ def build_parser(prog: str = "mschecker bisect") -> Parser:
                         "frontier.png)")
     p.add_argument("--cost", metavar="FILE.csv",
                    help="measured per-op times (columns op,dtype,time_us) replacing the cost model's estimates")
+    p.add_argument("--rescale", action="store_true",
+                   help="first try the exact power-of-two rescale of activations beyond fp16's range (free on the "
+                        "device; written as model_rescaled.onnx and rescale_report.txt when it passes)")
     p.add_argument("--choose", choices=["moves", "cost"], default="moves",
                    help="the fix: the passing configuration with the fewest moves (default) or the least estimated "
                         "device time (npu.cost; ranking only, docs/BISECT.md)")
@@ -70,7 +73,7 @@ def main(argv: list[str]) -> int:
         result = bisect_model(model, samples, profile=profile, tolerance=args.tolerance, budget=budget,
                               npu_dump=args.npu_dump, check_onnx=not args.no_onnx_check,
                               granularity=args.granularity.replace("-", "_"), progress=progress,
-                              cost=args.cost, frontier=args.frontier, choose=args.choose)
+                              cost=args.cost, frontier=args.frontier, choose=args.choose, rescale=args.rescale)
     files = write_outputs(result, args.out, json_report=args.json, html_report=args.html,
                           frontier_plot=args.frontier)
     render_console(result, files=files, frontier_table=args.frontier)

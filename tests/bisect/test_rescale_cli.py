@@ -1,0 +1,59 @@
+"""bisect --rescale: the exact power-of-two rescale tried first where activations exceed fp16's range."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from mschecker.cli import main
+
+
+@pytest.fixture(scope="module")
+def small_vae(tmp_path_factory):
+    """The bundled small VAE decoder on latents of std 30: its last blocks pass 65504 (the SD main job's hazard)."""
+    from mschecker.sd import build_vae_decoder, get_preset
+
+    d = tmp_path_factory.mktemp("vae")
+    p = get_preset("small")
+    onnx.save(build_vae_decoder(p), d / "vae.onnx")
+    z = np.random.default_rng(0).standard_normal((1, *p.latent_shape)) * 30.0 / p.scaling_factor
+    np.savez(d / "z.npz", latent_sample=z.astype(np.float32))
+    return d
+
+
+def test_the_rescale_fixes_the_vae_with_no_fp32_and_says_what_it_changed(small_vae, tmp_path, capsys):
+    out = tmp_path / "fix"
+    code = main(["bisect", "--model", str(small_vae / "vae.onnx"), "--input", str(small_vae / "z.npz"),
+                 "--tolerance", "1e-2", "--out", str(out), "--no-progress", "--rescale", "--json"])
+    text = capsys.readouterr().out
+    assert code == 0 and "bisect FIXED" in text and "float64 outputs identical" in text
+    doc = json.loads((out / "bisect_report.json").read_text())
+    rs = doc["rescale"]
+    assert rs["passed"] and rs["float64_rel_diff"] == 0 and rs["k"] >= 1 and rs["worst_rel_l2"] < 1e-2
+    assert doc["search"] is None and doc["recommendation"] is None  # no ATC move was needed
+    assert not (out / "keep_dtype.cfg").exists() and not (out / "customize_dtypes.cfg").exists()
+    report = (out / "rescale_report.txt").read_text()
+    assert "epsilon" in report and "decoder.up_blocks.1.upsamplers.0.conv.weight" in report
+    patched = onnx.load(out / "model_rescaled.onnx")  # the model atc compiles instead: still fp32
+    assert not [t.name for t in patched.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16]
+
+
+def test_where_no_rescale_exists_bisect_says_why_and_searches(tmp_path, capsys):
+    """An overflow that no norm absorbs (the product reaches the graph output): refused with the reason, then the
+    usual search finds the ATC fix."""
+    from . import models as M
+
+    model = M.device_group_norm_overflow()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    x = tmp_path / "x.npz"
+    np.savez(x, **M.feeds(model, 10, 1.0))
+    code = main(["bisect", "--model", str(path), "--input", str(x), "--tolerance", "1e-2", "--out",
+                 str(tmp_path / "o"), "--no-progress", "--rescale", "--json"])
+    text = capsys.readouterr().out
+    doc = json.loads((tmp_path / "o" / "bisect_report.json").read_text())
+    assert code == 0 and doc["verdict"] == "FIXED"
+    assert doc["rescale"]["refused"] and "exact rescale: not possible" in text
+    assert doc["recommendation"] is not None
