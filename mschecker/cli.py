@@ -34,6 +34,7 @@ SUBCOMMANDS = {
     "campaign": "mschecker.commands.campaign",
     "bisect": "mschecker.commands.bisect",
     "plan": "mschecker.commands.plan",
+    "rescale": "mschecker.commands.rescale",
 }
 #: subcommands that run with one BLAS thread unless the user says otherwise (mschecker/blas.py: the SD graphs)
 ONE_BLAS_THREAD = ("sd",)

@@ -57,3 +57,23 @@ def test_where_no_rescale_exists_bisect_says_why_and_searches(tmp_path, capsys):
     assert code == 0 and doc["verdict"] == "FIXED"
     assert doc["rescale"]["refused"] and "exact rescale: not possible" in text
     assert doc["recommendation"] is not None
+
+
+def test_the_rescale_command_writes_the_model_and_its_changes_or_refuses_in_one_line(small_vae, tmp_path, capsys):
+    out = tmp_path / "vae_rescaled.onnx"
+    tensors = "decoder.up_blocks.1.upsamplers.0.conv/Conv_out,decoder.up_blocks.2.resnets.0.conv_shortcut/Conv_out"
+    argv = ["rescale", "--model", str(small_vae / "vae.onnx"), "--input", str(small_vae / "z.npz"),
+            "--tensor", tensors, "--out", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "by 2^-4" in text and "float64 outputs within 0 relative" in text
+    assert out.is_file() and "epsilon" in (tmp_path / "vae_rescaled.txt").read_text()
+    # a region a Sigmoid reads before any norm (the SiLU after the first GroupNorm is fine: the norm ends it)
+    bad = tmp_path / "bad.onnx"
+    argv_bad = argv[:-1] + [str(bad)]
+    argv_bad[argv_bad.index("--tensor") + 1] = "decoder.conv_act/Sigmoid_out"
+    assert main(argv_bad) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "breaks scale invariance" in err[0] and not bad.exists()
+    argv_bad[argv_bad.index("--tensor") + 1] = "no/such/tensor"
+    assert main(argv_bad) == 2 and "no node of" in capsys.readouterr().err
