@@ -75,8 +75,16 @@ def topological_order(graph: onnx.GraphProto, available: set[str], where: str) -
     producers: dict[str, int] = {}
     for i, node in enumerate(graph.node):
         for o in node.output:
-            if o:
-                producers[o] = i
+            if not o:
+                continue
+            # ONNX defines each tensor once (SSA): a second definition would be read silently in its place
+            if o in available:
+                raise InputError(f"{where}: node {node_label(node, i)!r} writes tensor {o!r}, which is also an "
+                                 "initializer or graph input (ONNX defines each tensor once)")
+            if o in producers:
+                raise InputError(f"{where}: nodes {node_label(graph.node[producers[o]], producers[o])!r} and "
+                                 f"{node_label(node, i)!r} both write tensor {o!r} (ONNX defines each tensor once)")
+            producers[o] = i
     deps: list[set[int]] = []
     for i, node in enumerate(graph.node):
         d = set()

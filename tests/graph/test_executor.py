@@ -271,3 +271,27 @@ def test_run_node_isolates_a_nodes_own_error():
         npu.run_node("sm", {})
     with pytest.raises(KeyError):
         npu.step("nope")
+
+
+@pytest.mark.parametrize("clash", ["initializer", "second_node"])
+def test_a_tensor_defined_twice_is_bad_input_not_silently_one_of_them(clash):
+    """A node output named like an initializer (or written by two nodes) is refused, one line naming it: the
+    executor would otherwise read one definition and drop the other (found by mutation testing, issue 24)."""
+    import numpy as np
+    from onnx import TensorProto as T, helper as h, numpy_helper
+
+    from mschecker.errors import InputError
+    from mschecker.graph.executor import Executor
+    from mschecker.graph.policy import ReferencePolicy
+
+    nodes = [h.make_node("Relu", ["x"], ["t"], name="r1"), h.make_node("Relu", ["t"], ["y"], name="r2")]
+    inits = []
+    if clash == "initializer":
+        inits = [numpy_helper.from_array(np.ones(2, np.float32), "t")]
+    else:
+        nodes.insert(1, h.make_node("Neg", ["x"], ["t"], name="n1"))
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [2])], initializer=inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    with pytest.raises(InputError, match="writes tensor 't'|both write tensor 't'"):
+        Executor(m, ReferencePolicy())
