@@ -19,22 +19,19 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "fixtures" / "real_sd"
 
 
 def _planted_vae(export: str, tmp: Path) -> tuple[Path, dict]:
-    """The real VAE decoder with its second Conv's weights and bias x 1e5 (tests/npu/test_atc_real.py)."""
-    m = onnx.load(REAL / f"vae_decoder_{export}" / "model.onnx")
-    conv = [n for n in m.graph.node if n.op_type == "Conv"][1]
-    inits = {t.name: t for t in m.graph.initializer}
-    for name in conv.input[1:]:
-        inits[name].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(inits[name]) * np.float32(1e5), name))
-    path = tmp / f"vae_{export}.onnx"
-    onnx.save(m, path)
-    return path, {"latent_sample": np.load(REAL / f"vae_decoder_{export}" / "latent_sample.npy")}
+    """The real VAE decoder with its second Conv's weights and bias x 1e5 (the model of tests/npu/test_atc_real.py,
+    built by its helper: one definition)."""
+    sys.path.insert(0, str(ROOT))
+    from tests.npu.test_atc_real import _overflowing_vae
+
+    feeds = {"latent_sample": np.load(REAL / f"vae_decoder_{export}" / "latent_sample.npy")}
+    return _overflowing_vae(export, tmp), feeds
 
 
 def _bundled_vae(tmp: Path) -> tuple[Path, dict]:
