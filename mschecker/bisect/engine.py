@@ -307,7 +307,7 @@ def _frontier_points(evaluator: Evaluator, ranked: list[str]) -> None:
 
 def _cost_model(base, cost_file, npu: Executor):
     """The chip's cost model (npu.cost), with measured per-op times from `cost_file` when given (checked against
-    the device ops); None for a generic profile (no chip to price)."""
+    the device ops); a generic profile has no chip to price: InputError."""
     if not base.device:
         raise InputError(f"profile {base.name} models no chip: pricing a fix (--cost, --frontier, --choose cost) "
                          "needs a device profile (ascend910b, ascend310p)")
