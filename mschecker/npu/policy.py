@@ -24,6 +24,18 @@ implements it. A mode an op does not implement leaves it on its default path, as
 registry variant the table's row names for its implmode, with the row's bracket alternative where the profile asks
 for one, and the `<variant>_sat` twin where the overflow mode is saturation and the kernel has one.
 
+Sources of the device rules (hicann/ge@ffdcbc9f7496c17a98c1d12762c61ed608ef3503; line-level citations in
+docs/ATC.md): precision modes, keep_dtype and customize_dtypes precedence, implmode precedence --
+docs/zh/user_guides/atc_tools/CLI_options/--precision_mode.md, --precision_mode_v2.md, --keep_dtype.md,
+--customize_dtypes.md, --op_select_implmode.md, --op_precision_mode.md; keep_dtype on the parsed graph before
+fusion -- compiler/api/aclgrph/attr_options/keep_dtype_option.cc and api/atc/main_impl.cc; the ini's precedence
+over op_select_implmode -- compiler/engines/nn_engine/utils/common/config_parser/op_impl_mode_config_parser.cc;
+the mixed-precision lists and the gray rule -- npu/mixlist.py's sources. Closed or silent, stated as assumptions
+with their alternative: the built-in high_*.ini lists (high_performance = each kernel's own default path, the SD
+recipe's evidence; high_precision = its _for_all list, pessimistic alternative: no flag), and whether a fusion pass
+carries keep_dtype onto the op it creates (modelled: it does not, as customize_dtypes' doc says of fused ops; the
+fix writer never relies on it, using customize_dtypes for fused ops).
+
 A generic profile (device "") models no chip: ONNX op types, no fusion; keep_dtype and implmode_by_node also match
 by name; force_fp32 is fp32 everywhere and allow_fp32_to_bf16 lowers cube ops to bf16; mixed modes need a device.
 
