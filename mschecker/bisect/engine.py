@@ -34,6 +34,7 @@ from ..npu import NumericsProfile
 from ..npu.fixes import OP_TYPE_PREFIX, op_facts
 from .lockstep import Analysis, DumpFolder, NodeRecord, analyse, reference_executor
 from .policy import npu_policy
+from .priors import ORDERS, Ordering, move_seconds, node_priors, order_candidates
 from .samples import Sample, check_same_shapes
 from .search import LAYER_OPS, Budget, BudgetExhausted, Evaluation, Evaluator, FixConfig, ModelEvaluator, \
     SearchResult, high_precision_capable, members, op_type_of, rank_candidates, search
@@ -82,6 +83,9 @@ class BisectResult:
     frontier: object = None                         # frontier.Frontier: every evaluated configuration priced
     rescale: object = None                          # RescaleOutcome: the exact power-of-two rescale, when tried
     cost_of_fewest: float | None = None             # estimated seconds of the count-minimal passing configuration
+    ordering: Ordering | None = None                # the order the search tried the candidates in (bisect.priors)
+    analysis_before_rescale: Analysis | None = None  # the original model's lockstep pass, when the search ran on
+                                                     # the rescaled model (RescaleOutcome.combined)
 
     @property
     def verdict(self) -> str:
@@ -139,7 +143,8 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
                  tolerance=1e-2, budget: Budget | None = None, npu_dump: str | Path | None = None,
                  check_onnx: bool = True, granularity: str = "node",
                  progress: Progress | None = None, cost: str | Path | None = None,
-                 frontier: bool = False, choose: str = "moves", rescale: bool = False) -> BisectResult:
+                 frontier: bool = False, choose: str = "moves", rescale: bool = True,
+                 order: str | None = None) -> BisectResult:
     """The whole bisection (module docstring). `samples`: input sets (samples.read_samples); `profile`: a preset
     name, profile file or NumericsProfile; `npu_dump`: a folder of device dumps replacing the emulator;
     `granularity`: moves per "node" or per "op_type" (search.rank_candidates); `cost`: a CSV of measured per-op
@@ -148,9 +153,16 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     passing configuration with the fewest moves ("moves") or the least estimated device time ("cost"). Any of
     cost / frontier / choose="cost" on a device profile prices every evaluated configuration (result.frontier).
     `rescale`: before the search, where activations exceed fp16's range, try the exact power-of-two rescale
-    (bisect.rescale; free on the device); when it passes on every input set it is the fix and no search runs."""
+    (bisect.rescale; free on the device); when it passes on every input set it is the fix and no search runs;
+    when it is exact but not enough alone, the search runs on the rescaled model (the fix is both, when that
+    passes; else the search runs on the model as given).
+    `order`: the order the search tries candidates in (bisect.priors: error, priors, cost; default "cost" with
+    choose="cost", else "error")."""
     if choose not in ("moves", "cost"):
         raise InputError(f"--choose {choose!r}: moves or cost")
+    order = order or ("cost" if choose == "cost" else "error")
+    if order not in ORDERS:
+        raise InputError(f"--order {order!r}: one of {', '.join(ORDERS)}")
     rule = tolerance_rule(tolerance)
     if not samples:
         raise InputError("--input: no input set given")
@@ -161,6 +173,8 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     reference, npu = _plan(loaded, base)
     if hasattr(npu.policy, "emit_notes"):
         npu.policy.emit_notes()
+    priced = cost is not None or frontier or choose == "cost" or order == "cost"
+    cost_model = _cost_model(base, cost, npu) if priced else None  # a bad cost file: exit 2 before any work
     dump = None
     if npu_dump is not None:
         if len(samples) != 1:
@@ -184,12 +198,32 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
         timings["rescale"] = time.perf_counter() - t0
         if result.rescale.passed:
             return result
+        if result.rescale.model is not None and not result.rescale.refused:
+            # exact, yet not enough alone: the moves are searched on the rescaled model, what atc will compile
+            from ..graph.loader import from_proto
+
+            inner = bisect_model(from_proto(result.rescale.model, loaded.path.parent), samples, profile=base,
+                                 tolerance=tolerance, budget=budget, check_onnx=check_onnx, granularity=granularity,
+                                 progress=progress, cost=cost, frontier=frontier, choose=choose, rescale=False,
+                                 order=order)
+            if inner.verdict == "FIXED":
+                result.rescale.combined = True
+                inner.rescale, inner.model, inner.analysis_before_rescale = result.rescale, result.model, analysis
+                inner.timings = {**timings, **{k: v for k, v in inner.timings.items() if k != "lockstep_pass"},
+                                 "lockstep_pass_rescaled": inner.timings.get("lockstep_pass", 0.0)}
+                return inner
+            # no move passes on the rescaled model: the moves alone, on the model as given
     t0 = time.perf_counter()
     facts = op_facts(npu)
-    priced = cost is not None or frontier or choose == "cost"
-    cost_model = _cost_model(base, cost, npu) if priced else None  # a bad cost file: exit 2 before the search
+    coster = None
+    if cost_model is not None:
+        from ..npu.cost import shapes_of
+        from .frontier import Coster
+
+        coster = Coster(loaded, base, facts, shapes_of(analysis, npu, samples[0].feeds), cost_model)
     evaluator = ModelEvaluator(loaded, base, list(samples), analysis, rule, budget, progress, facts=facts)
-    names = rank_candidates(analysis, granularity)
+    result.ordering = _ordering(rank_candidates(analysis, granularity), order, analysis, npu, samples, coster)
+    names = result.ordering.items
     layers = [n.name for n in analysis.nodes if n.op_type in LAYER_OPS and not n.folded] or \
         [n.name for n in ranking]
     position = {n.name: n.index for n in analysis.nodes}
@@ -201,9 +235,9 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
         _frontier_points(evaluator, names)
     timings["fix_search"] = time.perf_counter() - t0
     config = result.search.recommended
-    if cost_model is not None and result.search.log:  # every evaluated configuration priced: the cheapest passes
+    if coster is not None and result.search.log:  # every evaluated configuration priced: the cheapest passes
         t0 = time.perf_counter()
-        cheapest_config = _by_cost(result, loaded, base, facts, npu, samples, cost_model)
+        cheapest_config = _by_cost(result, coster)
         if choose == "cost" and cheapest_config is not None:
             config = cheapest_config
         timings["cost"] = time.perf_counter() - t0
@@ -246,6 +280,12 @@ class RescaleOutcome:
     worst_rel_l2: float | None = None
     report: object = None
     model: onnx.ModelProto | None = None
+    combined: bool = False     # exact but not enough alone: the fix is the rescaled model plus the moves found on it
+
+    @property
+    def used(self) -> bool:
+        """The rescaled model is (part of) the fix: it is what atc compiles."""
+        return self.passed or self.combined
 
     def to_dict(self) -> dict:
         from ..compare import json_float
@@ -253,7 +293,8 @@ class RescaleOutcome:
         rep = self.report
         return {"tensors": self.tensors, "k": self.k, "factor": 2.0 ** -self.k if self.k else None,
                 "refused": self.refused, "float64_rel_diff": json_float(self.float64_rel_diff),
-                "passed": self.passed, "worst_rel_l2": json_float(self.worst_rel_l2),
+                "passed": self.passed, "combined_with_moves": self.combined,
+                "worst_rel_l2": json_float(self.worst_rel_l2),
                 "changes": rep.lines() if rep is not None else []}
 
 
@@ -320,13 +361,25 @@ def _cost_model(base, cost_file, npu: Executor):
     return model
 
 
-def _by_cost(result: BisectResult, loaded, base, facts, npu: Executor, samples, model) -> FixConfig | None:
+def _ordering(ranked: list[str], order: str, analysis: Analysis, npu: Executor, samples, coster) -> Ordering:
+    """The candidates in the search's order (bisect.priors): the priors read from the reference ranges and the
+    graph's constants; order "cost" prices each item's move alone against the all-fp32 plan (two plans)."""
+    if order == "error":
+        return order_candidates(ranked, analysis, order)
+    nodes = {st.label: st.node for st in npu.steps}
+    priors = node_priors(analysis, nodes, getattr(npu, "constants", npu.initializers), samples[0].feeds)
+    seconds = None
+    if order == "cost":
+        seconds = move_seconds(ranked, analysis, coster.cost(FixConfig()),
+                               coster.cost(FixConfig(keep_dtype=frozenset(ranked))), coster.cast_seconds)
+    return order_candidates(ranked, analysis, order, priors, seconds)
+
+
+def _by_cost(result: BisectResult, coster) -> FixConfig | None:
     """Every evaluated configuration priced (frontier.Frontier into result.frontier); the cheapest passing one,
     or None when none passed. The count-minimal fix's cost is kept for the report."""
-    from ..npu.cost import shapes_of
-    from .frontier import Coster, cheapest, frontier
+    from .frontier import cheapest, frontier
 
-    coster = Coster(loaded, base, facts, shapes_of(result.analysis, npu, samples[0].feeds), model)
     result.frontier = frontier(result.search.log, coster)
     if result.search.recommended is not None:
         result.cost_of_fewest = coster(result.search.recommended)

@@ -22,16 +22,24 @@ class Coster:
 
     def __init__(self, model, base, facts, shapes: dict, cost_model):
         self.model, self.base, self.facts, self.shapes, self.cost_model = model, base, facts, shapes, cost_model
-        self._cache: dict[FixConfig, float] = {}
+        self._cache: dict[FixConfig, object] = {}
 
-    def __call__(self, config: FixConfig) -> float:
+    def cost(self, config: FixConfig):
+        """The configuration's npu.cost.Cost (per op and per Cast)."""
         if config not in self._cache:
             from ..npu.plan import _PlanOnly
             from .policy import npu_policy
 
             executor = _PlanOnly(self.model, npu_policy(config.profile(self.base, self.facts)))
-            self._cache[config] = self.cost_model.configuration_cost(executor, self.shapes).seconds
+            self._cache[config] = self.cost_model.configuration_cost(executor, self.shapes)
         return self._cache[config]
+
+    def __call__(self, config: FixConfig) -> float:
+        return self.cost(config).seconds
+
+    def cast_seconds(self, tensor: str) -> float:
+        """One fp16 -> fp32 Cast of `tensor` (an island border)."""
+        return self.cost_model.cast_cost(tensor, "float16", "float32", self.shapes).seconds
 
 
 @dataclass

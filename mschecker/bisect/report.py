@@ -86,6 +86,7 @@ def to_dict(result: BisectResult, files: dict[str, str] | None = None) -> dict:
         doc["search"] = {"candidates": len(s.candidates), "culprits_found": s.culprits, "regime": s.regime,
                          "move": s.move, "high_precision_probe": s.hp_probe,
                          "evaluations": s.evaluations, "located_in": s.located_in, "bound": s.bound, "budget_exhausted": s.exhausted,
+                         "order": result.ordering.to_dict() if result.ordering is not None else None,
                          "log": [e.to_dict() for e in s.log]}
         if s.rule_of_thumb is not None:
             t = s.rule_of_thumb
@@ -180,9 +181,11 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
                         f"(bound {s.bound}, n = {len(s.candidates)} candidates{probe})")
             else:
                 line = (f"fix search: {len(s.culprits)} culprit(s) located in {s.located_in} evaluations (bound "
-                        f"2 + k*ceil(log2 n) = {s.bound} for k = {len(s.culprits)}, n = {len(s.candidates)}"
+                        f"2 + (k+1)*ceil(log2 n) = {s.bound} for k = {len(s.culprits)}, n = {len(s.candidates)}"
                         f"{probe})")
         console.print(line + f", {s.evaluations} in all" + (f"; stopped: {s.exhausted}" if s.exhausted else ""))
+        if result.ordering is not None and result.ordering.order != "error":
+            console.print(Text(_order_line(result.ordering)))
     cost = _cost_entry(result)
     if cost is not None and cost.get("fix_estimated_seconds") is not None:
         console.print(f"estimated device time (npu.cost model, ranking only): profile as given "
@@ -199,9 +202,10 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
             console.print(Text(f"exact rescale by 2^-{rs.k} of {len(rs.tensors)} tensor(s) beyond fp16's range: "
                                f"float64 outputs {'identical' if rs.float64_rel_diff == 0 else 'equal'} (max rel "
                                f"diff {rs.float64_rel_diff:.3g}); on the emulated device it "
-                               f"{'passes' if rs.passed else 'fails'} (worst rel L2 {rs.worst_rel_l2:.3g})",
+                               f"{'passes' if rs.passed else 'fails'} (worst rel L2 {rs.worst_rel_l2:.3g})"
+                               + ("; the fix search below ran on the rescaled model" if rs.combined else ""),
                                style="bold" if rs.passed else ""))
-            if rs.passed:
+            if rs.used:
                 for line in rs.report.lines():
                     console.print(Text("  " + plain(line)))
     if result.verdict == "FIXED" and result.recommendation is not None:
@@ -330,6 +334,17 @@ table{{border-collapse:collapse}}</style></head><body>
 """
 
 
+def _order_line(ordering, top: int = 5) -> str:
+    """The search's candidate order (bisect.priors) and its first items with the priors that moved them."""
+    what = {"priors": "own error x priors", "cost": "own error x priors per second of the move"}[ordering.order]
+    firsts = []
+    for item in ordering.items[:top]:
+        flags = ordering.priors[item].flags() if item in ordering.priors else []
+        extra = [*flags] + ([_ms(ordering.move_seconds[item])] if item in ordering.move_seconds else [])
+        firsts.append(plain(item) + (f" [{', '.join(extra)}]" if extra else ""))
+    return f"candidate order: {what}; first: " + "; ".join(firsts)
+
+
 def _ms(seconds) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3g} ms"
 
@@ -395,7 +410,7 @@ def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_
     png = plot_png(result)
     data[PLOT_FILE] = png
     files["plot"] = str(out / PLOT_FILE)
-    if result.rescale is not None and result.rescale.passed:
+    if result.rescale is not None and result.rescale.used:
         from .writers import serialize
 
         data[RESCALED_FILE] = serialize(result.rescale.model)

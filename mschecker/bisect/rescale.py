@@ -39,6 +39,8 @@ PASS_THROUGH = {"Reshape", "Transpose", "Resize", "Slice", "Identity", "Relu", "
 SUMS = {"Add", "Sub", "Sum"}
 # produce their output by a linear map with a constant operand: scaling it (and the bias) scales the output
 LINEAR = {"Conv", "Gemm", "MatMul"}
+# x * c and x / c with a constant c: the constant carries the scale (c * 2^-k, or the divisor c * 2^k)
+CONST_SCALED = {"Mul", "Div"}
 
 
 @dataclass(frozen=True)
@@ -179,15 +181,17 @@ class _Planner:
             raise InputError(f"rescale: Constant {_label(node, self.consts[t])} has no tensor value to scale")
         return numpy_helper.to_array(attr.t)
 
-    def scale_const(self, i: int, j: int) -> None:
-        """Scale the constant input j of node i (for this reader only: duplicated when others read it too)."""
+    def scale_const(self, i: int, j: int, factor: float | None = None) -> None:
+        """Scale the constant input j of node i by `factor` (default the plan's 2^-k), for this reader only:
+        duplicated when others read it too."""
         if (i, j) in self.edges:
             return
+        factor = self.plan.factor if factor is None else factor
         src = self.nodes[i].input[j]
-        _scaled_exactly(self.const_value(src), self.plan.factor, f"constant {src} (input {j} of {self.labels[i]})")
+        _scaled_exactly(self.const_value(src), factor, f"constant {src} (input {j} of {self.labels[i]})")
         sole = src in self.inits and len(self.readers[src]) == 1 and src not in self.outputs
-        new = src if sole else f"{src}/rescale_2^-{self.plan.k}@{self.labels[i]}#{j}"
-        self.plan.inits.append(InitEdit(i, j, src, new, self.plan.factor))
+        new = src if sole else f"{src}/rescale_x{factor:g}@{self.labels[i]}#{j}"
+        self.plan.inits.append(InitEdit(i, j, src, new, factor))
         self.edges.add((i, j))
 
     # --- marking
@@ -200,6 +204,12 @@ class _Planner:
         self.scaled.add(t)
         self.plan.scaled.append(t)
         self.queue.append(t)
+        # a Mul inserted earlier for one reader of t (t was then a contributor read elsewhere too) would now scale
+        # that reader's operand twice: t itself carries the scale from here on
+        dropped = {(m.node, m.index) for m in self.plan.muls if m.tensor == t}
+        if dropped:
+            self.plan.muls = [m for m in self.plan.muls if m.tensor != t]
+            self.edges -= dropped
 
     def operand_scaled(self, i: int, j: int) -> bool:
         return self.nodes[i].input[j] in self.scaled or (i, j) in self.edges
@@ -218,7 +228,7 @@ class _Planner:
                              "at its source")
         i = self.producer[t]
         op = self.nodes[i].op_type
-        if op in LINEAR and self.try_producer(i):
+        if (op in LINEAR or op in CONST_SCALED) and self.try_producer(i):
             return
         if op in SUMS:
             self.scale_sum(i)
@@ -241,6 +251,8 @@ class _Planner:
         n = self.nodes[i]
         if self.mode.get(i) == "forward":
             return False
+        if n.op_type in CONST_SCALED:
+            return self.try_const_factor(i)
         if n.op_type == "MatMul":
             w = [j for j in (1, 0) if self.is_const(n.input[j])]
             idx = w[:1]
@@ -258,6 +270,21 @@ class _Planner:
         self.mark(n.output[0])
         return True
 
+    def try_const_factor(self, i: int) -> bool:
+        """x * c (either side) or x / c: the constant c takes the factor (a divisor its inverse); False when no
+        operand is a constant."""
+        n = self.nodes[i]
+        sides = (0, 1) if n.op_type == "Mul" else (1,)
+        const = next((j for j in sides if j < len(n.input) and self.is_const(n.input[j])), None)
+        if const is None or len(n.input) != 2:
+            return False
+        if self.operand_scaled(i, 1 - const):
+            raise self.refuse(i, "its input is scaled already, so scaling its constant too would scale it twice")
+        self.mode[i] = "producer"
+        self.scale_const(i, const, self.plan.factor if n.op_type == "Mul" else 1.0 / self.plan.factor)
+        self.mark(n.output[0])
+        return True
+
     def scale_operand(self, i: int, j: int) -> None:
         """Make input j of node i (a contributor to a scaled sum) scaled: a constant is scaled for this reader; a
         linear op or a sum read by nobody else is scaled at its source; anything else gets a Mul on this edge."""
@@ -271,7 +298,7 @@ class _Planner:
         others = {r for r, _ in self.readers[t] if r != i and self.nodes[r].op_type not in SHAPE_ONLY}
         if p is not None and not others and t not in self.outputs and p not in self.mode:
             op = self.nodes[p].op_type
-            if op in LINEAR and self.try_producer(p):
+            if (op in LINEAR or op in CONST_SCALED) and self.try_producer(p):
                 return
             if op in SUMS:
                 self.scale_sum(p)

@@ -20,7 +20,9 @@ overflow, most own error first). With the ranking r_1..r_n and F the culprits fo
      move fixes it (exit 1);
   3. binary search for the shortest prefix r_1..r_p such that F + r_1..r_p passes; r_p is a culprit (F needs
      it, given the monotonicity "keeping more in fp32 never hurts"), added to F; repeat on r_1..r_{p-1}
-     until F alone passes. Each culprit costs at most ceil(log2 n) evaluations: 2 + k*ceil(log2 n) in all.
+     until F alone passes. Each culprit costs at most ceil(log2 n) evaluations, and so does the last search, the
+     one that finds F alone passing: 2 + (k+1)*ceil(log2 n) in all. (Round i costs ceil(log2 p) for the previous
+     culprit's rank p, so culprits near the top of the order -- the usual case -- cost far less.)
   4. refinement: culprits whose high_precision implmode binds another kernel try it instead of fp32 storage
      (all at once, then one by one if that fails): the cheaper move wins where it passes.
   5. fusion off: for each GE fusion pass whose fused device ops the fix keeps in fp32, the pass switched off
@@ -229,7 +231,7 @@ class SearchResult:
     culprits: list[str]                    # in the order the search found them
     candidates: list[str]                  # the ranking it searched (own error, descending)
     evaluations: int
-    bound: int                             # 2 + k*ceil(log2 n) for the k culprits found among n candidates
+    bound: int                             # 2 + (k+1)*ceil(log2 n) for the k culprits found among n candidates
     exhausted: str | None                  # why the budget stopped the search, if it did
     rule_of_thumb: Evaluation | None = None
     layers: list[str] = field(default_factory=list)
@@ -430,7 +432,7 @@ def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], lay
             except BudgetExhausted:  # pragma: no cover - uncounted evaluations never exhaust
                 thumb = None
     bound = 2 + probed + (2 if regime == "accumulation" and move == "keep_dtype" else
-                          1 if regime == "accumulation" else len(culprits)) * log2n
+                          1 if regime == "accumulation" else len(culprits) + 1) * log2n
     return SearchResult(baseline, best_pass.config if best_pass else None, best_pass or state["closest"],
                         culprits, candidates, evaluate.count, bound, exhausted, thumb, layers,
                         list(evaluate.log), regime=regime,

@@ -9,6 +9,7 @@ Exit 0: passes as given, or a proven fix was written; 1: no configuration within
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 from ..graph.loader import load_model
@@ -42,12 +43,17 @@ def build_parser(prog: str = "mschecker bisect") -> Parser:
                         "frontier.png)")
     p.add_argument("--cost", metavar="FILE.csv",
                    help="measured per-op times (columns op,dtype,time_us) replacing the cost model's estimates")
-    p.add_argument("--rescale", action="store_true",
+    p.add_argument("--rescale", action=argparse.BooleanOptionalAction, default=True,
                    help="first try the exact power-of-two rescale of activations beyond fp16's range (free on the "
-                        "device; written as model_rescaled.onnx and rescale_report.txt when it passes)")
+                        "device; written as model_rescaled.onnx and rescale_report.txt when it is used; the default: "
+                        "--no-rescale searches moves only)")
     p.add_argument("--choose", choices=["moves", "cost"], default="moves",
                    help="the fix: the passing configuration with the fewest moves (default) or the least estimated "
                         "device time (npu.cost; ranking only, docs/BISECT.md)")
+    p.add_argument("--order", choices=["error", "priors", "cost"], default=None,
+                   help="the order the search tries candidates in: own error (default), own error weighed by "
+                        "AutoCast-style priors (range, op class), or that per unit of device cost (default with "
+                        "--choose cost); docs/BISECT.md")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_override_args(p)
     add_npu_arguments(p)  # the deployment as configured today: --profile, --keep-dtype, --op-precision, ...
@@ -73,7 +79,8 @@ def main(argv: list[str]) -> int:
         result = bisect_model(model, samples, profile=profile, tolerance=args.tolerance, budget=budget,
                               npu_dump=args.npu_dump, check_onnx=not args.no_onnx_check,
                               granularity=args.granularity.replace("-", "_"), progress=progress,
-                              cost=args.cost, frontier=args.frontier, choose=args.choose, rescale=args.rescale)
+                              cost=args.cost, frontier=args.frontier, choose=args.choose, rescale=args.rescale,
+                              order=args.order)
     files = write_outputs(result, args.out, json_report=args.json, html_report=args.html,
                           frontier_plot=args.frontier)
     render_console(result, files=files, frontier_table=args.frontier)

@@ -439,14 +439,15 @@ class CostModel:
                 src = produced[name]
                 if src != dt and (name, dt) not in seen:
                     seen.add((name, dt))
-                    cost.cast_list.append(self._cast(name, src, dt, shapes))
+                    cost.cast_list.append(self.cast_cost(name, src, dt, shapes))
             cost.ops.append(self.op_cost(st, ir, shapes, dtypes))
             for name in st.node.output:
                 if name and (dtypes.get(name, "") in _FLOATS or dtypes.get(name, "") == ""):
                     produced[name] = self._produced_dtype(st, name, dt, dtypes)
         return cost
 
-    def _cast(self, name: str, src: str, dst: str, shapes: Mapping[str, tuple]) -> CastCost:
+    def cast_cost(self, name: str, src: str, dst: str, shapes: Mapping[str, tuple]) -> CastCost:
+        """One Cast of tensor `name` from `src` to `dst`: its bytes read and written at the bandwidth, plus a launch."""
         n = _prod(shapes[name]) if name in shapes else 0
         nbytes = float(n * (_ITEMSIZE[src] + _ITEMSIZE[dst]))
         return CastCost(name, src, dst, nbytes, nbytes / self.figures.bytes_per_s + self.figures.launch_s)

@@ -10,10 +10,11 @@ from .modelfile import generate_models, save_model
 from .pipeline import PipelineResult, SDModels, ort_stage_runner, run_pipeline, stage_runner_factory
 from .presets import PRESETS, SDPreset, get_preset
 from .unet import build_unet
-from .vae import build_vae_decoder
+from .vae import SDXL_SCALING_FACTOR, build_sdxl_like_vae_decoder, build_vae_decoder
 
 __all__ = [
-    "build_text_encoder", "build_unet", "build_vae_decoder", "generate_models", "save_model",
+    "SDXL_SCALING_FACTOR", "build_sdxl_like_vae_decoder", "build_text_encoder", "build_unet", "build_vae_decoder",
+    "generate_models", "save_model",
     "PipelineResult", "SDModels", "ort_stage_runner", "run_pipeline", "stage_runner_factory", "PRESETS",
     "SDPreset", "get_preset", "SDPipeline",
 ]

@@ -112,8 +112,9 @@ def device_group_norm_overflow(scale: float = 3e4, gamma: float = 1.0) -> onnx.M
     """x * `scale` -> GroupNorm (TorchScript's Reshape -> InstanceNormalization -> Reshape -> Mul -> Add, fused on a
     device profile into `/norm/Mul/GroupNorm`). With |x| ~ 1 and scale 3e4 the product passes 65504 in fp16: inf
     (IEEE) feeds the GroupNorm, whose fp32 statistics cannot help -- the output is NaN -- or 65504 (saturation)
-    and a wrong normalization. Only an fp32 island over both nodes fixes it. `gamma` scales the GroupNorm's
-    weight (its output then passes 65504 itself)."""
+    and a wrong normalization. Of the ATC moves only an fp32 island over both nodes fixes it; the exact rescale
+    (bisect.rescale: the constant 3e4 times 2^-k) fixes it too, so tests of the moves pass rescale=False.
+    `gamma` scales the GroupNorm's weight (its output, the graph output, then passes 65504 itself: no rescale)."""
     from ..npu import fusion_graphs as FG
 
     g = FG.G((1, 8, 4, 4))

@@ -81,7 +81,7 @@ def test_bisect_prices_the_evaluations_and_can_choose_by_cost(tmp_path, capsys):
     path, x = _gn_overflow(tmp_path)
     out = tmp_path / "fix"
     code = main(["bisect", "--model", str(path), "--input", str(x), "--tolerance", "1e-2", "--out", str(out),
-                 "--json", "--no-progress", "--frontier", "--choose", "cost"])
+                 "--json", "--no-progress", "--frontier", "--choose", "cost", "--no-rescale"])
     text = capsys.readouterr().out
     assert code == 0 and "accuracy-cost frontier" in text and "estimated device time" in text
     assert (out / "frontier.png").read_bytes()[:4] == b"\x89PNG"

@@ -126,6 +126,21 @@ def test_residual_nonlinear_contributor_gets_an_exact_mul():
     assert prove(model, patched, _feeds(2)) == 0.0
 
 
+def test_a_contributor_scaled_at_its_source_later_loses_its_edge_mul():
+    """Seeds in the order [sum, contributor]: the sum first scales the contributor (read elsewhere too) by a Mul on
+    its edge; the contributor, a seed itself, is then scaled at its conv. The edge Mul must go, or the sum reads it
+    scaled twice (seen on the dynamo export of SD's VAE: conv_in feeds both the first ResNet's Add and its GroupNorm;
+    the float64 proof measured 5.5e-4 before the fix)."""
+    g = G(SHAPE)
+    c1 = _conv(g, "x", "/conv1", 4e4, 0)
+    branch = _conv(g, group_norm(g, c1, groups=4, channels=8, prefix="/gn1"), "/conv2", 1.0, 1)
+    s = g.op("Add", [c1, branch], "/res/Add")
+    model = g.model(group_norm(g, s, groups=4, channels=8, prefix="/gn2"))
+    plan = plan_rescale(model, [s, c1], 4)
+    assert plan.report().inserted == []
+    assert prove(model, apply_rescale(model, plan), _feeds(3)) == 0.0
+
+
 def test_shared_initializer_is_duplicated_for_the_scaled_reader():
     """conv2 (not scaled) reads the same weight as conv1: conv1 gets a copy, conv2 keeps the original."""
     g = G(SHAPE)
@@ -199,6 +214,45 @@ def test_vae_small_rescale_keeps_fp16_and_recovers_the_image(vae_small):
     assert np.isfinite(after).all() and relative_difference(ref, after) <= 1e-2
     assert image_psnr(to_uint8_image(after), to_uint8_image(ref)) >= 30.0
     assert {a for _, a, _, _ in plan.report().attributes} == {"epsilon"}
+
+
+@pytest.mark.parametrize("op", ["Mul", "Div"])
+def test_a_multiply_or_divide_by_a_constant_carries_the_factor(op):
+    """x * 4e4 (or x / 2.5e-5) -> GroupNorm: the constant takes 2^-k (the divisor 2^k), nothing else changes."""
+    g = G(SHAPE)
+    c = g.const(np.float32(4e4) if op == "Mul" else np.float32(2.5e-5), "/up.c")
+    big = g.op(op, ["x", c], "/up")
+    model = g.model(group_norm(g, big, groups=4, channels=8))
+    feeds = _feeds(5)
+    plan = plan_rescale(model, [big], 3)
+    [(node, src, _, factor)] = plan.report().initializers
+    assert (node, src, factor) == ("/up", "/up.c", 2.0 ** -3 if op == "Mul" else 2.0 ** 3)
+    assert plan.report().inserted == []
+    patched = apply_rescale(model, plan)
+    assert prove(model, patched, feeds) == 0.0
+    assert not np.isfinite(_out(model, NpuPolicy("ascend910b"), feeds)).all()
+    assert np.isfinite(_out(patched, NpuPolicy("ascend910b"), feeds)).all()
+
+
+def test_the_sdxl_like_vae_overflows_on_ordinary_latents_and_the_rescale_fixes_it():
+    """mschecker.sd.SDXL_LIKE_VAE on unit-std latents / 0.13025 (SDXL's scaling factor): NaN on ascend910b as
+    the real SDXL VAE in fp16; rescaled (k = 3 by choose_k: peak 1.25e5) float64-identical and within 2e-3
+    (measured 1.17e-3)."""
+    from mschecker.sd import SDXL_SCALING_FACTOR, build_sdxl_like_vae_decoder
+
+    model = build_sdxl_like_vae_decoder()
+    z = np.random.default_rng(0).standard_normal((1, 4, 16, 16)) / SDXL_SCALING_FACTOR
+    feeds = {"latent_sample": z.astype(np.float32)}
+    peaks = _peaks(model, feeds)
+    hot = sorted(t for t, v in peaks.items() if v > FP16_MAX)
+    assert hot and max(peaks.values()) > 1.5 * FP16_MAX
+    k = choose_k(model, hot, max(peaks[t] for t in hot))
+    patched = apply_rescale(model, plan_rescale(model, hot, k))
+    assert prove(model, patched, feeds) == 0.0
+    before = _out(model, NpuPolicy("ascend910b"), feeds)
+    after = _out(patched, NpuPolicy("ascend910b"), feeds)
+    assert not np.isfinite(before).all()
+    assert relative_difference(_out(model, ReferencePolicy(), feeds), after) <= 2e-3
 
 
 # ------------------------------------------------------------------------------------------------ MatMul + bias

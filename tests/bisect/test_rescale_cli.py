@@ -40,16 +40,48 @@ def test_the_rescale_fixes_the_vae_with_no_fp32_and_says_what_it_changed(small_v
     assert not [t.name for t in patched.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16]
 
 
-def test_where_no_rescale_exists_bisect_says_why_and_searches(tmp_path, capsys):
-    """An overflow that no norm absorbs (the product reaches the graph output): refused with the reason, then the
-    usual search finds the ATC fix."""
-    from . import models as M
+def test_bisect_rescales_by_default_and_searches_the_rescaled_model_when_that_is_not_enough(tmp_path, capsys):
+    """Conv x4e4 -> GroupNorm -> SiLU at 5e-4: the rescale is exact and removes the NaN, but fp16 alone misses
+    5e-4 (measured rel L2 6.9e-4); the moves are then searched on the rescaled model, and both are written (the
+    model atc compiles and the ATC files naming its nodes). --no-rescale searches the original model."""
+    from .test_rescale import _chain, _feeds
 
-    model = M.device_group_norm_overflow()
+    model, _ = _chain()
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     x = tmp_path / "x.npz"
-    np.savez(x, **M.feeds(model, 10, 1.0))
+    np.savez(x, **_feeds(0))
+    out = tmp_path / "o"
+    argv = ["bisect", "--model", str(path), "--input", str(x), "--tolerance", "5e-4", "--no-progress", "--json"]
+    assert main(argv + ["--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads((out / "bisect_report.json").read_text())
+    rs = doc["rescale"]
+    assert rs["combined_with_moves"] and not rs["passed"] and rs["float64_rel_diff"] == 0
+    assert "the fix search below ran on the rescaled model" in " ".join(text.split())
+    assert doc["verdict"] == "FIXED" and doc["recommendation"] is not None
+    rescaled = onnx.load(out / "model_rescaled.onnx")
+    names = {n.name for n in rescaled.graph.node}
+    moved = doc["recommendation"]["keep_dtype"] + [e.split("::")[0] for e in doc["recommendation"]["customize_dtypes"]]
+    assert moved and all(m in names or m.startswith("OpType") for m in moved)
+    assert (out / "rescale_report.txt").exists()
+    assert (out / "keep_dtype.cfg").exists() or (out / "customize_dtypes.cfg").exists()
+    plain = tmp_path / "p"
+    assert main(argv + ["--out", str(plain), "--no-rescale"]) == 0
+    doc = json.loads((plain / "bisect_report.json").read_text())
+    assert doc["rescale"] is None and not (plain / "model_rescaled.onnx").exists()
+
+
+def test_where_no_rescale_exists_bisect_says_why_and_searches(tmp_path, capsys):
+    """An overflow that no norm absorbs (x * 4000 * 1/4000: the scaled product would reach the graph output):
+    refused with the reason, then the usual search finds the ATC fix."""
+    from . import models as M
+
+    model = M.overflowing_product()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    x = tmp_path / "x.npz"
+    np.savez(x, **M.feeds(model, 10, 30.0))
     code = main(["bisect", "--model", str(path), "--input", str(x), "--tolerance", "1e-2", "--out",
                  str(tmp_path / "o"), "--no-progress", "--rescale", "--json"])
     text = capsys.readouterr().out
