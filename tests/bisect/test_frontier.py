@@ -90,6 +90,7 @@ def test_bisect_prices_the_evaluations_and_can_choose_by_cost(tmp_path, capsys):
     configs = {tuple(p["config"]["keep_dtype"]) for p in points}
     assert {(), ("/scale_up/Mul",), ("/norm/Mul/GroupNorm", "/scale_up/Mul")} <= configs  # as given .. all-fp32
     assert any(p["pareto"] for p in points)
+    assert doc["search"]["order"]["order"] == "cost"   # --choose cost orders the candidates by error per second
     cost = doc["cost"]
     # (on a graph this small the Casts of an island cost more than fp32 arithmetic: all-fp32 can be the cheapest)
     assert cost["baseline_estimated_seconds"] > 0

@@ -12,8 +12,7 @@ import pytest
 from onnx import helper
 
 from mschecker.bisect.lockstep import Analysis, NodeRecord, OutputRecord
-from mschecker.bisect.priors import (DATA_MAX, INIT_MAX, PRIOR_WEIGHT, Prior, item_prior, move_seconds,
-                                     node_priors, order_candidates)
+from mschecker.bisect.priors import DATA_MAX, INIT_MAX, Prior, item_prior, move_seconds, node_priors, order_candidates
 from mschecker.bisect.stats import ErrorStats, ReferenceRange
 from mschecker.compare import ToleranceRule
 
@@ -42,34 +41,39 @@ def _node(name, op_type, inputs):
 def test_each_prior_is_read_from_its_own_evidence():
     """range: a float input or output beyond 512 (an input's range too, and a graph input's from the feeds);
     init: a constant beyond 65504; class: torch.autocast's float32 list. Constants do not count for range."""
-    recs = [_record(0, "mm", "MatMul", 0.1, peak=DATA_MAX * 1.01),          # its output passes 512
+    # literals, not the module's constants: a slip in DATA_MAX / INIT_MAX must fail here
+    recs = [_record(0, "mm", "MatMul", 0.1, peak=520.0),                     # its output passes 512
             _record(1, "sm", "Softmax", 0.1, peak=1.0, inputs=["mm_out"]),   # reads it: range too, and class
             _record(2, "mul", "Mul", 0.1, peak=1.0),                         # a big constant: init
-            _record(3, "add", "Add", 0.1, peak=DATA_MAX)]                    # exactly 512: not beyond
+            _record(3, "add", "Add", 0.1, peak=512.0),                       # exactly 512: not beyond
+            _record(4, "sub", "Sub", 0.1, peak=1.0)]                         # a constant of exactly 65504
     nodes = {"mm": _node("mm", "MatMul", ["x", "w"]), "sm": _node("sm", "Softmax", ["mm_out"]),
-             "mul": _node("mul", "Mul", ["x", "big"]), "add": _node("add", "Add", ["g", "w"])}
-    consts = {"w": np.full((4, 4), 1e6, np.float32), "big": np.float32(INIT_MAX * 2)}
+             "mul": _node("mul", "Mul", ["x", "big"]), "add": _node("add", "Add", ["g", "w"]),
+             "sub": _node("sub", "Sub", ["x", "edge"])}
+    consts = {"w": np.full((4, 4), 1e6, np.float32), "big": np.float32(70000.0), "edge": np.float32(65504.0)}
     p = node_priors(_analysis(recs), nodes, consts, {"x": np.ones(4, np.float32), "g": np.full(4, 600.0)})
-    assert p["mm"] == Prior(range=True, init=True, op_class=False, peak=pytest.approx(DATA_MAX * 1.01))
+    assert p["mm"] == Prior(range=True, init=True, op_class=False, peak=520.0)
+    assert not p["sub"].init and not p["sub"].range
+    assert (DATA_MAX, INIT_MAX) == (512.0, 65504.0)
     assert (p["sm"].range, p["sm"].init, p["sm"].op_class) == (True, False, True)
     assert (p["mul"].range, p["mul"].init, p["mul"].op_class) == (False, True, False)
     assert p["add"].range and p["add"].peak == 600.0    # the graph input g (feeds), not the constant w
-    assert Prior(True, True, True).weight == PRIOR_WEIGHT ** 3 and Prior().weight == 1.0
+    assert Prior(True, True, True).weight == 8.0 and Prior(op_class=True).weight == 2.0 and Prior().weight == 1.0
 
 
 def test_the_orders_differ_only_where_priors_or_cost_say_so():
-    recs = [_record(0, "a", "Add", 0.30), _record(1, "b", "Softmax", 0.20), _record(2, "c", "Add", 0.12),
+    recs = [_record(0, "a", "Add", 0.30), _record(1, "b", "Softmax", 0.20), _record(2, "c", "Exp", 0.12),
             _record(3, "d", "Exp", 0.01)]
     a = _analysis(recs)
     ranked = ["a", "b", "c", "d"]
     priors = {r.name: Prior(op_class=r.op_type in ("Softmax", "Exp")) for r in recs}
     assert order_candidates(ranked, a, "error").items == ranked
-    # Softmax 0.20 * 2 = 0.40 overtakes 0.30; Exp 0.01 * 2 stays last: a factor of two per prior, no more
+    # Softmax 0.20 * 2 = 0.40 overtakes 0.30; Exp 0.12 * 2 = 0.24 does not (it would at a factor of 3)
     assert order_candidates(ranked, a, "priors", priors).items == ["b", "a", "c", "d"]
     seconds = {"a": 1.0, "b": 10.0, "c": 0.1, "d": 1.0}
     o = order_candidates(ranked, a, "cost", priors, seconds)
-    assert o.items == ["c", "a", "b", "d"]       # 1.2, 0.3, 0.04, 0.02 per second
-    assert o.score["c"] == pytest.approx(1.2) and o.move_seconds == seconds
+    assert o.items == ["c", "a", "b", "d"]       # 2.4, 0.3, 0.04, 0.02 per second
+    assert o.score["c"] == pytest.approx(2.4) and o.move_seconds == seconds
     doc = o.to_dict()
     assert doc["order"] == "cost" and [r["item"] for r in doc["top"]] == o.items
     with pytest.raises(ValueError):
