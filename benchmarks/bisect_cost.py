@@ -75,7 +75,8 @@ def order_case(path, feeds, tol, order: str) -> dict:
     and the cheapest passing configuration it evaluated, both priced."""
     r, wall = _bisect(path, feeds, tol, choose="cost", order=order, rescale=False)
     s, rec = r.search, r.search.recommended
-    return {"evaluations": s.evaluations, "bound": s.bound, "regime": s.regime, "culprits": len(s.culprits),
+    return {"evaluations": s.evaluations, "located_in": s.located_in, "bound": s.bound, "regime": s.regime,
+            "culprits": len(s.culprits),
             "fewest_moves": {"moves": rec.changes if rec else None, "estimated_s": r.cost_of_fewest},
             "cheapest": {"moves": r.recommendation.config.changes if r.recommendation else None,
                          "estimated_s": min((p.seconds for p in r.frontier.points if p.passed), default=None)},
