@@ -28,3 +28,5 @@ MSCHECKER_NO_FASTCOMPARE=1 MSCHECKER_NO_FASTFP16=1 MSCHECKER_NO_FASTREF=1 python
 bash ci/oldest_deps.sh
 # The installed package: wheel, fresh venv, commands and pytest plugin run from site-packages.
 bash ci/smoke_installed.sh
+# The optional Parquet export with pyarrow installed (ci/optional_export.sh), last: it adds pyarrow to this venv.
+bash ci/optional_export.sh
