@@ -114,8 +114,11 @@ def _headroom_entry(node) -> dict | None:
 
 
 def _before_after(result: BisectResult) -> list[dict]:
+    """Per sample and graph output: the error as given (of the model as given, also when the fix includes the
+    rescale) and under the fix (the proof)."""
     rows = []
-    for label, before, after in zip([x.label for x in result.samples], result.analysis.per_sample,
+    given = result.analysis_before_rescale or result.analysis
+    for label, before, after in zip([x.label for x in result.samples], given.per_sample,
                                     result.proof.per_sample):
         rows.append({"sample": label, "outputs": [{"name": k, "before": before[k].to_dict(),
                                                    "after": after[k].to_dict()} for k in before]})
@@ -218,7 +221,7 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
         ba = Table(title="before / after (worst over samples)")
         for col in ("output", "rel L2 before", "rel L2 after", "max abs before", "max abs after", "after passes"):
             ba.add_column(col)
-        for name, before in a.outputs.items():
+        for name, before in (result.analysis_before_rescale or a).outputs.items():  # the model as given
             after = result.proof.outputs[name]
             ba.add_row(Text(plain(name)), f"{before.rel_l2:.3g}", f"{after.rel_l2:.3g}", f"{before.max_abs or 0:.3g}",
                        f"{after.max_abs or 0:.3g}", "yes" if after.passed else "no")

@@ -60,6 +60,8 @@ def test_bisect_rescales_by_default_and_searches_the_rescaled_model_when_that_is
     assert rs["combined_with_moves"] and not rs["passed"] and rs["float64_rel_diff"] == 0
     assert "the fix search below ran on the rescaled model" in " ".join(text.split())
     assert doc["verdict"] == "FIXED" and doc["recommendation"] is not None
+    # "before" is the model as given (NaN), not the rescaled model without moves
+    assert all(o["before"]["rel_l2"] == "inf" for s in doc["proof"]["samples"] for o in s["outputs"])
     rescaled = onnx.load(out / "model_rescaled.onnx")
     names = {n.name for n in rescaled.graph.node}
     kept = doc["recommendation"]["keep_dtype"]   # ONNX node names (keep_dtype is read before GE's fusions)
