@@ -229,7 +229,7 @@ class SearchResult:
     recommended: FixConfig | None          # the passing configuration with the fewest changes found
     best: Evaluation | None                # the evaluation of `recommended`, else the closest failing one
     culprits: list[str]                    # in the order the search found them
-    candidates: list[str]                  # the ranking it searched (own error, descending)
+    candidates: list[str]                  # the candidates in the order searched (bisect.priors)
     evaluations: int
     bound: int                             # 2 + (k+1)*ceil(log2 n) for the k culprits found among n candidates
     exhausted: str | None                  # why the budget stopped the search, if it did
