@@ -14,7 +14,13 @@ by the engine as `killed`.
 
 A record is plain data: status (pass | fail | crashed), one-line reason, metrics {name: float} (NaN allowed:
 the store keeps it), detail (JSON-ready), versions, profile_hash, model_sha256, timings and the worker's peak
-RSS so far.
+RSS so far; and, for a check cell that runs the graph executor (device "reference" or "npu"), fingerprints:
+{"names": [node keys], "data": bytes} (mschecker.campaign.fingerprints.Recorder.record(); the store's
+record_cell writes them), one fingerprint per float output of every device op, recorded for the first repeat
+only (repeat 0: on those bit-exact devices every repeat computes the same bits, and repeats > 0 exist only on
+devices that are not) and for the cell's one input set (a check cell has one). An "ort" (onnxruntime) cell has
+none: onnxruntime runs the graph as one call and exposes no per-node values; sd and kernels cells have none yet
+(an sd cell runs three graphs over many steps: which step to fingerprint is still to decide).
 """
 from __future__ import annotations
 
@@ -55,7 +61,10 @@ def run_cell(cell: Cell, local_paths: dict[str, str] | None = None) -> dict:
               "model_sha256": None}
     try:
         params = _localize(cell.params, local_paths or {})
-        record.update(_RUNNERS[cell.kind](params))
+        if cell.kind == "check":
+            record.update(_run_check(params, fingerprints=cell.repeat == 0))
+        else:
+            record.update(_RUNNERS[cell.kind](params))
     except Exception as exc:  # noqa: BLE001 - a crashing cell is recorded, the campaign goes on
         record.update(status=STATUS_CRASHED, reason=one_line(exc),
                       detail={"where": _where(exc), "input_error": isinstance(exc, InputError)})
@@ -119,7 +128,31 @@ def profile_hash(profile: str | None, options: dict, stage_options: dict | None 
 
 
 # --------------------------------------------------------------------------------------------------- check
-def _run_check(p: dict) -> dict:
+class _RecordingRunner:
+    """A graph runner whose first run() records per-node fingerprints (fingerprints.Recorder through
+    run_captured: the same bits as run(), with the capture hook). Everything else goes to the runner."""
+
+    def __init__(self, runner):
+        from .fingerprints import Recorder
+
+        self._runner = runner
+        self.recorder: Recorder | None = Recorder(runner.executor)
+        self.recorded: dict | None = None
+
+    def __getattr__(self, name):
+        return getattr(self._runner, name)
+
+    def run(self, feeds):
+        if self.recorder is None:
+            return self._runner.run(feeds)
+        recorder, self.recorder = self.recorder, None
+        outputs = self._runner.run_captured(feeds, recorder)
+        self.recorded = recorder.record()
+        return outputs
+
+
+def _run_check(p: dict, *, fingerprints: bool = False) -> dict:
+    """fingerprints: record per-node fingerprints (graph executor devices only; see the module docstring)."""
     from types import SimpleNamespace
 
     from ..commands._args import tolerance_rule
@@ -130,6 +163,9 @@ def _run_check(p: dict) -> dict:
     rule = tolerance_rule(flags, hint=golden_tolerance_hint(p["golden"]))
     options = p["npu_options"] if p["device"] == "npu" else {}
     runner = make_runner(p["model"], device=p["device"], profile=p["profile"], **options)
+    recording = None
+    if fingerprints and p["device"] in ("reference", "npu") and hasattr(runner, "run_captured"):
+        runner = recording = _RecordingRunner(runner)
     report = check_model(p["model"], p["inputs"], p["golden"], rule, device=p["device"], profile=p["profile"],
                          runner=runner, topk=p["topk"])
     metrics = {}
@@ -140,11 +176,14 @@ def _run_check(p: dict) -> dict:
                 metrics[f"{t.name}.{m}"] = float(v)
     failing = [t for t in report.tensors if not t.passed]
     reason = "; ".join(f"{t.name}: {', '.join(t.failed_rules) or 'failed'}" for t in failing)
-    return {"status": STATUS_PASS if report.passed else STATUS_FAIL, "reason": reason, "metrics": metrics,
-            "detail": {"rule": report.rule.to_dict() if hasattr(report.rule, "to_dict") else str(report.rule),
-                       "timings_s": report.meta.get("timings_s"), "runner": report.meta.get("runner")},
-            "profile_hash": profile_hash(p["profile"], options) if p["device"] == "npu" else None,
-            "model_sha256": report.meta.get("model_sha256")}
+    out = {"status": STATUS_PASS if report.passed else STATUS_FAIL, "reason": reason, "metrics": metrics,
+           "detail": {"rule": report.rule.to_dict() if hasattr(report.rule, "to_dict") else str(report.rule),
+                      "timings_s": report.meta.get("timings_s"), "runner": report.meta.get("runner")},
+           "profile_hash": profile_hash(p["profile"], options) if p["device"] == "npu" else None,
+           "model_sha256": report.meta.get("model_sha256")}
+    if recording is not None and recording.recorded is not None:
+        out["fingerprints"] = recording.recorded
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------ sd

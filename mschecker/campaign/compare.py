@@ -40,12 +40,17 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError
 from .cells import FINISHED, STATUS_FAIL, STATUS_PASS
+from .fingerprints import Moved, first_moved_node
+from .history import BLIP, MIN_SERIES, STEADY, STEP, HistoryJudgement, Series, judge_series, load_series
 from .store import CellRecord, Store
 
 HIGHER_IS_BETTER = ("psnr_db", "ssim", "cosine", "snr_db", "caught")
 WORSE, SAME, BETTER = "worse", "same", "better"
 CHANGED, NEW, MISSING, NO_BASELINE = "changed", "new", "missing", "no baseline"
 MACHINE = "machine"
+# Expected-results outcomes (mschecker.campaign.expected): what a cell named in the file did.
+EXPECTED_FAILURE, UNEXPECTED_PASS, FLAKY_FAILURE, FLAKY_PASS = ("expected failure", "unexpected pass",
+                                                                "flaky (failure tolerated)", "flaky (passed)")
 # (label, fact) of the machine facts compared per cell; "cpu" is in CellRecord.versions, the rest in .machine.
 MACHINE_LABELS = (("CPU", "cpu"), ("numpy SIMD", "numpy_simd"),
                   ("NPY_DISABLE_CPU_FEATURES", "npy_disable_cpu_features"), ("BLAS library", "blas_library"),
@@ -65,8 +70,10 @@ class MetricVerdict:
     noise: float
     allow: float
     verdict: str
-    samples: tuple[int, int]          # (baseline, run) sample counts
+    samples: tuple[int, int]          # (baseline, run) sample counts; against the history: (runs, run's samples)
     noise_measured: bool
+    against: str = "baseline"         # "baseline": the baseline run's value; "history": the window's center
+    history: HistoryJudgement | None = None   # the series' center, band, nights and trend (with --history)
 
     @property
     def delta(self) -> float:
@@ -76,7 +83,8 @@ class MetricVerdict:
         return {"name": self.name, "baseline": self.baseline, "run": self.run, "delta": self.delta,
                 "noise": self.noise, "allow": self.allow, "verdict": self.verdict,
                 "higher_is_better": higher_is_better(self.name), "samples": list(self.samples),
-                "noise_measured": self.noise_measured}
+                "noise_measured": self.noise_measured, "against": self.against,
+                **({"history": self.history.to_dict()} if self.history else {})}
 
 
 @dataclass
@@ -93,10 +101,26 @@ class CellComparison:
     metrics: list[MetricVerdict] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)   # inputs that differ: model sha256, profile hash
     machine: list[str] = field(default_factory=list)   # machine facts that differ (bit-exact cells that moved)
+    expected: str = ""          # the expected-results outcome: expected failure / unexpected pass / flaky ...
+    expected_reason: str = ""   # the reason the expected-results file gives
+    first_moved: Moved | None = None  # a worse cell: the first device op whose fingerprint moved (fingerprints.py)
 
     @property
     def regressed(self) -> bool:
-        return self.verdict == WORSE
+        """Worse than the baseline or the history, and not declared as a known failure or flaky."""
+        return self.verdict == WORSE and self.expected not in (EXPECTED_FAILURE, FLAKY_FAILURE)
+
+    @property
+    def trend(self) -> str:
+        """The history trend of the cell (the strongest of its metrics': step, then blip); "" without one."""
+        trends = {m.history.trend for m in self.metrics if m.history is not None}
+        return next((t for t in (STEP, BLIP, STEADY) if t in trends), "")
+
+    def trend_metric(self) -> MetricVerdict | None:
+        """The metric whose history trend is the cell's (worse first), for the report and the plot."""
+        t = self.trend
+        cands = [m for m in self.metrics if m.history is not None and m.history.trend == t]
+        return min(cands, key=lambda m: (m.verdict != WORSE, m.verdict != BETTER, m.name)) if cands else None
 
     def worst(self) -> MetricVerdict | None:
         """The metric that got relatively worst (largest worsening in units of its baseline magnitude)."""
@@ -108,6 +132,9 @@ class CellComparison:
                 "device": self.device, "baseline_status": self.baseline_status, "run_status": self.run_status,
                 "verdict": self.verdict, "regressed": self.regressed, "reason": self.reason,
                 "changes": self.changes, "machine_changes": self.machine,
+                **({"trend": self.trend} if self.trend else {}),
+                **({"expected": self.expected, "expected_reason": self.expected_reason} if self.expected else {}),
+                **({"first_moved": self.first_moved.to_dict()} if self.first_moved is not None else {}),
                 "metrics": [m.to_dict() for m in self.metrics]}
 
 
@@ -118,10 +145,23 @@ class Comparison:
     campaign: str
     cells: list[CellComparison]
     environment: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)  # what differs: base, run
+    history: list[str] = field(default_factory=list)   # --history: the window's run ids, oldest first
+    series: Series | None = None                       # --history: the values (for the HTML plots)
+    expected_file: str | None = None                   # --expected / [campaign] expected
+    strict_expected: bool = False                      # --strict-expected: an unexpected pass fails
 
     @property
     def regressed(self) -> list[CellComparison]:
         return [c for c in self.cells if c.regressed]
+
+    @property
+    def unexpected_passes(self) -> list[CellComparison]:
+        return [c for c in self.cells if c.expected == UNEXPECTED_PASS]
+
+    @property
+    def failed(self) -> bool:
+        """Whether the comparison fails (exit 1): a regression, or with --strict-expected an unexpected pass."""
+        return bool(self.regressed) or (self.strict_expected and bool(self.unexpected_passes))
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -133,6 +173,9 @@ class Comparison:
         return {"schema_version": 1, "tool": "mschecker campaign compare", "campaign": self.campaign,
                 "baseline": self.baseline, "run": self.run, "regressed": bool(self.regressed),
                 "counts": self.counts(),
+                **({"history": self.history} if self.history else {}),
+                **({"expected_file": self.expected_file, "strict_expected": self.strict_expected,
+                    "unexpected_passes": [c.key for c in self.unexpected_passes]} if self.expected_file else {}),
                 "environment_changes": {k: {"baseline": b, "run": r} for k, (b, r) in self.environment.items()},
                 "cells": [c.to_dict() for c in self.cells]}
 
@@ -211,7 +254,10 @@ def judged(name: str, patterns: list[str]) -> bool:
 
 
 def compare_cell(base: list[CellRecord] | None, run: list[CellRecord] | None,
-                 allow: dict[str, float], patterns: list[str] = ("*",)) -> CellComparison:
+                 allow: dict[str, float], patterns: list[str] = ("*",), series: Series | None = None) -> CellComparison:
+    """One cell against its baseline samples; with `series` (--history) its metrics are judged against the
+    window's runs of the same spec hash instead (bit-exact cells: still against the baseline's value, the
+    history giving the trend)."""
     ref = (run or base)[0]
     bs = cell_status(base) if base else None
     rs = cell_status(run) if run else None
@@ -234,7 +280,11 @@ def compare_cell(base: list[CellRecord] | None, run: list[CellRecord] | None,
         return out
     bit_exact = ref.bit_exact and base[0].bit_exact
     names = sorted({n for s in base + run for n in s.metrics if judged(n, patterns)})
-    out.metrics = _judge_all(names, base, run, bit_exact, allow)
+    hist = None
+    if series is not None and len({s.spec_hash for s in run}) == 1:
+        key, spec_hash = ref.key, run[0].spec_hash
+        hist = lambda name: series.of(key, name, spec_hash)  # noqa: E731
+    out.metrics = _judge_all(names, base, run, bit_exact, allow, hist)
     if {s.spec_hash for s in base} != {s.spec_hash for s in run}:
         out.verdict, out.reason = CHANGED, "the cell's parameters changed (spec hash differs): not comparable"
         return out
@@ -242,7 +292,7 @@ def compare_cell(base: list[CellRecord] | None, run: list[CellRecord] | None,
     if bit_exact and moved:
         out.machine = machine_changes(base, run)
         if out.machine:  # judged as a non-bit-exact cell: the machine's BLAS order / SIMD dispatch is its noise
-            out.metrics = _judge_all(names, base, run, False, allow)
+            out.metrics = _judge_all(names, base, run, False, allow, hist)
     verdicts = {m.verdict for m in out.metrics}
     also = f" (the machine differs too: {'; '.join(out.machine)})" if out.machine else ""
     if bs == STATUS_PASS and rs == STATUS_FAIL:
@@ -266,22 +316,54 @@ def _moved(m: MetricVerdict) -> bool:
 
 
 def _judge_all(names: list[str], base: list[CellRecord], run: list[CellRecord], bit_exact: bool,
-               allow: dict[str, float]) -> list[MetricVerdict]:
+               allow: dict[str, float], hist=None) -> list[MetricVerdict]:
     out = []
     for name in names:
         bvals = [s.metrics[name] for s in base if name in s.metrics]
         rvals = [s.metrics[name] for s in run if name in s.metrics]
-        if bvals and rvals:
+        if not (bvals and rvals):
+            continue
+        points = hist(name) if hist is not None else []
+        if len(points) < MIN_SERIES:
             out.append(judge_metric(name, bvals, rvals, bit_exact=bit_exact, allow=_allowance(name, allow)))
+        elif bit_exact:  # any change from the baseline's value is real; the history says step or blip
+            m = judge_metric(name, bvals, rvals, bit_exact=True, allow=_allowance(name, allow))
+            m.history = judge_series(points, m.run, bit_exact=True)
+            out.append(m)
+        else:
+            out.append(judge_history(name, points, rvals, allow=_allowance(name, allow)))
     return out
 
 
-def compare_runs(store: Store, baseline_id: str, run_id: str, allow: dict[str, float] | None = None) -> Comparison:
+def judge_history(name: str, points: list[tuple[str, float]], run: list[float], *, allow: float) -> MetricVerdict:
+    """A non-bit-exact metric against its history (mschecker.campaign.history): worse when the run's value lies
+    beyond the band (K_SIGMA x the series' MAD sigma, at least the run's own repeat spread) plus the declared
+    allowance on the worse side, better beyond the band on the better side, same otherwise."""
+    r = _center(run)
+    j = judge_series(points, r, bit_exact=False, run_spread=_spread(run))
+    c = j.center
+    if math.isnan(c) or math.isnan(r):
+        verdict = SAME if math.isnan(c) and math.isnan(r) else (WORSE if math.isnan(r) else BETTER)
+    elif c == r or j.outside == 0:
+        verdict = SAME
+    elif math.isinf(c) or math.isinf(r):
+        verdict = BETTER if (r > c) == higher_is_better(name) else WORSE
+    else:
+        improvement = (r - c) if higher_is_better(name) else (c - r)
+        verdict = WORSE if improvement < -(j.band + allow) else BETTER if improvement > j.band else SAME
+    return MetricVerdict(name, c, r, j.band, allow, verdict, (len(points), len(run)), True, "history", j)
+
+
+def compare_runs(store: Store, baseline_id: str, run_id: str, allow: dict[str, float] | None = None, *,
+                 history: int | None = None) -> Comparison:
     """Compare every cell of `run_id` with `baseline_id` (both must exist: InputError naming the id). The
     allowances ([compare] allow, unless given) and the judged metrics ([compare] metrics) are the run's
-    campaign's."""
+    campaign's. With `history` (N >= 2), each cell's metrics are judged against the last N finished runs of the
+    campaign before `run_id` (mschecker.campaign.history; InputError when the store holds fewer); the baseline
+    still decides status changes (pass -> fail), parameter and machine changes, and bit-exact cells' values."""
     store.run(baseline_id)  # InputError naming an unknown id
     run_info = store.run(run_id)
+    series = load_series(store, run_info.campaign, run_id, history) if history else None
     try:  # the allowances and patterns stored with the run (spec_json): a tampered store is bad input
         declared = run_info.spec.get("compare") or {}
         if allow is None:
@@ -292,8 +374,12 @@ def compare_runs(store: Store, baseline_id: str, run_id: str, allow: dict[str, f
                          f"campaign file declares)") from None
     base, run = _group(store.cells(baseline_id)), _group(store.cells(run_id))
     keys = list(dict.fromkeys([*run, *base]))
-    cells = [compare_cell(base.get(k), run.get(k), allow, patterns) for k in keys]
-    return Comparison(baseline_id, run_id, run_info.campaign, cells, environment_changes(base, run))
+    cells = [compare_cell(base.get(k), run.get(k), allow, patterns, series) for k in keys]
+    for c in cells:  # where a worse cell's values first moved, from the stored fingerprints (nothing re-run)
+        if c.verdict in (WORSE, MACHINE) and c.key in base and c.key in run:
+            c.first_moved = first_moved_node(store, baseline_id, run_id, c.key)
+    return Comparison(baseline_id, run_id, run_info.campaign, cells, environment_changes(base, run),
+                      history=list(series.runs) if series else [], series=series)
 
 
 ENVIRONMENT = ("mschecker", "onnxruntime", "numpy", "python", "cpu")

@@ -20,7 +20,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..untrusted import markup, plain as _plain, plot_text as _plot_text
-from .compare import BETTER, MACHINE, SAME, WORSE, CellComparison, Comparison
+from .compare import (BETTER, EXPECTED_FAILURE, FLAKY_FAILURE, MACHINE, SAME, UNEXPECTED_PASS, WORSE, CellComparison,
+                      Comparison, MetricVerdict)
+from .history import BLIP, STEP
 from .store import CellRecord, Store
 
 _ORDER = {WORSE: 0, "crashed": 1, "timeout": 1, "killed": 1, MACHINE: 2, BETTER: 2, "changed": 3, "no baseline": 3,
@@ -30,6 +32,10 @@ _STYLE = {WORSE: "bold red", BETTER: "green", SAME: "dim", MACHINE: "magenta",
           "killed": "bold yellow", "pass": "green", "fail": "red"}
 HISTORY_RUNS = 10
 WORST_CELLS = 10
+# Per-cell history plots in the HTML: only cells that changed, stepped, blipped or are named in the expected
+# results, and at most this many (worst first; ~20 KB each): the page stays small at 500 cells.
+CELL_PLOTS_MAX = 40
+_EXPECTED_STYLE = {EXPECTED_FAILURE: "yellow", UNEXPECTED_PASS: "bold cyan", FLAKY_FAILURE: "yellow"}
 
 
 def _html(text) -> str:
@@ -53,19 +59,49 @@ def _styled(status: str | None) -> str:
     return f"[{style}]{escape(status)}[/]" if style else escape(status)
 
 
+def _shown_metric(c: CellComparison) -> MetricVerdict | None:
+    return (c.worst() or next((m for m in c.metrics if m.verdict == BETTER), None)
+            or (c.trend_metric() if c.trend in (STEP, BLIP) else None)
+            or next((m for m in c.metrics if m.delta != 0.0 and not math.isnan(m.delta)), None))
+
+
 def _metric_text(c: CellComparison) -> str:
-    m = (c.worst() or next((m for m in c.metrics if m.verdict == BETTER), None)
-         or next((m for m in c.metrics if m.delta != 0.0 and not math.isnan(m.delta)), None))
+    m = _shown_metric(c)
     if m is None:
         return ""
+    if m.against == "history":
+        return (f"{m.name}: {fmt(m.baseline)} -> {fmt(m.run)} (history median of {m.samples[0]} runs, "
+                f"band +-{fmt(m.noise)})")
     noise = ""
     if m.noise or not m.noise_measured:
         noise = f" (noise {fmt(m.noise)}{'' if m.noise_measured else ', unmeasured'})"
     return f"{m.name}: {fmt(m.baseline)} -> {fmt(m.run)}{noise}"
 
 
+def _trend_text(c: CellComparison) -> str:
+    """step (N nights, since RUN) / blip / blip (RUN came back) / same; "" without a history."""
+    m = c.trend_metric()
+    if m is None or m.history is None:
+        return ""
+    h = m.history
+    if h.trend == STEP:
+        return f"step ({h.nights} runs, since {h.since})"
+    if h.trend == BLIP:
+        return f"blip ({h.since} came back)" if h.since else "blip (this run only)"
+    return h.trend
+
+
+def _expected_text(c: CellComparison) -> str:
+    return f"{c.expected}: {c.expected_reason[:120]}" if c.expected else ""
+
+
+def _listed(c: CellComparison, show_same: bool) -> bool:
+    return show_same or c.verdict != SAME or c.trend in (STEP, BLIP) or bool(c.expected)
+
+
 def _reason(c: CellComparison) -> str:
-    return "; ".join([c.reason[:200]] * bool(c.reason) + c.changes)
+    moved = [c.first_moved.short()] if c.first_moved is not None else []
+    return "; ".join([c.reason[:200]] * bool(c.reason) + c.changes + moved)
 
 
 def sorted_cells(comparison: Comparison) -> list[CellComparison]:
@@ -75,14 +111,24 @@ def sorted_cells(comparison: Comparison) -> list[CellComparison]:
 # -------------------------------------------------------------------------------------------------- console
 def render_comparison(comparison: Comparison, console: Console, *, show_same: bool = False) -> None:
     counts = comparison.counts()
-    table = Table(title=f"campaign {markup(comparison.campaign)}: {markup(comparison.run)} vs baseline "
-                        f"{markup(comparison.baseline)}")
-    for col in ("cell", "device", "baseline", "run", "verdict", "metric (baseline -> run)", "reason"):
+    against = (f"the history of {len(comparison.history)} runs (baseline {markup(comparison.baseline)})"
+               if comparison.history else f"baseline {markup(comparison.baseline)}")
+    table = Table(title=f"campaign {markup(comparison.campaign)}: {markup(comparison.run)} vs {against}")
+    cols = ["cell", "device", "baseline", "run", "verdict", "metric (baseline -> run)"]
+    cols += ["history"] * bool(comparison.history) + ["expected"] * bool(comparison.expected_file) + ["reason"]
+    for col in cols:
         table.add_column(col, overflow="fold")
-    shown = [c for c in sorted_cells(comparison) if show_same or c.verdict != SAME]
+    shown = [c for c in sorted_cells(comparison) if _listed(c, show_same)]
     for c in shown:
-        table.add_row(markup(c.key), markup(c.device), _styled(c.baseline_status), _styled(c.run_status),
-                      _styled(c.verdict), markup(_metric_text(c)), markup(_reason(c)))
+        row = [markup(c.key), markup(c.device), _styled(c.baseline_status), _styled(c.run_status),
+               _styled(c.verdict), markup(_metric_text(c))]
+        if comparison.history:
+            row.append(markup(_trend_text(c)))
+        if comparison.expected_file:
+            style = _EXPECTED_STYLE.get(c.expected)
+            text = markup(_expected_text(c))
+            row.append(f"[{style}]{text}[/]" if style and text else text)
+        table.add_row(*row, markup(_reason(c)))
     if shown:
         console.print(table)
     for name, (b, r) in comparison.environment.items():
@@ -92,12 +138,47 @@ def render_comparison(comparison: Comparison, console: Console, *, show_same: bo
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: _ORDER.get(kv[0], 3)))
     console.print(f"{len(comparison.cells)} cells: {escape(summary)}"
                   + (f" ({hidden} unchanged cells not listed)" if hidden else ""), highlight=False)
-    verdict = (f"[bold red]REGRESSED: {len(comparison.regressed)} cell(s) worse than the baseline[/]"
-               if comparison.regressed else "[green]no regression against the baseline[/]")
+    what = "its history" if comparison.history else "the baseline"
+    verdict = (f"[bold red]REGRESSED: {len(comparison.regressed)} cell(s) worse than {what}[/]"
+               if comparison.regressed else f"[green]no regression against {what}[/]")
     console.print(verdict)
+    if comparison.history:
+        steps = sum(c.trend == STEP for c in comparison.cells)
+        blips = sum(c.trend == BLIP for c in comparison.cells)
+        console.print(f"history: {len(comparison.history)} finished runs ({markup(comparison.history[0])} .. "
+                      f"{markup(comparison.history[-1])}); {steps} cell(s) with a step (a change over >= 2 runs), "
+                      f"{blips} with a blip (one run)", highlight=False)
+    if comparison.expected_file:
+        by = {k: sum(c.expected == k for c in comparison.cells) for k in (EXPECTED_FAILURE, FLAKY_FAILURE)}
+        console.print(f"expected results {markup(comparison.expected_file)}: {by[EXPECTED_FAILURE]} expected "
+                      f"failure(s), {by[FLAKY_FAILURE]} tolerated flaky failure(s), "
+                      f"{len(comparison.unexpected_passes)} unexpected pass(es)", highlight=False)
+        for c in comparison.unexpected_passes:
+            console.print(f"[bold cyan]unexpected pass[/]: {markup(c.key)} (expected to fail: "
+                          f"{markup(c.expected_reason[:200])}); update the expected results"
+                          + (" [bold red](--strict-expected: fails the run)[/]" if comparison.strict_expected else ""),
+                          highlight=False)
     if counts.get(MACHINE):
         console.print(f"[magenta]{counts[MACHINE]} bit-exact cell(s) differ only with the machine (BLAS kernel or "
                       f"threads, numpy SIMD, CPU), within noise + allow: not regressions[/]")
+
+
+def render_expected(statuses: dict[str, str], expected, console: Console) -> None:
+    """Without a comparison (no baseline): the expected-results outcome of each listed cell that finished."""
+    from .expected import outcome
+
+    rows = []
+    for key, status in statuses.items():
+        e = expected.get(key)
+        if e is not None and status in ("pass", "fail"):
+            rows.append((key, outcome(e, status == "fail"), e.reason))
+    for key, what, reason in rows:
+        style = _EXPECTED_STYLE.get(what)
+        console.print(f"{f'[{style}]' if style else ''}{escape(what)}{'[/]' if style else ''}: {markup(key)} "
+                      f"({markup(reason[:200])})", highlight=False)
+    n = sum(w == UNEXPECTED_PASS for _, w, _ in rows)
+    console.print(f"expected results {markup(expected.path)}: {len(rows)} listed cell(s) finished, {n} "
+                  f"unexpected pass(es)", highlight=False)
 
 
 def render_run(summary, records: list[CellRecord], console: Console) -> None:
@@ -157,7 +238,13 @@ def to_json(obj) -> str:
     """A comparison or run summary as JSON (non-finite numbers as the strings "nan"/"inf"/"-inf")."""
     from ..compare import json_safe
 
-    return json.dumps(json_safe(obj.to_dict()), indent=2, allow_nan=False) + "\n"
+    return dumps(obj.to_dict())
+
+
+def dumps(data: dict) -> str:
+    from ..compare import json_safe
+
+    return json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------------- HTML
@@ -282,25 +369,93 @@ def worst_cells_plot(comparison: Comparison, n: int = WORST_CELLS) -> tuple[str,
     return (f"the {len(worst)} worst regressed cells", _png(fig))
 
 
+def _plot_priority(c: CellComparison) -> tuple:
+    return (c.verdict != WORSE, c.expected != UNEXPECTED_PASS, c.trend != STEP, c.verdict == SAME, c.key)
+
+
+def cell_history_plots(comparison: Comparison, limit: int = CELL_PLOTS_MAX) -> list[tuple[str, str, str]]:
+    """(cell key, caption, base64 PNG) per cell judged with a history that changed, stepped, blipped or is named
+    in the expected results (worse first, at most `limit`): its shown metric over the window and this run, the
+    band (history median +- band) shaded."""
+    picked = []
+    for c in sorted(comparison.cells, key=_plot_priority):
+        if not (c.verdict not in (SAME,) or c.trend in (STEP, BLIP) or c.expected):
+            continue
+        m = _shown_metric(c) or c.trend_metric()
+        if m is None or m.history is None or not m.history.series:
+            continue
+        picked.append((c, m))
+        if len(picked) >= limit:
+            break
+    if not picked:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for c, m in picked:
+        h = m.history
+        ys = [v for _, v in h.series] + [m.run]
+        xs = list(range(len(ys)))
+        finite = [v for v in ys if math.isfinite(v)]
+        lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+        span = (hi - lo) or abs(hi) or 1.0
+        top, bottom = hi + 0.1 * span, lo - 0.1 * span
+        drawn = [top if v == math.inf else bottom if v == -math.inf else v for v in ys]
+        fig, ax = plt.subplots(figsize=(5.5, 1.9))
+        if math.isfinite(h.center):
+            ax.axhspan(h.center - h.band, h.center + h.band, color="#3498db", alpha=0.15, lw=0)
+            ax.axhline(h.center, color="#3498db", lw=0.8)
+        ax.plot(xs[:-1], drawn[:-1], marker="o", markersize=3, lw=1, color="#555")
+        color = {WORSE: "#c0392b", BETTER: "#27ae60"}.get(m.verdict, "#555")
+        ax.plot([xs[-1]], [drawn[-1]] if not math.isnan(drawn[-1]) else [top], marker="D", markersize=6,
+                color=color)
+        ax.set_xticks([0, len(ys) - 1])
+        ax.set_xticklabels([_run_label(h.series[0][0]), _run_label(comparison.run)], fontsize=6)
+        ax.tick_params(axis="y", labelsize=6)
+        ax.set_title(_plot_text(f"{c.key[:80]} :: {m.name}"), fontsize=7)
+        ax.grid(alpha=0.3)
+        caption = (f"{c.key}: {m.name} over {h.points} runs and this run ({m.verdict}, {_trend_text(c) or 'same'}; "
+                   f"shaded: history median +- band {fmt(h.band)})")
+        out.append((c.key, caption, _png(fig)))
+    return out
+
+
 def write_html(comparison: Comparison, store: Store, path, *, last: int = HISTORY_RUNS) -> None:
     from ..fsio import atomic_write_text
 
     counts = comparison.counts()
     rows = []
+    extra_heads = ("<th>history</th>" * bool(comparison.history)
+                   + "<th>expected</th>" * bool(comparison.expected_file))
     for c in sorted_cells(comparison):
+        extra = ((f"<td>{_html(_trend_text(c))}</td>" if comparison.history else "")
+                 + (f"<td>{_html(_expected_text(c))}</td>" if comparison.expected_file else ""))
         rows.append("<tr class='{cls}'><td>{key}</td><td>{dev}</td><td>{b}</td><td>{r}</td><td><b>{v}</b></td>"
-                    "<td>{m}</td><td>{reason}</td></tr>".format(
+                    "<td>{m}</td>{extra}<td>{reason}</td></tr>".format(
                         cls=html.escape(c.verdict.replace(" ", "-")), key=_html(c.key), dev=_html(c.device),
                         b=_html(c.baseline_status or "-"), r=_html(c.run_status or "-"), v=_html(c.verdict),
-                        m=_html(_metric_text(c)), reason=_html(_reason(c))))
+                        m=_html(_metric_text(c)), extra=extra, reason=_html(_reason(c))))
+    cell_plots = cell_history_plots(comparison) if comparison.history else []
+    cell_figs = "\n".join(f"<figure class='cell'><img alt='{_html(cap)}' src='data:image/png;base64,{png}'>"
+                          f"<figcaption>{_html(cap)}</figcaption></figure>" for _, cap, png in cell_plots)
+    if cell_plots:
+        cell_figs = (f"<h2>history per cell ({len(cell_plots)} cell(s) that changed, stepped, blipped or are in the "
+                     f"expected results; at most {CELL_PLOTS_MAX})</h2>\n" + cell_figs)
     figures = history_plots(*history_series(store, comparison.campaign, last))
     worst = worst_cells_plot(comparison)
     if worst:
         figures.append(worst)
     figs = "\n".join(f"<figure><img alt='{_html(cap)}' src='data:image/png;base64,{png}'>"
                      f"<figcaption>{_html(cap)}</figcaption></figure>" for cap, png in figures)
-    verdict = (f"REGRESSED: {len(comparison.regressed)} cell(s) worse than the baseline" if comparison.regressed
-               else "no regression against the baseline")
+    what = f"its history of {len(comparison.history)} runs" if comparison.history else "the baseline"
+    verdict = (f"REGRESSED: {len(comparison.regressed)} cell(s) worse than {what}" if comparison.regressed
+               else f"no regression against {what}")
+    if comparison.expected_file:
+        verdict += (f"; expected results {comparison.expected_file}: {len(comparison.unexpected_passes)} "
+                    f"unexpected pass(es)")
     env = "".join(f"<p>changed between the runs: {_html(k)} {_html(', '.join(b))} -&gt; "
                   f"{_html(', '.join(r))}</p>\n" for k, (b, r) in comparison.environment.items())
     page = f"""<!doctype html>
@@ -308,7 +463,8 @@ def write_html(comparison: Comparison, store: Store, path, *, last: int = HISTOR
 <style>body{{font-family:sans-serif;margin:1.5em}} table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 6px;vertical-align:top}} tr.worse{{background:#fdd}}
 tr.better{{background:#dfd}} tr.machine{{background:#f3e5f5}}
-tr.crashed,tr.timeout,tr.killed{{background:#ffd}} figure{{margin:1em 0}}</style>
+tr.crashed,tr.timeout,tr.killed{{background:#ffd}} figure{{margin:1em 0}}
+figure.cell{{display:inline-block;margin:0.5em;max-width:560px;font-size:11px}}</style>
 </head><body>
 <h1>campaign {_html(comparison.campaign)}</h1>
 <p>run <code>{_html(comparison.run)}</code> against baseline <code>{_html(comparison.baseline)}</code>:
@@ -317,8 +473,9 @@ tr.crashed,tr.timeout,tr.killed{{background:#ffd}} figure{{margin:1em 0}}</style
 bit-exact cell that differs only with the machine it ran on (BLAS kernel or threads, numpy SIMD, CPU), within noise
 plus allowance: not a regression; see docs/CAMPAIGN.md.</p>
 {figs}
+{cell_figs}
 <table><tr><th>cell</th><th>device</th><th>baseline</th><th>run</th><th>verdict</th><th>metric (baseline -&gt; run)</th>
-<th>reason</th></tr>
+{extra_heads}<th>reason</th></tr>
 {chr(10).join(rows)}
 </table></body></html>
 """

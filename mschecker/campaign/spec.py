@@ -8,7 +8,8 @@ ones), every value's type is checked, and every path must exist, with one InputE
 
 Layout (docs/CAMPAIGN.md has the reference):
 
-    [campaign]  name (required), baseline ("previous" | a run id), timeout_s, repeats, ship_files
+    [campaign]  name (required), baseline ("previous" | a run id), timeout_s, repeats, ship_files,
+                expected (an expected-results file, relative to the campaign file: mschecker.campaign.expected)
     [compare]   allow = {metric = allowed worsening}, metrics = [judged metric patterns]
     [[check]]   name, timeout_s, model, inputs, golden, devices, profiles, npu_options, tolerance, topk
     [[sd]]      name, timeout_s, preset, prompts, seeds, steps, scheduler, guidance_scale, profiles, npu_options,
@@ -50,7 +51,7 @@ SEED_MAX = 2**32 - 1
 BASELINE_PREVIOUS = "previous"
 
 _CAMPAIGN_KEYS = {"name": str, "baseline": str, "timeout_s": (int, float), "repeats": int, "ship_files": bool,
-                  "description": str}
+                  "description": str, "expected": str}
 _COMPARE_KEYS = {"allow": dict, "metrics": list}
 # apply_knobs' keyword arguments, inline (no file paths: a cell runs on a worker that has only the shipped files)
 _NPU_OPTION_KEYS = {"precision_mode": str, "precision_mode_v2": str, "keep_dtype": list, "customize_dtypes": list,
@@ -118,6 +119,7 @@ class CampaignSpec:
     metrics: list[str]                                              # fnmatch patterns of the judged metrics
     blocks: list[tuple[str, dict]] = field(default_factory=list)   # (kind, validated block) in file order
     raw: dict = field(default_factory=dict)
+    expected: Path | None = None    # [campaign] expected: the expected-results file (validated against the cells)
 
     @property
     def sha256(self) -> str:
@@ -205,6 +207,14 @@ def parse_campaign(raw: dict, path: Path) -> CampaignSpec:
             spec.blocks.append((kind, block))
     if not spec.blocks:
         raise InputError(f"{where}: declares no cells (add a [[check]], [[sd]] or [[kernels]] block)")
+    if "expected" in head:  # read and matched against the cells now: a typo in a key is found before any run
+        from .expected import load_expected
+
+        spec.expected = Path(_path(head["expected"], base, f"{where}: [campaign]", "expected"))
+        try:
+            load_expected(spec.expected).check_cells({c.key for c in spec.cells()}, spec.name)
+        except InputError as exc:
+            raise InputError(f"{where}: [campaign] expected: {exc}") from None
     return spec
 
 

@@ -9,7 +9,7 @@ a newer mschecker (user_version > SCHEMA_VERSION) is refused with one line and n
 Readers (`compare`, `history`: create=False) open an older store as it is, without upgrading it, and read the
 columns it does not have yet as empty (an old store's cells have no machine facts).
 
-Schema (version 2; docs/CAMPAIGN.md has the column meanings):
+Schema (version 3; docs/CAMPAIGN.md has the column meanings):
   runs(run_id PK, campaign, spec_json, spec_sha256, created_at, finished_at, status, engine_json, mschecker)
   cells(run_id, cell_key, repeat, kind, block, coords_json, spec_hash, device, bit_exact, status, reason,
         started_at, wall_s, worker, peak_rss_bytes, mschecker_version, onnxruntime_version, numpy_version,
@@ -18,6 +18,15 @@ Schema (version 2; docs/CAMPAIGN.md has the column meanings):
         blas_threads, openblas_coretype (the machine facts of mschecker.campaign.cells.MACHINE_FACTS; TEXT, NULL =
         not recorded, "" = an environment variable not set)
   metrics(run_id, cell_key, repeat, name, value; PK(run_id, cell_key, repeat, name))
+  + version 3, per-node fingerprints (mschecker.campaign.fingerprints; one row per cell sample, not per node:
+    365 runs x 500 cells x 2,000 nodes would be 365M rows; benchmarks/campaign_scale.py measures the design):
+  fingerprints(run_id, cell_key, repeat, graph_id, data_id; PK(run_id, cell_key, repeat), WITHOUT ROWID)
+  fp_graphs(graph_id PK, digest UNIQUE, names, count): a node key list ("<device op>:<output>", execution order,
+        zlib'd "\n"-joined text), stored once per distinct graph (every cell running that graph shares it)
+  fp_data(data_id PK, digest UNIQUE, data): a packed fingerprints.FP_DTYPE array (20 bytes a node), stored once
+        per distinct content (a bit-exact cell whose values did not change from one night to the next shares it)
+  digest: 16-byte blake2b of the data / of the "\n"-joined names (uncompressed). A store older than version 3
+  read by a reader has no fingerprints (None).
 A metric value NULL is NaN (SQLite has no NaN: it stores NaN as NULL); +-inf are stored as they are.
 """
 from __future__ import annotations
@@ -27,6 +36,7 @@ import json
 import math
 import sqlite3
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -72,8 +82,23 @@ def _statements(db: sqlite3.Connection, script: str) -> None:
             db.execute(statement)
 
 
+def _v3(db: sqlite3.Connection) -> None:
+    """Per-node fingerprints (mschecker.campaign.fingerprints): a cell that got worse names the first node whose
+    values moved, from the store alone. Blobs interned by digest: names per graph, data per distinct content."""
+    _statements(db, """
+        CREATE TABLE fp_graphs (graph_id INTEGER PRIMARY KEY, digest BLOB NOT NULL UNIQUE, names BLOB NOT NULL,
+                                count INTEGER NOT NULL);
+        CREATE TABLE fp_data (data_id INTEGER PRIMARY KEY, digest BLOB NOT NULL UNIQUE, data BLOB NOT NULL);
+        CREATE TABLE fingerprints (
+            run_id TEXT NOT NULL, cell_key TEXT NOT NULL, repeat INTEGER NOT NULL,
+            graph_id INTEGER NOT NULL REFERENCES fp_graphs(graph_id),
+            data_id INTEGER NOT NULL REFERENCES fp_data(data_id),
+            PRIMARY KEY (run_id, cell_key, repeat)) WITHOUT ROWID
+    """)
+
+
 # Ordered: MIGRATIONS[i] upgrades a store at user_version i to i + 1. Append, never edit a released one.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]
 SCHEMA_VERSION = len(MIGRATIONS)
 RUN_RUNNING, RUN_FINISHED, RUN_INTERRUPTED = "running", "finished", "interrupted"
 
@@ -133,6 +158,12 @@ def _json_object(value, column: str, *, null: bool = False) -> dict:
     if not isinstance(obj, dict):
         raise Damaged(f"{column} is JSON {type(obj).__name__}, expected an object")
     return obj
+
+
+def _blob(value, column: str) -> bytes:
+    if not isinstance(value, bytes):
+        raise Damaged(f"{column} is {_kind(value)}, expected a blob")
+    return value
 
 
 def _kind(value) -> str:
@@ -374,7 +405,112 @@ class Store:
             self.db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?)",
                                 [(run_id, cell.key, cell.repeat, name, None if math.isnan(x) else x)
                                  for name, x in ((n, float(x)) for n, x in (record.get("metrics") or {}).items())])
+            self._put_fingerprints(run_id, cell.key, cell.repeat, record.get("fingerprints"))
         self._write(write)
+
+    # ---------------------------------------------------------------------------------------- fingerprints
+    def _has_fingerprints(self) -> bool:
+        return self.db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='fingerprints'").fetchone() \
+            is not None
+
+    def _intern(self, table: str, key: str, columns: str, digest: bytes, values: Callable[[], tuple]) -> int:
+        """The id of the blob row with `digest`, inserted (values() makes the other columns) when new."""
+        row = self.db.execute(f"SELECT {key} FROM {table} WHERE digest=?", (digest,)).fetchone()
+        if row is not None:
+            return int(row[0])
+        values_ = values()
+        return int(self.db.execute(f"INSERT INTO {table} ({columns}) VALUES ({','.join('?' * (len(values_) + 1))})",
+                                   (digest, *values_)).lastrowid)
+
+    def _put_fingerprints(self, run_id: str, cell_key: str, repeat: int, fps: dict | None) -> None:
+        """Inside a write transaction: replace the cell sample's fingerprints (fps: {"names": [...], "data":
+        packed bytes}, the form fingerprints.Recorder.record() makes; None: the sample has none, any old row goes).
+        A store without the table (impossible for a writer, which upgrades) is left alone."""
+        if not self._has_fingerprints():
+            return
+        self.db.execute("DELETE FROM fingerprints WHERE run_id=? AND cell_key=? AND repeat=?",
+                        (run_id, cell_key, repeat))
+        if not fps:
+            return
+        from .fingerprints import FP_DTYPE, digest, encode_names
+
+        names, data = list(fps["names"]), bytes(fps["data"])
+        if len(data) != len(names) * FP_DTYPE.itemsize:
+            raise ValueError(f"fingerprints of {cell_key!r}: {len(names)} names for {len(data)} bytes")
+        graph_id = self._intern("fp_graphs", "graph_id", "digest, names, count", digest("\n".join(names).encode()),
+                                lambda: (encode_names(names), len(names)))  # compressed only when new
+        data_id = self._intern("fp_data", "data_id", "digest, data", digest(data), lambda: (data,))
+        self.db.execute("INSERT INTO fingerprints VALUES (?,?,?,?,?)", (run_id, cell_key, repeat, graph_id, data_id))
+
+    @_guarded
+    def record_fingerprints(self, run_id: str, cell_key: str, repeat: int, names: list[str], array) -> None:
+        """Store one cell sample's fingerprints: node keys in execution order and the matching packed array
+        (numpy array of fingerprints.FP_DTYPE, or its bytes). One transaction."""
+        import numpy as np
+
+        from .fingerprints import FP_DTYPE
+
+        data = array.astype(FP_DTYPE, copy=False).tobytes() if isinstance(array, np.ndarray) else bytes(array)
+        self._write(self._put_fingerprints, run_id, cell_key, repeat, {"names": names, "data": data})
+
+    @_guarded
+    def fingerprints(self, run_id: str, cell_key: str, repeat: int | None = None):
+        """(node keys, FP_DTYPE array) of a cell sample (repeat None: its lowest recorded repeat), or None: none
+        recorded, or a store older than schema version 3."""
+        if not self._has_fingerprints():
+            return None
+        import numpy as np
+
+        from .fingerprints import FP_DTYPE, decode_names
+
+        sql = ("SELECT g.names, g.count, d.data FROM fingerprints f JOIN fp_graphs g ON g.graph_id=f.graph_id "
+               "JOIN fp_data d ON d.data_id=f.data_id WHERE f.run_id=? AND f.cell_key=?")
+        args: tuple = (run_id, cell_key)
+        if repeat is not None:
+            sql, args = sql + " AND f.repeat=?", (*args, repeat)
+        row = self.db.execute(sql + " ORDER BY f.repeat LIMIT 1", args).fetchone()
+        if row is None:
+            return None
+        where = f"fingerprints of cell {str(cell_key)[:60]!r}"
+        names_blob, count, data = row
+        if not isinstance(names_blob, bytes) or not isinstance(data, bytes):
+            raise Damaged(f"{where}: {_kind(names_blob if not isinstance(names_blob, bytes) else data)}, "
+                          f"expected a blob")
+        try:
+            names = decode_names(names_blob)
+        except (ValueError, zlib.error) as exc:
+            raise Damaged(f"{where}: node names do not decode ({exc})") from None
+        if len(data) % FP_DTYPE.itemsize or len(data) // FP_DTYPE.itemsize != len(names) or count != len(names):
+            raise Damaged(f"{where}: {len(names)} node names for {len(data)} bytes of fingerprints")
+        return names, np.frombuffer(data, FP_DTYPE)
+
+    @_guarded
+    def run_fingerprints(self, run_id: str) -> dict[tuple[str, int], tuple[list[str], object]]:
+        """{(cell key, repeat): (node keys, FP_DTYPE array)} of every cell sample of a run ({} on an old store);
+        each distinct name list is decoded once."""
+        if not self._has_fingerprints():
+            return {}
+        import numpy as np
+
+        from .fingerprints import FP_DTYPE, decode_names
+
+        graphs: dict[int, list[str]] = {}
+        out = {}
+        for key, rep, gid, data in self.db.execute(
+                "SELECT f.cell_key, f.repeat, f.graph_id, d.data FROM fingerprints f "
+                "JOIN fp_data d ON d.data_id=f.data_id WHERE f.run_id=?", (run_id,)):
+            if gid not in graphs:
+                (blob,) = self.db.execute("SELECT names FROM fp_graphs WHERE graph_id=?", (gid,)).fetchone()
+                try:
+                    graphs[gid] = decode_names(_blob(blob, "fp_graphs.names"))
+                except (ValueError, zlib.error) as exc:
+                    raise Damaged(f"fp_graphs.names do not decode ({exc})") from None
+            data = _blob(data, "fp_data.data")
+            if len(data) != len(graphs[gid]) * FP_DTYPE.itemsize:
+                raise Damaged(f"fingerprints of cell {str(key)[:60]!r}: {len(graphs[gid])} node names for "
+                              f"{len(data)} bytes")
+            out[(_text(key, "fingerprints.cell_key"), rep)] = (graphs[gid], np.frombuffer(data, FP_DTYPE))
+        return out
 
     def _columns(self) -> list[str]:
         """The columns of `cells` in this store (an older store opened by a reader lacks the newer ones)."""

@@ -1,11 +1,15 @@
 """`mschecker campaign run|compare|history|export`: regression campaigns (mschecker.campaign; docs/CAMPAIGN.md).
 
-  run FILE [--scheduler ADDR] [--workers N] [--store PATH] [--run-id ID] [--json PATH]
+  run FILE [--scheduler ADDR] [--workers N] [--store PATH] [--run-id ID] [--json PATH] [--history N]
+           [--expected FILE] [--strict-expected]
       expand the campaign file into cells, run them on Dask (a local cluster, or the cluster at ADDR), store
-      every result, compare with the declared baseline. Exit 1 on a regression (without a baseline: a failed
-      cell), 3 when a cell crashed / timed out / lost its worker (rerun with --run-id to resume), 0 otherwise.
-  compare BASELINE RUN [--store PATH] [--json [PATH]] [--html PATH] [--all]
-      per cell and metric better / same / worse beyond noise. Exit 1 if a cell regressed, 0 otherwise.
+      every result, compare with the declared baseline (--history N: with the last N finished runs). Exit 1 on
+      a regression (without a baseline: a failed cell not expected to fail; --strict-expected: an unexpected
+      pass too), 3 when a cell crashed / timed out / lost its worker (rerun with --run-id to resume), 0 otherwise.
+  compare BASELINE RUN [--store PATH] [--json [PATH]] [--html PATH] [--all] [--history N] [--expected FILE]
+           [--strict-expected]
+      per cell and metric better / same / worse beyond noise (--history N: the noise of the last N finished
+      runs before RUN, and step / blip). Exit 1 if a cell regressed, 0 otherwise.
   history [--store PATH] [--campaign NAME] [--last N]     the stored runs
   export RUN PATH.parquet [--store PATH]                  one row per cell sample and metric (needs pyarrow)
 Exit 2 on bad input (one line naming the file, key, run id, store or address; nothing written).
@@ -31,6 +35,19 @@ WORKERS_MAX = 4 * (os.cpu_count() or 1)
 # --connect-timeout: an hour is past any real cluster's start; inf or NaN would reach Dask's time parser.
 CONNECT_TIMEOUT_MAX_S = 3600.0
 # --last: a count of runs, at most COUNT_MAX (the bound of every count flag; far inside SQLite's INTEGER).
+# --history: HISTORY_MIN..HISTORY_MAX runs (mschecker.campaign.history says why).
+
+
+def _judging_args(p: Parser) -> None:
+    from ..campaign.history import HISTORY_MAX, HISTORY_MIN
+
+    p.add_argument("--history", type=bounded_int("--history", HISTORY_MIN, HISTORY_MAX), metavar="N",
+                   help=f"judge each cell against the last N finished runs of the campaign ({HISTORY_MIN}.."
+                        f"{HISTORY_MAX}): the noise of the series, step or blip")
+    p.add_argument("--expected", metavar="FILE", help="an expected-results file (.toml or .csv) of cells known to "
+                                                      "fail or be flaky, each with a reason")
+    p.add_argument("--strict-expected", action="store_true",
+                   help="a cell expected to fail that passes fails the run (exit 1) until the file is updated")
 
 
 def _console() -> Console:
@@ -57,19 +74,23 @@ def run_main(argv: list[str]) -> int:
                                                  "are skipped)")
     p.add_argument("--json", metavar="PATH", help="also write the run summary and its comparison as JSON")
     _store_arg(p)
+    _judging_args(p)
     args = p.parse_args(argv)
     if args.json:
         check_writable(args.json, "--json")
     if args.scheduler and args.workers:
         raise UsageError("--workers sizes the local cluster; it cannot be combined with --scheduler")
     from ..campaign.engine import EngineConfig
-    from ..campaign.report import render_comparison, render_run, to_json
+    from ..campaign.report import render_comparison, render_expected, render_run, to_json
     from ..campaign.runner import run_campaign
     from ..campaign.spec import load_campaign
     from ..campaign.store import Store
     from ..fsio import atomic_write_text
 
     spec = load_campaign(args.file)
+    expected = _expected_for_run(spec, args)
+    if args.history:  # before anything runs: a window the store cannot fill is bad input, nothing written
+        _check_history_before_run(spec, args)
     config = EngineConfig(scheduler=args.scheduler, workers=args.workers, connect_timeout_s=args.connect_timeout)
     console = _console()
     with _CellProgress() as progress:
@@ -77,16 +98,80 @@ def run_main(argv: list[str]) -> int:
                                on_result=progress.advance)
     with Store.open(args.store) as store:
         render_run(summary, store.cells(summary.run_id), console)
+        if args.history:
+            _judge_run_against_history(summary, store, args.history)
+    if summary.comparison is not None and expected is not None:
+        from ..campaign.expected import apply
+
+        apply(summary.comparison, expected, strict=args.strict_expected)
     if summary.comparison is not None:
         render_comparison(summary.comparison, console)
     elif summary.baseline_note:
         console.print(f"baseline: {summary.baseline_note}", highlight=False)
+    if summary.comparison is None and expected is not None:
+        render_expected(summary.statuses, expected, console)
+    from ..campaign.expected import run_exit_code
+
+    code = run_exit_code(summary, expected, args.strict_expected)
     if args.json:
-        atomic_write_text(args.json, to_json(summary))
+        data = summary.to_dict()
+        data["exit_code"] = code
+        from ..campaign.report import dumps
+
+        atomic_write_text(args.json, dumps(data))
     print(f"run id: {summary.run_id} (store {args.store})")
-    if summary.exit_code == 3:
+    if code == 3:
         _say_incomplete(summary)
-    return summary.exit_code
+    return code
+
+
+def _expected_for_run(spec, args):
+    """--expected FILE (overrides [campaign] expected), read and matched against the campaign's cells."""
+    from ..campaign.expected import load_expected
+
+    if args.expected:
+        expected = load_expected(args.expected)
+        expected.check_cells({c.key for c in spec.cells()}, spec.name)
+    elif spec.expected is not None:
+        expected = load_expected(spec.expected)
+    else:
+        expected = None
+    if args.strict_expected and expected is None:
+        raise UsageError("--strict-expected needs an expected-results file (--expected FILE or [campaign] expected)")
+    return expected
+
+
+def _check_history_before_run(spec, args) -> None:
+    from pathlib import Path
+
+    from ..campaign.history import finished_runs_before
+    from ..campaign.store import Store
+    from ..errors import InputError
+
+    path = Path(args.store)
+    held = 0
+    if path.exists():
+        with Store.open(path) as store:
+            held = len(finished_runs_before(store, spec.name, args.run_id or ""))
+    if held < args.history:
+        raise InputError(f"--history {args.history}: the store {path} holds only {held} finished run(s) of campaign "
+                         f"{spec.name!r}")
+
+
+def _judge_run_against_history(summary, store, window: int) -> None:
+    """Replace the run's comparison by one against the history (baseline: the declared one, else the newest
+    finished earlier run)."""
+    from ..campaign.compare import compare_runs
+
+    baseline = summary.baseline_id
+    if baseline is None:
+        prev = store.previous_run(summary.run_id)
+        baseline = prev.run_id if prev is not None else None
+    if baseline is None:  # _check_history_before_run saw >= 2 finished runs; kept for a store changed meanwhile
+        return
+    summary.baseline_id = baseline
+    summary.regression_mode = True
+    summary.comparison = compare_runs(store, baseline, summary.run_id, history=window)
 
 
 def incomplete_line(summary) -> str:
@@ -152,18 +237,26 @@ def compare_main(argv: list[str]) -> int:
     p.add_argument("--html", metavar="PATH", help="an HTML page with plots over the run history")
     p.add_argument("--last", type=bounded_int("--last", 1, COUNT_MAX), default=10, metavar="N", help="runs in the history plots")
     p.add_argument("--all", action="store_true", help="list unchanged cells too")
+    _judging_args(p)
     args = p.parse_args(argv)
     for flag in ("json", "html"):
         value = getattr(args, flag)
         if value and value != "-":
             check_writable(value, f"--{flag}")
+    if args.strict_expected and not args.expected:
+        raise UsageError("--strict-expected needs --expected FILE")
     from ..campaign.compare import compare_runs
+    from ..campaign.expected import apply, load_expected
     from ..campaign.report import render_comparison, to_json, write_html
     from ..campaign.store import Store
     from ..fsio import atomic_write_text
 
+    expected = load_expected(args.expected) if args.expected else None
     with Store.open(args.store) as store:
-        comparison = compare_runs(store, args.baseline, args.run)
+        comparison = compare_runs(store, args.baseline, args.run, history=args.history)
+        if expected is not None:
+            expected.check_cells({c.key for c in comparison.cells}, comparison.campaign)
+            apply(comparison, expected, strict=args.strict_expected)
         if args.json == "-":
             sys.stdout.write(to_json(comparison))
         else:
@@ -172,7 +265,7 @@ def compare_main(argv: list[str]) -> int:
                 atomic_write_text(args.json, to_json(comparison))
         if args.html:
             write_html(comparison, store, args.html, last=args.last)
-    return 1 if comparison.regressed else 0
+    return 1 if comparison.failed else 0
 
 
 def history_main(argv: list[str]) -> int:

@@ -200,3 +200,17 @@ def test_parquet_export(tmp_path, capsys):
     assert cli(["campaign", "export", "a", str(out), "--store", str(store)]) == 0
     rows = pq.read_table(out).to_pylist()
     assert sorted((r["metric"], r["value"]) for r in rows) == [("image_psnr_db", 40.0), ("image_ssim", 0.99)]
+
+
+def test_run_history_and_expected_bad_input_before_anything_runs(tmp_path, capsys):
+    f = tmp_path / "c.toml"
+    f.write_text('[campaign]\nname = "n"\n[[kernels]]\nname = "k"\nkernels = ["softmax"]\n')
+    store = tmp_path / "s.sqlite"
+    assert cli(["campaign", "run", str(f), "--store", str(store), "--history", "3"]) == 2
+    assert "--history 3: the store" in one_line_error(capsys) and not store.exists()
+    (tmp_path / "e.csv").write_text('k | kernel="nope",fail,why\n')
+    assert cli(["campaign", "run", str(f), "--store", str(store), "--expected", str(tmp_path / "e.csv")]) == 2
+    assert "e.csv:1: cell 'k | kernel=\"nope\"' is not a cell of campaign 'n'" in one_line_error(capsys)
+    assert cli(["campaign", "run", str(f), "--store", str(store), "--strict-expected"]) == 2
+    assert "--strict-expected needs an expected-results file" in one_line_error(capsys)
+    assert not store.exists()

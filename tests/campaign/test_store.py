@@ -92,7 +92,7 @@ def test_version_1_store_reads_with_empty_machine_facts_and_upgrades(tmp_path):
         assert rec.versions["cpu"] == "cpu" and rec.metrics == {"image_psnr_db": 40.0}
     assert path.read_bytes() == before
     with Store.open(path, create=True) as store:
-        assert store._user_version() == SCHEMA_VERSION == 2
+        assert store._user_version() == SCHEMA_VERSION == len(MIGRATIONS)
         assert store.cells("old")[0].machine == dict.fromkeys(MACHINE_FACTS)
         facts = {"numpy_simd": "X86_V2 X86_V3", "npy_disable_cpu_features": "", "blas_library": "openblas",
                  "blas_version": "0.3.31", "blas_coretype": "Haswell", "blas_threads": "1", "openblas_coretype": ""}
