@@ -77,6 +77,14 @@ def test_tolerance_ignores_noise_and_the_hash():
     assert first_moved(BASE, overflow, bit_exact=False, rtol=1.0).node == "d"
 
 
+def test_the_default_tolerance_is_one_in_a_thousand():
+    """Literal: a norm 0.2 % off moves under the default rtol (1e-3), 0.05 % does not (a slip to 1e-2 fails)."""
+    moved = [*BASE[:1], nfp("b", BASE[1].fp.norm * 1.002, BASE[1].fp.maxabs, h=BASE[1].fp.hash), *BASE[2:]]
+    assert first_moved(BASE, moved, bit_exact=False).node == "b"
+    still = [*BASE[:1], nfp("b", BASE[1].fp.norm * 1.0005, BASE[1].fp.maxabs, h=BASE[1].fp.hash), *BASE[2:]]
+    assert first_moved(BASE, still, bit_exact=False) is None
+
+
 def test_a_node_in_one_run_only_is_graph_changed():
     added = [BASE[0], nfp("new"), *BASE[1:]]
     m = first_moved(BASE, added, bit_exact=True)

@@ -131,6 +131,22 @@ def test_slow_drift_within_noise_is_same():
     assert j.trend == STEADY and j.outside == 0
 
 
+def test_a_nan_repeat_makes_the_runs_value_nan():
+    """The median would hide one NaN among three repeats; a run that produced a NaN is NaN (compare._center)."""
+    from mschecker.campaign.history import center
+
+    assert math.isnan(center([1.0, math.nan, 1.0])) and center([1.0, 3.0, 2.0]) == 2.0
+
+
+def test_the_band_is_four_robust_sigmas_exactly():
+    """Literal numbers (a slip in K_SIGMA or the MAD factor must fail): history 1, 2, 3, ... 9 has median 5 and
+    MAD 2 (|h - 5| = 4 3 2 1 0 1 2 3 4), so sigma = 1.4826 * 2 = 2.9652 and the band 4 * 2.9652 = 11.8608."""
+    j = judge_series(_pts([float(v) for v in range(1, 10)]), 5.0, bit_exact=False)
+    assert (j.center, j.sigma, j.band) == (5.0, pytest.approx(2.9652), pytest.approx(11.8608))
+    assert judge_series(_pts([float(v) for v in range(1, 10)]), 5.0 + 11.8, bit_exact=False).outside == 0
+    assert judge_series(_pts([float(v) for v in range(1, 10)]), 5.0 + 11.9, bit_exact=False).outside == 1
+
+
 def test_band_at_least_the_runs_own_spread_and_resolution():
     flat = _pts([2.0] * 10)
     assert judge_series(flat, 2.0 + 1e-13, bit_exact=False).outside == 0        # below RESOLUTION * |center|
