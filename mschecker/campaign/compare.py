@@ -202,7 +202,7 @@ def cell_status(samples: list[CellRecord]) -> str:
     return STATUS_FAIL if any(s.status == STATUS_FAIL for s in samples) else STATUS_PASS
 
 
-def _allowance(name: str, allow: dict[str, float]) -> float:
+def allowance(name: str, allow: dict[str, float]) -> float:
     return allow.get(name, allow.get(name.rsplit(".", 1)[-1], 0.0))
 
 
@@ -325,13 +325,13 @@ def _judge_all(names: list[str], base: list[CellRecord], run: list[CellRecord], 
             continue
         points = hist(name) if hist is not None else []
         if len(points) < MIN_SERIES:
-            out.append(judge_metric(name, bvals, rvals, bit_exact=bit_exact, allow=_allowance(name, allow)))
+            out.append(judge_metric(name, bvals, rvals, bit_exact=bit_exact, allow=allowance(name, allow)))
         elif bit_exact:  # any change from the baseline's value is real; the history says step or blip
-            m = judge_metric(name, bvals, rvals, bit_exact=True, allow=_allowance(name, allow))
+            m = judge_metric(name, bvals, rvals, bit_exact=True, allow=allowance(name, allow))
             m.history = judge_series(points, m.run, bit_exact=True)
             out.append(m)
         else:
-            out.append(judge_history(name, points, rvals, allow=_allowance(name, allow)))
+            out.append(judge_history(name, points, rvals, allow=allowance(name, allow)))
     return out
 
 

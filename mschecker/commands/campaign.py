@@ -1,4 +1,4 @@
-"""`mschecker campaign run|compare|history|export`: regression campaigns (mschecker.campaign; docs/CAMPAIGN.md).
+"""`mschecker campaign run|compare|history|export|bisect`: regression campaigns (mschecker.campaign; docs/CAMPAIGN.md).
 
   run FILE [--scheduler ADDR] [--workers N] [--store PATH] [--run-id ID] [--json PATH] [--history N]
            [--expected FILE] [--strict-expected]
@@ -12,6 +12,10 @@
       runs before RUN, and step / blip). Exit 1 if a cell regressed, 0 otherwise.
   history [--store PATH] [--campaign NAME] [--last N]     the stored runs
   export RUN PATH.parquet [--store PATH]                  one row per cell sample and metric (needs pyarrow)
+  bisect BASELINE RUN --cell KEY [--store PATH] [--model-repo DIR [--model-path REL]] [--json PATH]
+      the factors that differ between the two runs' records of the cell, the cell re-run here (reproduces
+      BASELINE / RUN / neither), the change named when one factor separates them; --model-repo: bisect the
+      model file's git revisions. Exit 0 when a cause is named, 1 when the evidence names none.
 Exit 2 on bad input (one line naming the file, key, run id, store or address; nothing written).
 """
 from __future__ import annotations
@@ -25,7 +29,7 @@ from ..errors import UsageError
 from ._args import COUNT_MAX, Parser, bounded_float, bounded_int, check_writable
 
 DEFAULT_STORE = "mschecker-campaign.sqlite"
-ACTIONS = ("run", "compare", "history", "export")
+ACTIONS = ("run", "compare", "history", "export", "bisect")
 
 
 # --workers: each LocalCluster worker is a process with one thread and the whole of mschecker imported (~325 MB,
@@ -298,6 +302,103 @@ def export_main(argv: list[str]) -> int:
     return 0
 
 
+def bisect_main(argv: list[str]) -> int:
+    p = Parser(prog="mschecker campaign bisect", description="Name the change that made a cell regress between "
+                                                             "two runs: the differing factors, a re-run here, and "
+                                                             "a bisect over a model repository's revisions.")
+    p.add_argument("baseline", help="baseline run id")
+    p.add_argument("run", help="the run where the cell regressed")
+    p.add_argument("--cell", required=True, metavar="KEY", help="the cell key (as compare prints it)")
+    _store_arg(p)
+    p.add_argument("--model-repo", metavar="DIR", help="a git work tree holding the model file: bisect its commits")
+    p.add_argument("--model-path", metavar="REL", help="the model file inside --model-repo (default: the cell's "
+                                                       "model path relative to the work tree)")
+    p.add_argument("--json", metavar="PATH", help="also write the findings as JSON")
+    args = p.parse_args(argv)
+    if args.model_path and not args.model_repo:
+        raise UsageError("--model-path needs --model-repo DIR")
+    if args.json:
+        check_writable(args.json, "--json")
+    from pathlib import Path
+
+    from ..campaign.culprit import investigate
+    from ..campaign.store import Store
+    from ..fsio import atomic_write_text
+
+    if not Path(args.store).is_file():
+        from ..errors import InputError
+
+        raise InputError(f"store {args.store}: not found")
+    with Store.open(args.store) as store, _RerunProgress() as progress:
+        report = investigate(store, args.baseline, args.run, args.cell, model_repo=args.model_repo,
+                             model_path=args.model_path, on_eval=progress.step)
+    _render_bisect(report, _console())
+    if args.json:
+        from ..campaign.report import dumps
+
+        atomic_write_text(args.json, dumps(report.to_dict()))
+    return report.exit_code
+
+
+class _RerunProgress:
+    """A rich spinner over the re-runs on a terminal's stderr; silent in logs."""
+
+    def __init__(self):
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        err = Console(stderr=True)
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                            transient=True, disable=not err.is_terminal)
+        self.task = None
+        self.done = 0
+
+    def __enter__(self):
+        self.bar.__enter__()
+        self.task = self.bar.add_task("re-running the cell", total=None)
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.__exit__(*exc)
+        return False
+
+    def step(self, label: str) -> None:
+        from rich.markup import escape
+
+        self.done += 1
+        self.bar.update(self.task, description=f"re-run {self.done}: {escape(label)}")
+
+
+def _render_bisect(report, console: Console) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    console.print(f"cell {escape(report.key)}: {escape(report.base)} -> {escape(report.run)}", highlight=False)
+    table = Table(title="factors that differ between the two records")
+    for col in ("factor", "baseline", "run", "here", "here is"):
+        table.add_column(col)
+    short = lambda v: "-" if v is None else escape(v if len(v) <= 24 else v[:12] + "...")  # noqa: E731
+    for f in report.factors:
+        table.add_row(escape(f.name), short(f.base), short(f.run), short(f.now), f.now_is)
+    if report.factors:
+        console.print(table)
+    else:
+        console.print("no recorded factor differs between the two records", highlight=False)
+    here = report.here
+    console.print(f"re-run here ({here.status}): reproduces {here.reproduces}"
+                  + (f" ({escape(here.reason)})" if here.reason else ""), highlight=False)
+    console.print(escape(report.sentence), highlight=False)
+    for s in report.suggestions:
+        console.print(f"  - {escape(s)}", highlight=False)
+    b = report.bisect
+    if b is not None:
+        console.print(f"model repository ({escape(b.rel)}): {b.commits} revision(s) after BASE's up to RUN's, "
+                      f"{len(b.evaluations)} re-run(s)", highlight=False)
+        for e in b.evaluations:
+            console.print(f"  {e.label[:10]} {escape(e.subject[:60])}: reproduces {e.reproduces}", highlight=False)
+        console.print(escape(b.note), highlight=False)
+    console.print("cause named" if report.named else "no cause named", highlight=False)
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         raise UsageError(f"campaign needs an action: {', '.join(ACTIONS)} (see mschecker campaign --help)")
@@ -305,7 +406,8 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip())
         return 0
     action, rest = argv[0], argv[1:]
-    handlers = {"run": run_main, "compare": compare_main, "history": history_main, "export": export_main}
+    handlers = {"run": run_main, "compare": compare_main, "history": history_main, "export": export_main,
+                "bisect": bisect_main}
     if action not in handlers:
         raise UsageError(f"unknown campaign action {action!r} (choose from {', '.join(ACTIONS)})")
     return handlers[action](rest)
