@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError
 from .cells import FINISHED, STATUS_FAIL, STATUS_PASS
+from .expected import Expectation, ExpectedResults
 from .fingerprints import Moved, first_moved_node
 from .history import BLIP, MIN_SERIES, STEADY, STEP, HistoryJudgement, Series, judge_series, load_series
 from .store import CellRecord, Store
@@ -401,3 +402,44 @@ def environment_changes(base: dict[str, list[CellRecord]], run: dict[str, list[C
             if b and r and b != r:
                 out[label] = (b, r)
     return out
+
+
+# ------------------------------------------------------------------------------------- expected results
+def apply_expected(comparison: Comparison, expected: ExpectedResults, *, strict: bool = False) -> None:
+    """Mark every cell of the comparison that an expected-results file (campaign.expected) names with its
+    outcome: expected failure / unexpected pass / flaky."""
+
+    comparison.expected_file = str(expected.path)
+    comparison.strict_expected = strict
+    for c in comparison.cells:
+        e = expected.get(c.key)
+        if e is None or c.run_status not in FINISHED:
+            continue
+        c.expected_reason = e.reason
+        c.expected = expected_outcome(e, c.run_status == STATUS_FAIL or c.verdict == WORSE)
+
+
+def expected_outcome(e: Expectation, failed: bool) -> str:
+    if e.status == "fail":
+        return EXPECTED_FAILURE if failed else UNEXPECTED_PASS
+    return FLAKY_FAILURE if failed else FLAKY_PASS
+
+
+def run_exit_code(summary, expected, strict: bool) -> int:
+    """RunSummary.exit_code with the expected results and --strict-expected taken into account: a regression
+    (not an expected failure nor a flaky one) -> 1; without a baseline, a failed cell not expected to fail or be
+    flaky -> 1; --strict-expected and an unexpected pass -> 1; a cell that did not finish -> 3; else 0."""
+    if expected is None:
+        return summary.exit_code
+    cmp = summary.comparison
+    if cmp is not None and cmp.failed:
+        return 1
+    if not summary.regression_mode:
+        if any(s == STATUS_FAIL and expected.get(k) is None for k, s in summary.statuses.items()):
+            return 1
+        if strict and any(s == STATUS_PASS and (e := expected.get(k)) is not None and e.status == "fail"
+                          for k, s in summary.statuses.items()):
+            return 1
+    if summary.unfinished:
+        return 3
+    return 0

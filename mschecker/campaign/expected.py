@@ -14,7 +14,7 @@ Every entry needs a key naming a cell of the campaign, a status (`fail` or `flak
 key named twice, an unknown key, or a key that is no cell of the campaign is bad input: one line naming the file,
 the line and the key (exit 2).
 
-What it changes (`apply`): a cell *fails* when its own check failed (status fail) or it got worse than the
+What it changes (`compare.apply_expected`): a cell *fails* when its own check failed (status fail) or it got worse than the
 baseline / its history (verdict worse).
   fail  + fails        -> "expected failure": reported, not a regression
   fail  + passes       -> "unexpected pass": reported; with --strict-expected the run fails (exit 1) until the
@@ -164,48 +164,3 @@ def _csv_rows(text: str, where: str):
     except csv.Error as exc:
         raise InputError(f"{where}:{reader.line_num}: not valid CSV ({exc})") from None
     return out
-
-
-def apply(comparison, expected: ExpectedResults, *, strict: bool = False) -> None:
-    """Mark every cell of the comparison that the file names with its outcome (module docstring)."""
-    from .cells import FINISHED, STATUS_FAIL
-    from .compare import WORSE
-
-    comparison.expected_file = str(expected.path)
-    comparison.strict_expected = strict
-    for c in comparison.cells:
-        e = expected.get(c.key)
-        if e is None or c.run_status not in FINISHED:
-            continue
-        c.expected_reason = e.reason
-        c.expected = outcome(e, c.run_status == STATUS_FAIL or c.verdict == WORSE)
-
-
-def outcome(e: Expectation, failed: bool) -> str:
-    from .compare import EXPECTED_FAILURE, FLAKY_FAILURE, FLAKY_PASS, UNEXPECTED_PASS
-
-    if e.status == "fail":
-        return EXPECTED_FAILURE if failed else UNEXPECTED_PASS
-    return FLAKY_FAILURE if failed else FLAKY_PASS
-
-
-def run_exit_code(summary, expected, strict: bool) -> int:
-    """RunSummary.exit_code with the expected results and --strict-expected taken into account: a regression
-    (not an expected failure nor a flaky one) -> 1; without a baseline, a failed cell not expected to fail or be
-    flaky -> 1; --strict-expected and an unexpected pass -> 1; a cell that did not finish -> 3; else 0."""
-    if expected is None:
-        return summary.exit_code
-    from .cells import STATUS_FAIL, STATUS_PASS
-
-    cmp = summary.comparison
-    if cmp is not None and cmp.failed:
-        return 1
-    if not summary.regression_mode:
-        if any(s == STATUS_FAIL and expected.get(k) is None for k, s in summary.statuses.items()):
-            return 1
-        if strict and any(s == STATUS_PASS and (e := expected.get(k)) is not None and e.status == "fail"
-                          for k, s in summary.statuses.items()):
-            return 1
-    if summary.unfinished:
-        return 3
-    return 0

@@ -165,7 +165,7 @@ def render_comparison(comparison: Comparison, console: Console, *, show_same: bo
 
 def render_expected(statuses: dict[str, str], expected, console: Console) -> None:
     """Without a comparison (no baseline): the expected-results outcome of each listed cell that finished."""
-    from .expected import outcome
+    from .compare import expected_outcome as outcome
 
     rows = []
     for key, status in statuses.items():

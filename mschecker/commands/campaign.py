@@ -105,7 +105,7 @@ def run_main(argv: list[str]) -> int:
         if args.history:
             _judge_run_against_history(summary, store, args.history)
     if summary.comparison is not None and expected is not None:
-        from ..campaign.expected import apply
+        from ..campaign.compare import apply_expected as apply
 
         apply(summary.comparison, expected, strict=args.strict_expected)
     if summary.comparison is not None:
@@ -114,7 +114,7 @@ def run_main(argv: list[str]) -> int:
         console.print(f"baseline: {summary.baseline_note}", highlight=False)
     if summary.comparison is None and expected is not None:
         render_expected(summary.statuses, expected, console)
-    from ..campaign.expected import run_exit_code
+    from ..campaign.compare import run_exit_code
 
     code = run_exit_code(summary, expected, args.strict_expected)
     if args.json:
@@ -250,7 +250,8 @@ def compare_main(argv: list[str]) -> int:
     if args.strict_expected and not args.expected:
         raise UsageError("--strict-expected needs --expected FILE")
     from ..campaign.compare import compare_runs
-    from ..campaign.expected import apply, load_expected
+    from ..campaign.compare import apply_expected as apply
+    from ..campaign.expected import load_expected
     from ..campaign.report import render_comparison, to_json, write_html
     from ..campaign.store import Store
     from ..fsio import atomic_write_text

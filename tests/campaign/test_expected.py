@@ -7,7 +7,8 @@ import pytest
 
 from mschecker.campaign.compare import (EXPECTED_FAILURE, FLAKY_FAILURE, FLAKY_PASS, UNEXPECTED_PASS, WORSE,
                                         compare_runs)
-from mschecker.campaign.expected import apply, load_expected
+from mschecker.campaign.compare import apply_expected as apply
+from mschecker.campaign.expected import load_expected
 from mschecker.campaign.spec import parse_campaign
 from mschecker.campaign.store import Store
 from mschecker.cli import main as cli
@@ -172,7 +173,7 @@ def test_campaign_file_names_the_expected_file(tmp_path):
 
 def test_run_exit_code_with_expected_results(tmp_path):
     from mschecker.campaign.runner import RunSummary
-    from mschecker.campaign.expected import run_exit_code
+    from mschecker.campaign.compare import run_exit_code
 
     f = tmp_path / "e.csv"
     f.write_text("a,fail,known\nb,flaky,noisy\n")
