@@ -156,3 +156,14 @@ def test_unknown_cell_or_run_is_exit_2(world, tmp_path, capsys, argv, needle):
     assert cli(argv + ["--store", str(store)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_a_factor_at_the_other_records_value_is_cleared(world, tmp_path):
+    """RUN's record says another onnxruntime, but this environment has BASE's and reproduces RUN: onnxruntime is
+    cleared, the model (RUN's here) is the one candidate left and is named."""
+    newer = dict(world["run"], versions=dict(world["run"]["versions"], onnxruntime="9.9-new"))
+    store = _store(tmp_path / "s.sqlite", world, run=newer)
+    assert _bisect(store, json_path=tmp_path / "b.json") == 0
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert data["rerun"]["reproduces"] == "run" and data["candidates"] == ["model_sha256"], data
+    assert data["cause"] is not None and data["named"]
