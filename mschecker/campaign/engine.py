@@ -23,21 +23,30 @@ Semantics the campaign relies on:
   with KilledWorker: the cell is recorded `killed` and the others go on. On our own LocalCluster a task is
   declared killed on the first death (allowed-failures 0) instead of being retried on the next worker it would
   kill; an existing cluster keeps its own setting (Dask's default retries 3 times).
-- Shipped files lost with a restarted or dead worker (a one-worker cluster loses all of them; dask cannot
-  recompute scattered data) are scattered again before the next cell is submitted.
+- A check cell is placed only on a worker that holds its shipped files: what that worker lacks (it was
+  restarted or joined since the broadcast) is scattered to it from the driver first. Fetching them from a peer
+  instead ties the cell to that peer: dask cannot recompute scattered data, so when the last holder dies (it
+  may be running a cell that kills its worker) the task is cancelled ("lost dependencies") without running.
+- Shipped files live on a worker in a folder of this run alone (run id + a random token): two campaigns with
+  the same run id on one machine must not write into or remove each other's files.
+- Every record that did not finish (crashed, timeout, killed) says why; a cancellation by dask names its reason.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
 import os
+import secrets
 import time
+import uuid
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import InputError
-from .cells import STATUS_CRASHED, STATUS_KILLED, STATUS_TIMEOUT, one_line, run_cell, worker_files_root
+from .cells import FINISHED, STATUS_CRASHED, STATUS_KILLED, STATUS_TIMEOUT, one_line, run_cell, worker_files_root
 from .spec import Cell, cell_from_dict
 
 TOPIC = "mschecker-campaign-start"
@@ -54,7 +63,8 @@ class EngineConfig:
     memory_limit: str | float | None = "auto"   # per LocalCluster worker (dask's "auto": RAM / workers)
 
 
-def _task(cell_data: dict, run_id: str, bundle: str | None, blobs: dict | None, cell_fn: Callable) -> dict:
+def _task(cell_data: dict, run_id: str, files_id: str, bundle: str | None, blobs: dict | None,
+          cell_fn: Callable) -> dict:
     """Runs on a worker: announce the start (for the timeout), materialize shipped files, run the cell."""
     from distributed import get_worker
 
@@ -67,16 +77,24 @@ def _task(cell_data: dict, run_id: str, bundle: str | None, blobs: dict | None, 
     local = {}
     if blobs:
         declared = [cell.params["model"], *cell.params["inputs"], cell.params["golden"]]
-        local = materialize(worker_files_root(run_id), bundle, blobs, declared)
+        local = materialize(worker_files_root(files_id), bundle, blobs, declared)
     record = cell_fn(cell, local)
     record["worker"] = worker.address
     return record
 
 
-def _cleanup_files(run_id: str) -> None:
+def _cleanup_files(files_id: str) -> None:
     import shutil
 
-    shutil.rmtree(worker_files_root(run_id), ignore_errors=True)
+    shutil.rmtree(worker_files_root(files_id), ignore_errors=True)
+
+
+def _with_reason(record: dict) -> dict:
+    """A record that did not finish (crashed, timeout, killed) always says why: a cell function may return one
+    with an empty reason, and a bare status in the store and the summary tells nobody what to fix."""
+    if record.get("status") not in FINISHED and not str(record.get("reason") or "").strip():
+        return record | {"reason": f"the cell function returned status {record.get('status')!r} without a reason"}
+    return record
 
 
 SCHEMES = ("tcp", "tls")
@@ -106,8 +124,6 @@ def probe_scheduler(address: str, timeout_s: float) -> None:
     OSError. Why: `distributed.Client(address, timeout=...)` bounds the TCP connect but then waits for the
     handshake reply without a bound (distributed.comm.core.connect: `await comm.read()`), so an endpoint that
     accepts and never speaks (a firewall, the dashboard port, another service) would hang the run forever."""
-    import asyncio
-
     from distributed.comm import connect
     from distributed.security import Security
 
@@ -196,19 +212,27 @@ class DaskEngine:
             self._bundles[cell.task_key] = (bundle_digest(digests), paths)
         self._scatter(list(self._contents))
 
-    def _scatter(self, paths: list[str], *, fresh: bool = False) -> None:
-        if paths:  # fresh: new keys (a lost key's futures stay cancelled in the client)
-            futures = self.client.scatter([self._contents[p] for p in paths], broadcast=True, hash=not fresh)
+    def _scatter(self, paths: list[str]) -> None:
+        if paths:
+            futures = self.client.scatter([self._contents[p] for p in paths], broadcast=True)
             self._blob_futures.update(zip(paths, futures))
 
-    def _reship_lost(self) -> None:
-        """After a worker restart or death: scatter again what no live worker holds any more (a one-worker
-        cluster loses every shipped file with its worker; dask cannot recompute scattered data, it cancels
-        its futures)."""
-        live = {p: f for p, f in self._blob_futures.items() if f.status == "finished"}
-        holders = self.client.who_has(list(live.values())) if live else {}
-        lost = [p for p in self._blob_futures if p not in live or not holders.get(live[p].key)]
-        self._scatter(lost, fresh=True)
+    def _stock(self, worker: str, paths: list[str]) -> dict:
+        """The shipped files of a cell placed on `worker`, as futures of keys that `worker` holds: what it lacks
+        is scattered to it from the driver first (see the module docstring for why never from a peer). A file
+        some worker still holds keeps its key (one more replica); one no worker holds gets a new key (a lost
+        key's futures stay cancelled in the client). Raises when `worker` left or is not running (the caller
+        places the cell again)."""
+        live = [f for f in (self._blob_futures[p] for p in paths) if f.status == "finished"]
+        holders = self.client.who_has(live) if live else {}   # who_has refuses cancelled futures
+        lacking = [p for p in paths if worker not in holders.get(self._blob_futures[p].key, ())]
+        if lacking:
+            keys = {p: self._blob_futures[p].key if holders.get(self._blob_futures[p].key)
+                    else f"bytes-{uuid.uuid4().hex}" for p in lacking}
+            futures = self.client.scatter({keys[p]: self._contents[p] for p in lacking}, workers=[worker],
+                                          timeout=self.config.connect_timeout_s)
+            self._blob_futures.update({p: futures[keys[p]] for p in lacking})
+        return {p: self._blob_futures[p] for p in paths}
 
     def _threads(self) -> dict[str, int]:
         """{worker address: threads} of the workers connected now."""
@@ -223,7 +247,7 @@ class DaskEngine:
         worker as its (loose) restriction; the rest wait here, in file order. Dask would otherwise assign
         tasks early, and by data locality (a worker that still holds shipped files beats one restarted without
         them), and a task waiting on a worker dies with it even if it never started: only running cells may
-        be hit by a restart or a death."""
+        be hit by a restart or a death. A check cell's worker gets the files it lacks first (`_stock`)."""
         started: dict[str, tuple[float, str]] = {}
 
         def on_event(event):
@@ -235,31 +259,46 @@ class DaskEngine:
         queue = list(cells)
         in_flight: dict = {}                     # future -> (cell, worker it was placed on)
         submitted = 0
+        files_id = f"{run_id}-{secrets.token_hex(8)}"   # this run's folder on the workers (module docstring)
 
-        def submit(cell: Cell, worker: str | None) -> None:
+        def submit(cell: Cell, worker: str | None) -> bool:
+            """Submit `cell` placed on `worker`; False when its files could not be put there."""
             nonlocal submitted
             bundle, paths = self._bundles.get(cell.task_key, (None, []))
-            blobs = {p: self._blob_futures[p] for p in paths} or None
-            fut = self.client.submit(_task, dataclasses.asdict(cell), run_id, bundle, blobs, cell_fn, pure=False,
-                                     key=f"mschecker-cell-{run_id}-{submitted}",
+            blobs = None
+            if paths:
+                if worker is None:
+                    return False         # no worker to put its files on: wait for one
+                try:
+                    blobs = self._stock(worker, paths)
+                except (KeyError, OSError, asyncio.TimeoutError, CancelledError):
+                    return False         # the worker left or is not running, or a file was lost meanwhile
+            fut = self.client.submit(_task, dataclasses.asdict(cell), run_id, files_id, bundle, blobs, cell_fn,
+                                     pure=False, key=f"mschecker-cell-{run_id}-{submitted}",
                                      workers=[worker] if worker else None, allow_other_workers=True)
             submitted += 1
             in_flight[fut] = (cell, worker)
+            return True
 
-        threads, threads_checked = {}, 0.0
+        threads, threads_checked, unreachable = {}, 0.0, set()
         try:
             while queue or in_flight:
                 now = time.time()
                 if now - threads_checked > 2.0:
-                    threads, threads_checked = self._threads(), now
+                    threads, threads_checked, unreachable = self._threads(), now, set()
                 busy: dict[str | None, int] = {}
                 for _, w in in_flight.values():
                     busy[w] = busy.get(w, 0) + 1
-                free = [w for w, n in threads.items() for _ in range(n - busy.get(w, 0))]
+                free = [w for w, n in threads.items() if w not in unreachable for _ in range(n - busy.get(w, 0))]
                 if not threads and not in_flight:
                     free = [None]                # no worker yet: one task, dask holds it until one joins
                 while queue and free:
-                    submit(queue.pop(0), free.pop(0))
+                    worker = free.pop(0)
+                    if submit(queue[0], worker):
+                        queue.pop(0)
+                    else:                        # not placed again before the next refresh
+                        unreachable.add(worker)
+                        free = [w for w in free if w != worker]
                 done = [f for f in in_flight if f.done()]
                 lost_worker = False
                 for fut in done:
@@ -274,7 +313,6 @@ class DaskEngine:
                         on_result(cell, self._timed_out(fut, start, cell.timeout_s))
                         lost_worker = True
                 if lost_worker:
-                    self._reship_lost()
                     threads_checked = 0.0
                 if not done:
                     time.sleep(POLL_S)
@@ -285,13 +323,13 @@ class DaskEngine:
                 self.client.unsubscribe_topic(TOPIC)
             if self._blob_futures:
                 with contextlib.suppress(Exception):
-                    self.client.run(_cleanup_files, run_id)
+                    self.client.run(_cleanup_files, files_id)
 
     def _outcome(self, fut, start) -> dict:
         from distributed.scheduler import KilledWorker
 
         if fut.status == "finished":
-            return fut.result()
+            return _with_reason(fut.result())
         exc = fut.exception() if fut.status == "error" else None
         record = {"metrics": {}, "detail": {}, "started_at": start[0] if start else None,
                   "worker": start[1] if start else None,
@@ -300,6 +338,14 @@ class DaskEngine:
             return record | {"status": STATUS_KILLED,
                              "reason": "its worker died while running it (out of memory or a native crash): "
                                        + one_line(exc)}
+        if fut.status == "cancelled":  # by dask, not by us (a timed-out cell left in_flight before we cancel it)
+            try:
+                fut.result()
+            except CancelledError as cancelled:
+                exc = cancelled
+            return record | {"status": STATUS_CRASHED,
+                             "reason": f"dask cancelled it{' before it started' if start is None else ''}: "
+                                       + (one_line(exc) if exc is not None else "no reason given")}
         return record | {"status": STATUS_CRASHED,
                          "reason": one_line(exc) if exc is not None else f"task {fut.status}"}
 
