@@ -21,7 +21,7 @@ from rich.table import Table
 
 from ..untrusted import markup, plain as _plain, plot_text as _plot_text
 from .compare import (BETTER, EXPECTED_FAILURE, FLAKY_FAILURE, MACHINE, SAME, UNEXPECTED_PASS, WORSE, CellComparison,
-                      Comparison, MetricVerdict)
+                      Comparison, MetricVerdict, expected_outcome)
 from .history import BLIP, STEP
 from .store import CellRecord, Store
 
@@ -165,13 +165,12 @@ def render_comparison(comparison: Comparison, console: Console, *, show_same: bo
 
 def render_expected(statuses: dict[str, str], expected, console: Console) -> None:
     """Without a comparison (no baseline): the expected-results outcome of each listed cell that finished."""
-    from .compare import expected_outcome as outcome
 
     rows = []
     for key, status in statuses.items():
         e = expected.get(key)
         if e is not None and status in ("pass", "fail"):
-            rows.append((key, outcome(e, status == "fail"), e.reason))
+            rows.append((key, expected_outcome(e, status == "fail"), e.reason))
     for key, what, reason in rows:
         style = _EXPECTED_STYLE.get(what)
         console.print(f"{f'[{style}]' if style else ''}{escape(what)}{'[/]' if style else ''}: {markup(key)} "
