@@ -163,8 +163,10 @@ def main(argv=None) -> int:
            platform.machine(), "python": sys.version.split()[0], "cases": results,
            "note": "estimated seconds from mschecker/npu/cost.py (ranking only; absolute within 2-5x at best)"}
     if not args.no_write:
+        from mschecker.fsio import atomic_write_text
+
         out = ROOT / "benchmarks" / "results" / "bisect_cost.json"
-        out.write_text(json.dumps(doc, indent=1) + "\n")
+        atomic_write_text(out, json.dumps(doc, indent=1) + "\n")  # all or nothing, as bisect_bench.py
         print(f"wrote {out}")
     return 0
 

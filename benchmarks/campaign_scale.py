@@ -215,8 +215,10 @@ def main(argv=None) -> int:
            "params": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
            "targets": {"compare_s": 2.0, "store_gb": 1.0}, "results": results}
     if not args.no_write:
+        from mschecker.fsio import atomic_write_text
+
         out = ROOT / "benchmarks" / "results" / "campaign_scale.json"
-        out.write_text(json.dumps(doc, indent=1) + "\n")
+        atomic_write_text(out, json.dumps(doc, indent=1) + "\n")  # all or nothing, as bisect_bench.py
         print(f"wrote {out}")
     return 0
 

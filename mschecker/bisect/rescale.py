@@ -41,6 +41,8 @@ SUMS = {"Add", "Sub", "Sum"}
 LINEAR = {"Conv", "Gemm", "MatMul"}
 # x * c and x / c with a constant c: the constant carries the scale (c * 2^-k, or the divisor c * 2^k)
 CONST_SCALED = {"Mul", "Div"}
+# what can emit a tensor already scaled: its constant operands take the factor (try_producer)
+PRODUCERS = LINEAR | CONST_SCALED
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,7 @@ class _Planner:
                              "at its source")
         i = self.producer[t]
         op = self.nodes[i].op_type
-        if (op in LINEAR or op in CONST_SCALED) and self.try_producer(i):
+        if op in PRODUCERS and self.try_producer(i):
             return
         if op in SUMS:
             self.scale_sum(i)
@@ -298,7 +300,7 @@ class _Planner:
         others = {r for r, _ in self.readers[t] if r != i and self.nodes[r].op_type not in SHAPE_ONLY}
         if p is not None and not others and t not in self.outputs and p not in self.mode:
             op = self.nodes[p].op_type
-            if (op in LINEAR or op in CONST_SCALED) and self.try_producer(p):
+            if op in PRODUCERS and self.try_producer(p):
                 return
             if op in SUMS:
                 self.scale_sum(p)

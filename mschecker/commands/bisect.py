@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..bisect.priors import ORDERS
 from ..graph.loader import load_model
 from ..npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
 from ..tensormeta import apply_overrides, tensor_meta
@@ -50,7 +51,7 @@ def build_parser(prog: str = "mschecker bisect") -> Parser:
     p.add_argument("--choose", choices=["moves", "cost"], default="moves",
                    help="the fix: the passing configuration with the fewest moves (default) or the least estimated "
                         "device time (npu.cost; ranking only, docs/BISECT.md)")
-    p.add_argument("--order", choices=["error", "priors", "cost"], default=None,
+    p.add_argument("--order", choices=ORDERS, default=None,
                    help="the order the search tries candidates in: own error (default), own error weighed by "
                         "AutoCast-style priors (range, op class), or that per unit of device cost (default with "
                         "--choose cost); docs/BISECT.md")
