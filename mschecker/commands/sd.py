@@ -31,13 +31,15 @@ from pathlib import Path
 
 from ..errors import InputError, UsageError
 from ..npu.knobs import DEFAULT_PROFILE, add_npu_arguments, knobs_from_args
-from ..sd.folder import STAGES
+from ..sd.folder import FORCE_UPCAST, NUM_IMAGES_MAX, PROMPTS_MAX, SIZE_MAX, XL_STAGES
 from ..sd.presets import PRESETS
 from ..sd.scheduler import SCHEDULERS
 from ._args import Parser, check_writable, check_writable_dir
 
 DEFAULT_PROMPT = "a photo of an astronaut riding a horse on the moon"
 SEED_MAX = 2**32 - 1  # numpy.random.RandomState(seed), as diffusers' ONNX pipeline draws the initial noise
+STEPS_MAX = 1000      # every scheduler refuses more steps than its num_train_timesteps (SD's: 1000)
+PROMPT_FILE_MAX = 1 << 20  # bytes: PROMPTS_MAX prompts of a few hundred tokens each fit many times over
 
 
 def build_parser() -> Parser:
@@ -53,15 +55,38 @@ def build_parser() -> Parser:
                    help="the two runs compared, among reference, npu, ort (default reference,npu; B is judged)")
     p.add_argument("--latents", metavar="FILE.npy", help="initial latents, unit variance, scaled by the scheduler's "
                                                         "initial sigma as diffusers does (default: RandomState(--seed).randn)")
-    p.add_argument("--steps", type=_positive_int("--steps"), default=10, help="UNet steps (default 10)")
-    p.add_argument("--prompt", default=DEFAULT_PROMPT)
+    p.add_argument("--steps", type=_positive_int("--steps", maximum=STEPS_MAX), default=10,
+                   help="UNet steps (default 10)")
+    prompts = p.add_mutually_exclusive_group()
+    prompts.add_argument("--prompt", action="append", help="the prompt; repeat for several (default: an astronaut)")
+    prompts.add_argument("--prompts-file", metavar="FILE", help="prompts, one per line (UTF-8; blank lines skipped)")
+    p.add_argument("--negative-prompt", action="append", metavar="TEXT",
+                   help="diffusers' negative_prompt: one for every prompt, or repeated once per prompt (default: "
+                        "none -- the empty prompt, or zeros where an SDXL folder forces them)")
+    p.add_argument("--num-images-per-prompt", type=_positive_int("--num-images-per-prompt", maximum=NUM_IMAGES_MAX),
+                   default=1, help="images per prompt (default 1)")
+    p.add_argument("--height", type=_positive_int("--height", maximum=SIZE_MAX),
+                   help="image height in px, a multiple of the VAE's scale factor (default: the UNet config's "
+                        "sample_size x 8, as diffusers; given --latents define it)")
+    p.add_argument("--width", type=_positive_int("--width", maximum=SIZE_MAX), help="image width in px (as --height)")
+    p.add_argument("--guidance-rescale", type=_finite_float("--guidance-rescale", 0.0, 1.0), default=0.0,
+                   help="diffusers' guidance_rescale in [0, 1] (default 0: off; 0.7 is the paper's value)")
+    p.add_argument("--eta", type=_finite_float("--eta", 0.0, 1.0), default=0.0,
+                   help="DDIM's eta in [0, 1] (default 0; other schedulers ignore it, as diffusers does)")
+    xl = p.add_argument_group("SDXL micro-conditioning (add_time_ids; default: the image size, crop 0,0)")
+    xl.add_argument("--original-size", type=_pair("--original-size"), metavar="H,W")
+    xl.add_argument("--crops-coords-top-left", type=_pair("--crops-coords-top-left", minimum=0), metavar="TOP,LEFT")
+    xl.add_argument("--target-size", type=_pair("--target-size"), metavar="H,W")
+    p.add_argument("--force-upcast", choices=FORCE_UPCAST, default="config",
+                   help="the VAE in float32 on the NPU side (ATC must_keep_origin_dtype), as diffusers' force_upcast: "
+                        "config (default: as vae_decoder/config.json says; SDXL's VAE sets it), on, off")
     p.add_argument("--scheduler", choices=list(SCHEDULERS),
                    help="override the scheduler class (default: the folder's scheduler_config.json; ddim bundled)")
     p.add_argument("--seed", type=_positive_int("--seed", minimum=0, maximum=SEED_MAX), default=0,
                    help=f"initial-noise seed in [0, {SEED_MAX}] (numpy's RandomState takes 32 bits)")
     p.add_argument("--guidance-scale", type=_finite_float("--guidance-scale"), default=7.5)
     p.add_argument("--psnr-min", type=_finite_float("--psnr-min"), default=30.0, help="image PSNR threshold in dB (default 30)")
-    add_npu_arguments(p, STAGES)
+    add_npu_arguments(p, XL_STAGES)
     p.add_argument("--no-fix", action="store_true", help="do not search for a fix when the run overflows")
     p.add_argument("--fix-by", choices=("node", "op_type"), default="node",
                    help="the fix search's moves: single nodes (default: the smallest fix) or whole op types (fewer "
@@ -85,16 +110,71 @@ def _positive_int(flag: str, minimum: int = 1, maximum: int | None = None):
     return parse
 
 
-def _finite_float(flag: str):
+def _finite_float(flag: str, lo: float = -math.inf, hi: float = math.inf):
     def parse(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
-            raise InputError(f"{flag} must be a number, got {text!r}") from None
+            raise InputError(f"{flag} must be a number, got {text[:40]!r}") from None
         if not math.isfinite(v):
-            raise InputError(f"{flag} must be finite, got {text!r}")
+            raise InputError(f"{flag} must be finite, got {text[:40]!r}")
+        if not lo <= v <= hi:
+            raise InputError(f"{flag} must be in [{lo:g}, {hi:g}], got {text[:40]}")
         return v
     return parse
+
+
+def _pair(flag: str, minimum: int = 1):
+    """H,W (or TOP,LEFT): two integers in [minimum, SIZE_MAX]."""
+    def parse(text: str) -> tuple[int, int]:
+        parts = text.split(",")
+        if len(parts) != 2:
+            raise InputError(f"{flag} must be two integers A,B, got {text[:40]!r}")
+        one = _positive_int(flag, minimum=minimum, maximum=SIZE_MAX)
+        return one(parts[0].strip()), one(parts[1].strip())
+    return parse
+
+
+def read_prompts(args) -> list[str]:
+    """--prompt (repeated) or --prompts-file's lines; the default prompt when neither is given."""
+    if not args.prompts_file:
+        return args.prompt or [DEFAULT_PROMPT]
+    from ..fsio import check_readable
+
+    path = check_readable(args.prompts_file, "--prompts-file")
+    if path.stat().st_size > PROMPT_FILE_MAX:
+        raise InputError(f"--prompts-file {path}: larger than {PROMPT_FILE_MAX} bytes")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"--prompts-file {path}: not UTF-8 text (invalid byte at offset {exc.start})") from None
+    except OSError as exc:
+        raise InputError(f"--prompts-file {path}: cannot read ({exc.strerror or exc})") from None
+    prompts = [line.strip() for line in text.splitlines() if line.strip()]
+    if not 1 <= len(prompts) <= PROMPTS_MAX:
+        raise InputError(f"--prompts-file {path}: {len(prompts)} prompts; between 1 and {PROMPTS_MAX}")
+    return prompts
+
+
+def generation_args(args, pipeline) -> dict:
+    """run_pipeline's call arguments from the flags, checked against the pipeline before any model runs."""
+    prompts = read_prompts(args)
+    negatives = args.negative_prompt
+    if negatives is not None and len(negatives) not in (1, len(prompts)):
+        raise UsageError(f"--negative-prompt given {len(negatives)} times for {len(prompts)} prompts: give it once, "
+                         "or once per prompt")
+    xl_flags = {"original_size": "--original-size", "crops_coords_top_left": "--crops-coords-top-left",
+                "target_size": "--target-size"}
+    given = {k: getattr(args, k) for k in xl_flags if getattr(args, k) is not None}
+    if given and not pipeline.xl:
+        raise UsageError(f"{xl_flags[next(iter(given))]}: SDXL's micro-conditioning; {pipeline.name} is an SD "
+                         "1.x/2.x pipeline")
+    if args.latents is None:
+        pipeline.latent_size(args.height, args.width)  # sizes: one line, before any work
+    return dict(prompt=prompts if len(prompts) > 1 else prompts[0],
+                negative_prompt=(negatives[0] if len(negatives) == 1 else negatives) if negatives else None,
+                num_images_per_prompt=args.num_images_per_prompt, height=args.height, width=args.width,
+                guidance_rescale=args.guidance_rescale, eta=args.eta, **given)
 
 
 def parse_sides(text: str) -> tuple[str, str]:
@@ -123,7 +203,7 @@ def main(argv: list[str]) -> int:
     if args.tokenizer:
         raise UsageError("--tokenizer goes with --save-pipeline (a pipeline folder brings its own tokenizer/)")
     sides = parse_sides(args.sides)
-    knobs = knobs_from_args(args, STAGES)
+    knobs = knobs_from_args(args, XL_STAGES)
     common = dict(knobs.pop(None))
     profile = common.pop("profile", DEFAULT_PROFILE)
     per_stage = knobs  # {stage: its own options}, a stage's "profile" among them
@@ -139,22 +219,25 @@ def main(argv: list[str]) -> int:
 
     pipeline = SDPipeline.from_folder(args.pipeline) if args.pipeline else \
         bundled_pipeline(args.preset or "small", scheduler=args.scheduler or "ddim")
+    generation = generation_args(args, pipeline)
+    prompt = generation.pop("prompt")
+    batch = (1 if isinstance(prompt, str) else len(prompt)) * args.num_images_per_prompt
     latents = None
     if args.latents:
         from ..tensorio import read_tensor
 
-        latents = pipeline.check_latents(read_tensor(args.latents), f"--latents {args.latents}")
+        latents = pipeline.check_latents(read_tensor(args.latents), f"--latents {args.latents}", batch)
     from ..console import make_console
     from ..sd.check import run_check
     from ..sd.report import render_console, write_json, write_outputs
 
     console = make_console()  # a log (not a terminal) is not cut at 80 columns
-    with _progress(args.steps) as progress:
-        check = run_check(prompt=args.prompt, pipeline=pipeline, steps=args.steps, scheduler=args.scheduler,
+    with _progress(args.steps + len(pipeline.text_stages) + batch, batch) as progress:
+        check = run_check(prompt=prompt, pipeline=pipeline, steps=args.steps, scheduler=args.scheduler,
                           seed=args.seed, guidance_scale=args.guidance_scale, sides=sides, profile=profile,
                           npu_options=common, stage_options=per_stage, psnr_min=args.psnr_min,
                           search_fix=not args.no_fix, initial_latents=latents, fix_by=args.fix_by,
-                          progress=progress)
+                          progress=progress, generation=generation, force_upcast=args.force_upcast)
     render_console(check, console)
     paths = write_outputs(check, out)
     print(f"wrote {len(paths)} files to {out}: " + ", ".join(p.name for p in paths if p.suffix == ".png"))
@@ -169,8 +252,8 @@ def main(argv: list[str]) -> int:
 class _progress:
     """rich.progress on a terminal (one bar per run, advanced per stage / UNet step); silent otherwise."""
 
-    def __init__(self, steps: int):
-        self.total = steps + 2
+    def __init__(self, total: int, decodes: int = 1):
+        self.total, self.decodes = total, decodes
         self.bar = None
         self.tasks: dict[str, int] = {}
         self.totals: dict[str, int] = {}
@@ -189,7 +272,7 @@ class _progress:
         if self.bar is None:
             return
         if run not in self.tasks:
-            total = 1 if run.startswith("fix") and stage == "vae_decoder" else self.total
+            total = self.decodes if run.startswith("fix") and stage == "vae_decoder" else self.total
             self.tasks[run] = self.bar.add_task(run, total=total)
             self.totals[run] = total
         label = f"{run}: {stage}" + (f" step {step + 1}" if step is not None else "")

@@ -57,9 +57,9 @@ from ..graph.executor import Executor
 from ..dtypes import is_float
 from .images import image_psnr, image_ssim
 from .bundled import bundled_pipeline
-from .folder import MODEL_FILES, SDPipeline
-from .pipeline import STAGES, PipelineResult, SDModels, run_in_batches, run_pipeline, stage_runner_factory, \
-    to_uint8_image
+from .folder import FORCE_UPCAST, MODEL_FILES, TEXT_STAGES, XL_STAGES, SDPipeline
+from .pipeline import STAGES, PipelineResult, SDModels, decode, run_in_batches, run_pipeline, \
+    stage_runner_factory, to_uint8_images
 
 SIDES = ("reference", "npu", "ort")
 # The stage tensors are not judged element-wise: the verdict is the image rule (SDCheck.passed), and the metrics
@@ -172,7 +172,8 @@ class Tracker:
 
 @dataclass
 class Metrics:
-    """The compared tensors of one NPU run against the reference."""
+    """The compared tensors of one NPU run against the reference. With several images the image verdict is the
+    worst image's (``psnr_db``, ``ssim``: the minimum over images; every image's in ``psnr_per_image``)."""
 
     text: TensorComparison
     steps: list[TensorComparison]
@@ -181,14 +182,30 @@ class Metrics:
     ssim: float
     image: np.ndarray
     nonfinite_outputs: list[str]
+    texts: dict = field(default_factory=dict)     # text stage -> its hidden states' comparison (text = the first)
+    pooled: TensorComparison | None = None        # SDXL's pooled text embedding
+    psnr_per_image: list = field(default_factory=list)
+    ssim_per_image: list = field(default_factory=list)
+    images: np.ndarray | None = None              # (B, H, W, 3) uint8 of the judged run
+
+    def stage_comparisons(self) -> list[tuple[str, TensorComparison | None]]:
+        """(stage, the comparison of its output) in run order: what localization walks."""
+        return [*self.texts.items(), ("unet", self.steps[-1] if self.steps else None), ("vae_decoder", self.decoded)]
 
     def to_dict(self) -> dict:
         def brief(c: TensorComparison) -> dict:
             return {"max_abs_err": c.max_abs_err, "rel_euclidean": c.rel_euclidean, "cosine": c.cosine,
                     "snr_db": c.snr_db, "nan": c.actual_nan, "inf": c.actual_inf}
-        return {"text_embeddings": brief(self.text), "latents": [brief(c) for c in self.steps],
-                "decoded": brief(self.decoded), "image_psnr_db": self.psnr_db, "image_ssim": self.ssim,
-                "nonfinite_outputs": self.nonfinite_outputs}
+        out = {"text_embeddings": brief(self.text), "latents": [brief(c) for c in self.steps],
+               "decoded": brief(self.decoded), "image_psnr_db": self.psnr_db, "image_ssim": self.ssim,
+               "nonfinite_outputs": self.nonfinite_outputs}
+        if len(self.texts) > 1 or self.pooled is not None:
+            out["text_encoders"] = {st: brief(c) for st, c in self.texts.items()}
+            out["pooled_text_embeds"] = brief(self.pooled) if self.pooled is not None else None
+        if len(self.psnr_per_image) > 1:
+            out["image_psnr_db_per_image"] = self.psnr_per_image
+            out["image_ssim_per_image"] = self.ssim_per_image
+        return out
 
 
 @dataclass
@@ -318,16 +335,24 @@ class SDCheck:
 
 
 def measure(reference: PipelineResult, npu: PipelineResult) -> Metrics:
-    """Per-stage comparison of an NPU run against the reference run (same settings)."""
+    """Per-stage comparison of an NPU run against the reference run (same settings): each text encoder's output
+    (the first named text_embeddings, as for SD 1.x; SDXL's second text_encoder_2 and its pooled embedding), the
+    latents after every step, the decoded tensor, and every image (PSNR, SSIM; the verdict takes the worst)."""
     def cmp(a, e, name):
         return compare_arrays(np.asarray(a), np.asarray(e), STAGE_RULE, name=name, topk=3)
 
-    text = cmp(npu.text_embeddings, reference.text_embeddings, "text_embeddings")
+    texts = {st: cmp(npu.text_outputs[st], reference.text_outputs[st],
+                     "text_embeddings" if st == "text_encoder" else f"{st}.hidden_states")
+             for st in reference.text_outputs}
+    pooled = cmp(npu.pooled, reference.pooled, "text_encoder_2.text_embeds") if reference.pooled is not None else None
     steps = [cmp(a, e, f"latents[{i + 1}]") for i, (a, e) in enumerate(zip(npu.latents[1:], reference.latents[1:]))]
     decoded = cmp(npu.decoded, reference.decoded, "decoded")
-    bad = [c.name for c in [text, *steps, decoded] if c.actual_nan or c.actual_inf]
-    return Metrics(text, steps, decoded, image_psnr(npu.image, reference.image),
-                   image_ssim(npu.image, reference.image), npu.image, bad)
+    bad = [c.name for c in [*texts.values(), *([pooled] if pooled else []), *steps, decoded]
+           if c.actual_nan or c.actual_inf]
+    psnr = [image_psnr(a, e) for a, e in zip(npu.images, reference.images)]
+    ssim = [image_ssim(a, e) for a, e in zip(npu.images, reference.images)]
+    return Metrics(texts["text_encoder"], steps, decoded, min(psnr), min(ssim), npu.image, bad, texts=texts,
+                   pooled=pooled, psnr_per_image=psnr, ssim_per_image=ssim, images=npu.images)
 
 
 def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], tracker: Tracker | None, *,
@@ -335,7 +360,7 @@ def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], track
     """A make_stage_runner whose stages may use different devices/profiles/options (one compiled model per
     stage, as on a real NPU), each call announced to ``tracker`` and (with ``capture``) captured by it."""
     factories = {}
-    for stage in STAGES:
+    for stage in device_for:
         device, profile, options = device_for[stage]
         options = dict(options)
         profile = options.pop("profile", None) or profile  # a per-stage --profile STAGE:NAME
@@ -356,9 +381,9 @@ def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], track
 def side_devices(side: str, profile: str, options: dict[str, dict]) -> dict[str, tuple[str, str | None, dict]]:
     """per_stage_factory's {stage: (device, profile, options)} for one side of the check."""
     if side == "npu":
-        return {s: ("npu", profile, options[s]) for s in STAGES}
+        return {s: ("npu", profile, options[s]) for s in XL_STAGES}
     if side in ("reference", "ort"):
-        return {s: (side, None, {}) for s in STAGES}
+        return {s: (side, None, {}) for s in XL_STAGES}
     raise InputError(f"unknown side {side!r}; choose from {', '.join(SIDES)}")
 
 
@@ -367,12 +392,16 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
               sides: tuple[str, str] = ("reference", "npu"), profile: str = "ascend910b",
               npu_options: dict | None = None, stage_options: dict[str, dict] | None = None, psnr_min: float = 30.0,
               search_fix: bool = True, weights_seed: int = 0, initial_latents=None, fix_by: str = "node",
-              progress: Callable[[str, str, int | None], None] | None = None) -> SDCheck:
+              progress: Callable[[str, str, int | None], None] | None = None, generation: dict | None = None,
+              force_upcast: str = "config") -> SDCheck:
     """Baseline run (``sides[0]``), judged run (``sides[1]``, captured), per-stage metrics, and -- when the
     judged side is the NPU and fails -- the overflow probes and the fix search. ``pipeline`` defaults to the
     bundled ``preset`` (DDIM unless ``scheduler`` says otherwise); ``scheduler`` overrides its scheduler class.
+    ``generation``: run_pipeline's other call arguments (negative_prompt, num_images_per_prompt, height, width,
+    guidance_rescale, eta, SDXL's original_size / crops_coords_top_left / target_size); ``prompt`` may be a list.
     ``npu_options`` (mschecker.npu.knobs.apply_knobs keywords) apply to every stage, ``stage_options[stage]``
     on top of them to one stage (keep_dtype lists are joined; "profile" picks that stage's profile).
+    ``force_upcast`` ("config", "on", "off"): see upcast_vae_options.
     ``progress(run_label, stage, step)`` is called before every stage execution."""
     if len(sides) != 2 or sides[0] == sides[1] or any(s not in SIDES for s in sides):
         raise InputError(f"--sides {','.join(sides)}: give two different sides among {', '.join(SIDES)}")
@@ -381,8 +410,9 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     if "npu" in sides:
         check_stage_entries(pipeline, npu_options, stage_options, profile)
     options = stage_npu_options(npu_options, stage_options)
+    upcast = upcast_vae_options(pipeline, options, force_upcast)
     common = dict(prompt=prompt, pipeline=pipeline, steps=steps, scheduler=scheduler, seed=seed,
-                  guidance_scale=guidance_scale, initial_latents=initial_latents)
+                  guidance_scale=guidance_scale, initial_latents=initial_latents, **(generation or {}))
     timings = {}
 
     def label(side):
@@ -410,6 +440,9 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
                 "npu_options": {st: {k: (v if isinstance(v, (list, dict)) else str(v)) for k, v in o.items()}
                                 for st, o in options.items()},
                 "weights_seed": weights_seed, "image_size": list(np.shape(reference.decoded)[2:]),
+                "images": int(np.shape(reference.decoded)[0]), "sdxl": pipeline.xl, "force_upcast": upcast,
+                "generation": {k: (list(v) if isinstance(v, tuple) else v) for k, v in (generation or {}).items()},
+                "notes": list(reference.notes),
                 "initial_latents": "given" if initial_latents is not None else f"RandomState({seed}).randn",
                 "stage_costs": {side: {st: c.to_dict() for st, c in run.costs.items()}
                                 for side, run in ((base_side, reference), (judged_side, npu))}}
@@ -452,7 +485,11 @@ def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_op
     # each stage's graph as its profile runs it (a device profile: fused, IR op types, device names)
     options = stage_npu_options(npu_options, stage_options)
     graphs, vocab, notes = {}, {}, {}
-    for st in STAGES:
+    for st in stage_options or {}:
+        if st not in pipeline.stage_names:
+            raise InputError(f"{st}: options given for a stage {pipeline.name} does not have (its stages: "
+                             f"{', '.join(pipeline.stage_names)})")
+    for st in pipeline.stage_names:
         policy = npu_policy(stage_profile(profile, options[st]))
         header = pipeline.files.model_header(MODEL_FILES[st])
         graphs[st] = policy.device_graph(header)
@@ -472,12 +509,32 @@ def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_op
                + [({"customize_dtypes": [c]}, f"customize_dtypes entry {c!r}")
                   for c in common.get("customize_dtypes", ())])
     for opts, what in singles:
-        if all(unmatched_entries(entries(opts), graphs[st], **vocab[st]) for st in STAGES):
-            raise InputError(f"{what} matches nothing in any stage ({', '.join(STAGES)}); give it a STAGE: "
+        if all(unmatched_entries(entries(opts), graphs[st], **vocab[st]) for st in pipeline.stage_names):
+            raise InputError(f"{what} matches nothing in any stage ({', '.join(pipeline.stage_names)}); give it a STAGE: "
                              "prefix to aim it at one")
-    for st in STAGES:  # entries that match but do nothing on the device, once every entry matches
+    for st in pipeline.stage_names:  # entries that match but do nothing on the device, once every entry matches
         for note in notes[st]:
             warnings.warn(f"{st} stage: {note}", KnobNote, stacklevel=2)
+
+
+UPCAST_MODE = "must_keep_origin_dtype"  # ATC's float32 for an fp32 export: what diffusers' upcast_vae() gives
+
+
+def upcast_vae_options(pipeline: SDPipeline, options: dict[str, dict], force_upcast: str = "config") -> str | None:
+    """diffusers' ``force_upcast`` (the VAE config's; SDXL's VAE sets it because its fp16 activations overflow)
+    on the NPU side: the VAE decoder compiled with ATC's --precision_mode=must_keep_origin_dtype (an fp32 export
+    stays fp32, as diffusers' ``upcast_vae()`` runs it in float32) unless that stage already has a precision
+    mode of the user's. ``force_upcast``: "config" follows the VAE's config.json, "on" / "off" override it
+    ("off" shows what the profile does to the VAE). Sets ``options["vae_decoder"]`` in place; returns the mode
+    applied, or None."""
+    if force_upcast not in FORCE_UPCAST:
+        raise InputError(f"--force-upcast {force_upcast!r}: choose one of {', '.join(FORCE_UPCAST)}")
+    wanted = pipeline.force_upcast if force_upcast == "config" else force_upcast == "on"
+    vae = options["vae_decoder"]
+    if not wanted or vae.get("precision_mode") or vae.get("precision_mode_v2"):
+        return None
+    vae["precision_mode"] = UPCAST_MODE
+    return UPCAST_MODE
 
 
 def stage_npu_options(npu_options: dict | None, stage_options: dict[str, dict] | None) -> dict[str, dict]:
@@ -486,15 +543,14 @@ def stage_npu_options(npu_options: dict | None, stage_options: dict[str, dict] |
     from ..npu.knobs import options_for
 
     knobs = {None: dict(npu_options or {}), **{st: dict(o or {}) for st, o in (stage_options or {}).items()}}
-    return {st: options_for(knobs, st) for st in STAGES}
+    return {st: options_for(knobs, st) for st in XL_STAGES}
 
 
 def suspect_stage(metrics: Metrics, jump: float = 0.1) -> str:
     """The first stage whose output is non-finite or whose relative error exceeds ``jump`` (10%: an order of
     magnitude above the fp16 drift of a healthy run, 1e-3..5e-2 measured); the VAE when none does (the image
     failed, so the decoder is where it went wrong)."""
-    for stage, c in (("text_encoder", metrics.text), ("unet", metrics.steps[-1] if metrics.steps else None),
-                     ("vae_decoder", metrics.decoded)):
+    for stage, c in metrics.stage_comparisons():
         if c is not None and (c.actual_nan or c.actual_inf or c.rel_euclidean is None or c.rel_euclidean > jump):
             return stage
     return "vae_decoder"
@@ -514,8 +570,8 @@ DIVERGENCE = 0.1  # relative error of a node output that counts as "wrong", not 
 
 def stage_feeds(stage: str, result: PipelineResult, pipeline: SDPipeline) -> dict[str, np.ndarray]:
     """The inputs ``stage`` received in ``result``'s run (the UNet: its first step), as the graph takes them."""
-    if stage == "text_encoder":
-        return pipeline.text_feeds(result.token_ids)
+    if stage in TEXT_STAGES:
+        return pipeline.text_feeds(result.token_ids_by_stage[stage], stage)
     if stage == "unet":
         return dict(result.unet_feeds)
     return pipeline.vae_feeds(result.latents[-1])
@@ -631,11 +687,11 @@ def _rerun_from(stage: str, npu: PipelineResult, models: SDModels, common: dict,
                 options: dict[str, dict], tracker: Tracker) -> PipelineResult:
     """Re-run ``stage`` and everything after it with ``options`` (earlier stages' NPU outputs are reused when
     the stage is the VAE; otherwise the pipeline re-runs, its earlier stages deterministic and unchanged)."""
-    make = per_stage_factory({s: ("npu", profile, options[s]) for s in STAGES}, tracker)
+    make = per_stage_factory({s: ("npu", profile, options[s]) for s in XL_STAGES}, tracker)
     if stage == "vae_decoder":
-        pipeline = common["pipeline"]
-        vae = make(models.vae_decoder, "vae_decoder")
-        decoded = pipeline.output("vae_decoder", vae(stage_feeds("vae_decoder", npu, pipeline)))
-        return PipelineResult(npu.token_ids, npu.text_embeddings, npu.timesteps, list(npu.latents),
-                              list(npu.noise_preds), decoded, to_uint8_image(decoded), npu.unet_feeds)
+        from dataclasses import replace
+
+        decoded = decode(common["pipeline"], make(models.vae_decoder, "vae_decoder"), npu.latents[-1])
+        return replace(npu, latents=list(npu.latents), noise_preds=list(npu.noise_preds), decoded=decoded,
+                       images=to_uint8_images(decoded), costs={})
     return run_pipeline(make_stage_runner=make, **common)

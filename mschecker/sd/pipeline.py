@@ -23,6 +23,7 @@ calibrated to these latents (see vae.py) so that its fp16 headroom is realistic 
 from __future__ import annotations
 
 import gc
+import math
 import resource
 import time
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ import onnx
 
 from ..errors import InputError
 from .bundled import bundled_pipeline
-from .folder import STAGES, SDModels, SDPipeline, make_scheduler_for  # noqa: F401 - STAGES, SDModels re-exported
+from .folder import NUM_IMAGES_MAX, PROMPTS_MAX, STAGES, SDModels, SDPipeline, make_scheduler_for  # noqa: F401 - STAGES, SDModels re-exported
 from .presets import SDPreset
 
 StageRunner = Callable[[Mapping[str, np.ndarray]], dict]
@@ -157,22 +158,39 @@ def _vm_hwm() -> int | None:
 
 @dataclass
 class PipelineResult:
-    """Everything a per-stage / per-step comparison needs."""
+    """Everything a per-stage / per-step comparison needs. B is the number of images (prompts x images per
+    prompt); E the number of texts each text encoder ran on ((negatives, prompts) with guidance, else prompts;
+    SDXL's zeroed negatives are not encoded)."""
 
-    token_ids: np.ndarray            # (B, L) int64: (unconditional, prompt) with guidance, else (prompt,)
-    text_embeddings: np.ndarray      # (B, L, D) as the text encoder returned them
+    token_ids: np.ndarray            # (E, L) int64: the first text encoder's ids
+    text_embeddings: np.ndarray      # (E, L, D) the UNet's context before repetition (SDXL: both encoders, joined)
     timesteps: np.ndarray            # (steps,) the model timesteps
     latents: list = field(default_factory=list)       # steps + 1 entries (float64): initial, then after each step
-    noise_preds: list = field(default_factory=list)   # guided eps per step (1, C, h, w)
-    decoded: np.ndarray | None = None                 # (1, 3, H, W) VAE output
-    image: np.ndarray | None = None                   # (H, W, 3) uint8
+    noise_preds: list = field(default_factory=list)   # guided eps per step (B, C, h, w)
+    decoded: np.ndarray | None = None                 # (B, 3, H, W) VAE output
+    images: np.ndarray | None = None                  # (B, H, W, 3) uint8
     unet_feeds: dict | None = None                    # the UNet's exact feeds at step 1
     costs: dict = field(default_factory=dict)         # stage -> StageCost
+    text_outputs: dict = field(default_factory=dict)  # text stage -> (E, L, D_stage) the hidden states read
+    token_ids_by_stage: dict = field(default_factory=dict)   # text stage -> (E, L) ids it ran on
+    pooled: np.ndarray | None = None                  # SDXL: (E, P) text_encoder_2's text_embeds
+    time_ids: np.ndarray | None = None                # SDXL: (6,) original size, crop top-left, target size
+    notes: list = field(default_factory=list)         # what diffusers would log: truncated prompts, ignored eta
+
+    @property
+    def image(self) -> np.ndarray:
+        """(H, W, 3) uint8: the first image."""
+        return self.images[0]
 
     @property
     def image_float(self) -> np.ndarray:
-        """(H, W, 3) float32 in [0, 1]: diffusers' output_type="np" (NaN stays NaN)."""
+        """(H, W, 3) float32 in [0, 1] of the first image: diffusers' output_type="np" (NaN stays NaN)."""
         return to_unit_image(self.decoded)
+
+    @property
+    def images_float(self) -> np.ndarray:
+        """(B, H, W, 3) float32 in [0, 1]: diffusers' output_type="np" for the whole batch."""
+        return np.stack([to_unit_image(self.decoded[i:i + 1]) for i in range(len(self.decoded))])
 
 
 def to_unit_image(decoded: np.ndarray) -> np.ndarray:
@@ -188,51 +206,179 @@ def to_uint8_image(decoded: np.ndarray) -> np.ndarray:
     return np.rint(x * 255.0).astype(np.uint8).transpose(1, 2, 0)
 
 
-def run_pipeline(prompt: str, *, pipeline: SDPipeline | None = None, preset: str | SDPreset = "small",
+def to_uint8_images(decoded: np.ndarray) -> np.ndarray:
+    """(B, 3, H, W) -> (B, H, W, 3) uint8, each as to_uint8_image."""
+    return np.stack([to_uint8_image(decoded[i:i + 1]) for i in range(len(decoded))])
+
+
+GUIDANCE_RESCALE_RANGE = (0.0, 1.0)  # Lin et al. 2023 (eq. 16): phi blends the rescaled and the plain guidance
+
+
+def rescale_noise_cfg(guided: np.ndarray, text: np.ndarray, guidance_rescale: float) -> np.ndarray:
+    """diffusers' rescale_noise_cfg (Lin et al. 2023, "Common Diffusion Noise Schedules and Sample Steps are
+    Flawed", section 3.4): the guided prediction rescaled to the conditional one's per-sample standard deviation
+    (torch.std: Bessel-corrected, ddof=1), blended with the unrescaled one by ``guidance_rescale``."""
+    axes = tuple(range(1, guided.ndim))
+    std_text = text.std(axis=axes, ddof=1, keepdims=True)
+    std_cfg = guided.std(axis=axes, ddof=1, keepdims=True)
+    rescaled = guided * (std_text / std_cfg)
+    return guidance_rescale * rescaled + (1.0 - guidance_rescale) * guided
+
+
+def _prompt_list(value, what: str) -> list[str]:
+    items = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else None
+    if items is None or not all(isinstance(p, str) for p in items):
+        raise InputError(f"{what} must be a string or a list of strings, got {type(value).__name__}")
+    if not 1 <= len(items) <= PROMPTS_MAX:
+        raise InputError(f"{what}: {len(items)} given; between 1 and {PROMPTS_MAX}")
+    return items
+
+
+def _negatives(negative_prompt, prompts: list[str]) -> list[str] | None:
+    """diffusers' check_inputs: one negative prompt for every prompt, or one per prompt; None stays None."""
+    if negative_prompt is None:
+        return None
+    negatives = _prompt_list(negative_prompt, "negative prompt")
+    if isinstance(negative_prompt, str):
+        return negatives * len(prompts)
+    if len(negatives) != len(prompts):
+        raise InputError(f"{len(negatives)} negative prompts for {len(prompts)} prompts: give one, or one per prompt")
+    return negatives
+
+
+def _truncation_notes(pipeline: SDPipeline, texts: list[str], what: list[str]) -> list[str]:
+    """diffusers' warning for prompts longer than the text encoder takes (they are truncated, as CLIP's are)."""
+    notes = []
+    for stage in pipeline.text_stages:
+        tok = pipeline.tokenizer_of(stage)
+        for text, label in zip(texts, what):
+            dropped = tok.overflow(text)
+            if dropped:
+                notes.append(f"{label} truncated to {pipeline.text_length} tokens for {stage} ({dropped} tokens "
+                             f"dropped, as diffusers truncates them)")
+    return list(dict.fromkeys(notes))
+
+
+def encode_text(pipeline: SDPipeline, make_stage_runner, prompts: list[str], negatives: list[str] | None,
+                guided: bool, result: "PipelineResult") -> tuple[np.ndarray, np.ndarray | None]:
+    """(context (2 or 1) x P rows: (negatives, prompts) with guidance, pooled (SDXL) or None), as diffusers'
+    encode_prompt: SD runs (negatives or "", prompts) through the text encoder in one batch; SDXL reads both
+    encoders' penultimate hidden states, joined, and text_encoder_2's pooled embedding, and with no negative
+    prompt and ``force_zeros_for_empty_prompt`` uses zeros for the unconditional half (not encoded)."""
+    zeros = pipeline.force_zeros_for_empty_prompt and negatives is None
+    texts = ([*(negatives or [""] * len(prompts)), *prompts] if guided and not zeros else list(prompts))
+    hidden, pooled = [], None
+    for stage in pipeline.text_stages:
+        with _StageMeter(result.costs, stage):
+            ids = np.stack([pipeline.tokenizer_of(stage)(t) for t in texts])
+            encoder = make_stage_runner(pipeline.model(stage), stage)
+            outputs = encoder(pipeline.text_feeds(ids, stage))
+            del encoder
+        result.token_ids_by_stage[stage] = ids
+        result.text_outputs[stage] = pipeline.output(stage, outputs)
+        hidden.append(result.text_outputs[stage])
+        pooled = pipeline.pooled(stage, outputs) if pipeline.stages[stage].pooled else pooled
+    context = hidden[0] if len(hidden) == 1 else np.concatenate(hidden, axis=-1)
+    result.token_ids, result.text_embeddings, result.pooled = result.token_ids_by_stage["text_encoder"], context, pooled
+    if guided and zeros:
+        context = np.concatenate([np.zeros_like(context), context])
+        pooled = np.concatenate([np.zeros_like(pooled), pooled]) if pooled is not None else None
+    return context, pooled
+
+
+def _repeat_halves(x: np.ndarray | None, halves: int, n: int) -> np.ndarray | None:
+    """Each of the ``halves`` blocks (uncond, cond) with every row repeated ``n`` times (diffusers'
+    num_images_per_prompt: prompt 0's images, then prompt 1's)."""
+    if x is None or n == 1:
+        return x
+    return np.concatenate([np.repeat(part, n, axis=0) for part in np.split(x, halves)])
+
+
+def run_pipeline(prompt: str | list[str], *, pipeline: SDPipeline | None = None, preset: str | SDPreset = "small",
                  steps: int = 10, scheduler: str | None = None, guidance_scale: float = 7.5, seed: int = 0,
-                 negative_prompt: str = "", models: SDModels | None = None, weights_seed: int = 0,
-                 make_stage_runner: StageRunnerFactory = ort_stage_runner,
-                 initial_latents: np.ndarray | None = None) -> PipelineResult:
-    """Run text encoder, ``steps`` UNet steps and the VAE decoder of ``pipeline`` (default: the bundled
-    ``preset``, its graphs ``models`` if given, with ``scheduler`` or DDIM); see the module docstring.
-    ``scheduler`` overrides the pipeline's scheduler class."""
-    if not isinstance(prompt, str):
-        raise InputError(f"prompt must be a string, got {type(prompt).__name__}")
-    if not np.isfinite(guidance_scale):
-        raise InputError(f"guidance scale must be finite, got {guidance_scale}")
+                 negative_prompt: str | list[str] | None = None, models: SDModels | None = None,
+                 weights_seed: int = 0, make_stage_runner: StageRunnerFactory = ort_stage_runner,
+                 initial_latents: np.ndarray | None = None, num_images_per_prompt: int = 1,
+                 height: int | None = None, width: int | None = None, guidance_rescale: float = 0.0,
+                 eta: float = 0.0, original_size: tuple[int, int] | None = None,
+                 crops_coords_top_left: tuple[int, int] = (0, 0),
+                 target_size: tuple[int, int] | None = None) -> PipelineResult:
+    """Run the text encoder(s), ``steps`` UNet steps and the VAE decoder of ``pipeline`` (default: the bundled
+    ``preset``, its graphs ``models`` if given, with ``scheduler`` or DDIM) with diffusers' call semantics (see
+    the module docstring): ``prompt`` one or several, ``negative_prompt`` one for all or one per prompt (None:
+    "" for SD, zeros for SDXL's force_zeros_for_empty_prompt), ``num_images_per_prompt``, ``height`` / ``width``
+    in px (default the pipeline's; given latents define them), ``guidance_rescale`` and DDIM's ``eta``; SDXL's
+    time ids from ``original_size`` / ``crops_coords_top_left`` / ``target_size`` (default (height, width),
+    (0, 0), (height, width)). ``scheduler`` overrides the pipeline's scheduler class."""
+    prompts = _prompt_list(prompt, "prompt")
+    negatives = _negatives(negative_prompt, prompts)
+    n = _count(num_images_per_prompt, "images per prompt", NUM_IMAGES_MAX)
+    for name, value, (lo, hi) in (("guidance scale", guidance_scale, (-math.inf, math.inf)),
+                                  ("guidance rescale", guidance_rescale, GUIDANCE_RESCALE_RANGE)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) \
+                or not lo <= value <= hi:
+            raise InputError(f"{name} must be a finite number" + (f" in [{lo:g}, {hi:g}]" if np.isfinite(lo) else "")
+                             + f", got {value!r}")
     if pipeline is None:
         pipeline = bundled_pipeline(preset, weights_seed, scheduler or "ddim", models)
-    # one RandomState draws the initial latents and then any per-step noise (Euler ancestral), as one generator
-    # does in diffusers' ONNX pipeline
+    batch = len(prompts) * n
+    if initial_latents is not None:
+        given = pipeline.check_latents(initial_latents, "initial latents", batch)
+        f = pipeline.vae_scale_factor
+        for flag, value, side in (("--height", height, given.shape[2]), ("--width", width, given.shape[3])):
+            if value is not None and value != side * f:
+                raise InputError(f"{flag} {value} contradicts --latents of shape {tuple(given.shape)} ({side} latent "
+                                 f"px = {side * f} px)")
+        size = tuple(given.shape[2:])
+    else:
+        size = pipeline.latent_size(height, width)
+    # one RandomState draws the initial latents and then any per-step noise (Euler ancestral, DDIM's eta), as one
+    # generator does in diffusers' pipelines
     rng = np.random.RandomState(seed)
-    sched = make_scheduler_for(pipeline, steps, scheduler, noise_rng=rng)
+    sched = make_scheduler_for(pipeline, steps, scheduler, noise_rng=rng, eta=eta)
     guided = guidance_scale > 1.0  # diffusers: do_classifier_free_guidance
-    costs: dict[str, StageCost] = {}
-    prompts = [negative_prompt, prompt] if guided else [prompt]
-    ids = np.stack([pipeline.tokenizer(p) for p in prompts])
+    result = PipelineResult(np.zeros((0, 0), np.int64), np.zeros((0, 0, 0)), np.asarray(sched.timesteps))
+    if eta and not sched.accepts_eta:
+        result.notes.append(f"eta {eta:g} ignored: {type(sched).__name__} does not take it (diffusers passes eta "
+                            "to DDIM's step only)")
+    if guidance_rescale and not guided:
+        result.notes.append("guidance rescale ignored: it acts on classifier-free guidance (guidance scale > 1)")
+    result.notes += _truncation_notes(pipeline, [*prompts, *(negatives or [])],
+                                      [*(f"prompt {i + 1}" for i in range(len(prompts))),
+                                       *(f"negative prompt {i + 1}" for i in range(len(negatives or [])))])
 
-    with _StageMeter(costs, "text_encoder"):
-        text_encoder = make_stage_runner(pipeline.model("text_encoder"), "text_encoder")
-        embeddings = pipeline.output("text_encoder", text_encoder(pipeline.text_feeds(ids)))
-        del text_encoder
+    context, pooled = encode_text(pipeline, make_stage_runner, prompts, negatives, guided, result)
+    halves = 2 if guided else 1
+    context, pooled = _repeat_halves(context, halves, n), _repeat_halves(pooled, halves, n)
+    time_ids = None
+    if pipeline.xl:
+        f = pipeline.vae_scale_factor
+        px = (size[0] * f, size[1] * f)
+        result.time_ids = np.array([*(original_size or px), *crops_coords_top_left, *(target_size or px)],
+                                   dtype=np.float64)
+        time_ids = np.tile(result.time_ids, (len(context), 1))
 
     if initial_latents is None:
-        latents = pipeline.initial_latents(rng, sched.init_noise_sigma)
+        latents = pipeline.initial_latents(rng, sched.init_noise_sigma, batch, size)
     else:  # as diffusers: given latents are the unit-variance draw, scaled by the scheduler's initial sigma
-        latents = pipeline.check_latents(initial_latents, "initial latents") * float(sched.init_noise_sigma)
-    result = PipelineResult(ids, embeddings, np.asarray(sched.timesteps), [latents], costs=costs)
+        latents = given * float(sched.init_noise_sigma)
+    result.latents.append(latents)
 
+    costs = result.costs
     with _StageMeter(costs, "unet"):
         unet = make_stage_runner(pipeline.model("unet"), "unet")
         for i, t in enumerate(sched.timesteps):
             t0 = time.perf_counter()
             x = sched.scale_model_input(latents, i)
-            feeds = pipeline.unet_feeds(np.concatenate([x, x]) if guided else x, t, embeddings)
+            feeds = pipeline.unet_feeds(np.concatenate([x, x]) if guided else x, t, context, pooled, time_ids)
             if i == 0:
                 result.unet_feeds = feeds
             eps = pipeline.output("unet", unet(feeds)).astype(np.float64)
             if guided:
-                eps = eps[:1] + guidance_scale * (eps[1:] - eps[:1])
+                text = eps[batch:]
+                eps = eps[:batch] + guidance_scale * (text - eps[:batch])
+                if guidance_rescale > 0:
+                    eps = rescale_noise_cfg(eps, text, guidance_rescale)
             latents = sched.step(eps, i, latents)
             result.noise_preds.append(eps)
             result.latents.append(latents)
@@ -240,8 +386,19 @@ def run_pipeline(prompt: str, *, pipeline: SDPipeline | None = None, preset: str
         del unet
 
     with _StageMeter(costs, "vae_decoder"):
-        vae = make_stage_runner(pipeline.model("vae_decoder"), "vae_decoder")
-        result.decoded = pipeline.output("vae_decoder", vae(pipeline.vae_feeds(latents)))
-        del vae
-    result.image = to_uint8_image(result.decoded)
+        result.decoded = decode(pipeline, make_stage_runner(pipeline.model("vae_decoder"), "vae_decoder"), latents)
+    result.images = to_uint8_images(result.decoded)
     return result
+
+
+def decode(pipeline: SDPipeline, vae: StageRunner, latents: np.ndarray) -> np.ndarray:
+    """The VAE decoder on ``latents`` / scaling_factor, one sample at a time, as diffusers' ONNX pipeline
+    decodes (and so that a batch's activations are never all in memory at once)."""
+    return np.concatenate([pipeline.output("vae_decoder", vae(pipeline.vae_feeds(latents[i:i + 1])))
+                           for i in range(len(latents))])
+
+
+def _count(value, what: str, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= maximum:
+        raise InputError(f"{what} must be an integer in [1, {maximum}], got {value!r}")
+    return int(value)

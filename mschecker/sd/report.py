@@ -10,8 +10,10 @@ nothing half-written; this command's files of an earlier run that this run does 
                              panel where either side is NaN (drawn black there: the difference is undefined)
   <out>/sd_error_per_step.png  latent relative error after every step (log scale) of the judged side (and the
                                fixed NPU when the fix is before the VAE)
-  <out>/<side>.image.npy     float32 (H, W, 3) in [0, 1] (diffusers' output_type="np"), for both sides
-  <out>/<side>.latents_step<k>.npy  float32 (1, C, h, w) latents after step k = 1..steps, for both sides
+  <out>/<side>.image.npy     float32 (H, W, 3) in [0, 1] (diffusers' output_type="np"), for both sides; with
+                             several images (prompts x --num-images-per-prompt) <side>.images.npy instead,
+                             float32 (B, H, W, 3), and the side-by-side PNG shows the worst image (the verdict's)
+  <out>/<side>.latents_step<k>.npy  float32 (B, C, h, w) latents after step k = 1..steps, for both sides
   <out>/<stage>.<ATC file>    the chosen fix's ATC files for the stage it fixes (bisect.writers.FILES:
                              keep_dtype.cfg, customize_dtypes.cfg, ..., atc_flags.txt), read back before written
   --json PATH                  SDCheck.to_dict() (schema_version 1; NaN/inf as strings like the check report)
@@ -59,21 +61,38 @@ def stage_table(check: SDCheck, title: str | None = None):
     for col, just in (("stage", "left"), ("rel. error", "right"), ("max |err|", "right"), ("cosine", "right"),
                       ("SNR dB", "right"), ("NaN/inf", "right")):
         table.add_column(col, justify=just, no_wrap=True)
-    table.add_row(*_row("text emb.", m.text))
+    if len(m.texts) > 1:  # SDXL: each encoder's hidden states, then the pooled embedding
+        for stage, c in m.texts.items():
+            table.add_row(*_row(f"{stage} emb.", c))
+        if m.pooled is not None:
+            table.add_row(*_row("pooled text emb.", m.pooled))
+    else:
+        table.add_row(*_row("text emb.", m.text))
     for i, c in enumerate(m.steps):
         table.add_row(*_row(f"step {i + 1} latents", c))
     table.add_row(*_row("VAE output", m.decoded))
     ok = m.psnr_db >= check.psnr_min
     colour = "green" if ok else "red"
-    table.add_row("image", f"PSNR [{colour}]{fmt_num(m.psnr_db, '.2f')} dB[/{colour}]",
+    worst = f" (worst of {len(m.psnr_per_image)}: image {worst_image(m) + 1})" if len(m.psnr_per_image) > 1 else ""
+    table.add_row("image" + worst, f"PSNR [{colour}]{fmt_num(m.psnr_db, '.2f')} dB[/{colour}]",
                   f"SSIM {m.ssim:.4f}", "", "", "", end_section=True)
     return table
+
+
+def worst_image(m) -> int:
+    """Index of the image the verdict takes (lowest PSNR)."""
+    return min(range(len(m.psnr_per_image)), key=lambda i: m.psnr_per_image[i]) if m.psnr_per_image else 0
 
 
 def verdict_lines(check: SDCheck) -> list[str]:
     """Plain-text verdict: what failed, the first overflowing node, the fix found and its measured effect."""
     t, lines = check.tracker, []
     prof = side_label(check, check.sides[1])
+    lines += [f"note: {n}" for n in check.settings.get("notes", ())]
+    if check.settings.get("force_upcast"):
+        lines.append(f"note: vae_decoder compiled with --precision_mode={check.settings['force_upcast']} on the NPU "
+                     "side (float32, as diffusers' force_upcast runs the VAE); --force-upcast off judges the profile's "
+                     "own VAE precision")
     if check.passed:
         lines.append(f"PASS: {prof} image PSNR {check.metrics.psnr_db:.2f} dB >= {check.psnr_min:g} dB, SSIM "
                      f"{check.metrics.ssim:.4f}, every stage output finite")
@@ -172,16 +191,17 @@ def output_files(check: SDCheck) -> dict[str, bytes]:
     import numpy as np
 
     base, judged = check.sides
-    ref, npu = check.reference.image, check.metrics.image
-    ref_nan, npu_nan = nan_pixels(check.reference.decoded), nan_pixels(check.npu.decoded)
+    k = worst_image(check.metrics)  # with several images the picture shows the one the verdict takes
+    ref, npu = check.reference.images[k], check.metrics.images[k]
+    ref_nan, npu_nan = nan_pixels(check.reference.decoded[k:k + 1]), nan_pixels(check.npu.decoded[k:k + 1])
     # where either side is NaN the difference is undefined: said so like a NaN image, never |0 - ref| = ref
     diff, gain = difference_image(npu, ref, undefined=ref_nan | npu_nan)
     judged_label = side_label(check, judged)
     tiles, labels = [ref, npu, diff], [side_label(check, base), judged_label, f"|diff| x{gain:.3g}"]
     nans = [float(ref_nan.mean()), float(npu_nan.mean()), float((ref_nan | npu_nan).mean())]
     if check.fix:
-        fixed_diff, fixed_gain = difference_image(check.fix.metrics.image, ref, undefined=ref_nan)
-        tiles += [check.fix.metrics.image, fixed_diff]
+        fixed_diff, fixed_gain = difference_image(check.fix.metrics.images[k], ref, undefined=ref_nan)
+        tiles += [check.fix.metrics.images[k], fixed_diff]
         labels += ["npu + fix", f"|diff fix| x{fixed_gain:.3g}"]
         nans += [0.0, float(ref_nan.mean())]
     files = {SIDE_BY_SIDE: figure_png(side_by_side(tiles, labels, nans))}
@@ -202,7 +222,10 @@ def output_files(check: SDCheck) -> dict[str, bytes]:
         np.save(buf, np.asarray(array, np.float32), allow_pickle=False)
         return buf.getvalue()
     for side, run in ((base, check.reference), (judged, check.npu)):
-        files[f"{side}.image.npy"] = npy(run.image_float)
+        if len(run.decoded) == 1:
+            files[f"{side}.image.npy"] = npy(run.image_float)
+        else:
+            files[f"{side}.images.npy"] = npy(run.images_float)
         for k, latents in enumerate(run.latents[1:], start=1):
             files[f"{side}.latents_step{k}.npy"] = npy(latents)
     return files
@@ -243,12 +266,12 @@ def fix_files(check: SDCheck) -> dict[str, bytes]:
 def _own_file_pattern():
     import re
 
-    from .check import SIDES, STAGES
+    from .check import SIDES, XL_STAGES
 
     sides = "|".join(re.escape(s) for s in SIDES)
-    stages = "|".join(re.escape(s) for s in STAGES)
+    stages = "|".join(re.escape(s) for s in XL_STAGES)
     fixes = "|".join(re.escape(n) for n in FIX_FILES.values())
-    return re.compile(rf"^(?:(?:{sides})\.(?:image|latents_step\d+)\.npy|{re.escape(SIDE_BY_SIDE)}|"
+    return re.compile(rf"^(?:(?:{sides})\.(?:images?|latents_step\d+)\.npy|{re.escape(SIDE_BY_SIDE)}|"
                       rf"{re.escape(ERROR_PLOT)}|(?:{stages})\.(?:{fixes}))$")
 
 

@@ -1,7 +1,8 @@
 """Stable Diffusion schedulers as diffusers defines them, from a pipeline's ``scheduler_config.json``, in float64.
 
 Six classes, named as diffusers names them in ``_class_name``: PNDMScheduler (SD 1.x's default; with
-``skip_prk_steps`` its PLMS warm-up, otherwise the Runge-Kutta start), DDIMScheduler (eta = 0),
+``skip_prk_steps`` its PLMS warm-up, otherwise the Runge-Kutta start), DDIMScheduler (``eta``: 0 the
+deterministic sampler, 1 DDPM's variance),
 EulerDiscreteScheduler, EulerAncestralDiscreteScheduler, DPMSolverMultistepScheduler (DPM-Solver++, orders 1-3) and
 LMSDiscreteScheduler (the third class diffusers' ONNX pipeline names). Each reads the keys its diffusers class
 reads, with diffusers' defaults for the absent ones, and ignores the others, as ``SchedulerMixin.from_config``
@@ -16,8 +17,8 @@ What is exactly diffusers' and what is not:
   where diffusers computes the tables in float32 torch. The difference is diffusers' float32 rounding, measured
   and bounded in tests/sd/test_scheduler.py against diffusers' own results (fixture made by
   tools/gen_scheduler_fixture.py).
-- Euler ancestral needs fresh noise each step. diffusers draws it from a torch generator, which numpy cannot
-  reproduce; here it is ``noise_rng.standard_normal(shape)`` of the ``noise_rng`` the scheduler was built with
+- Euler ancestral, and DDIM with eta > 0, need fresh noise each step. diffusers draws it from a torch generator
+  (DDIM: ``variance_noise``), which numpy cannot reproduce; here it is ``noise_rng.standard_normal(shape)`` of the ``noise_rng`` the scheduler was built with
   (the pipeline hands it the ``numpy.random.RandomState(seed)`` that drew the initial latents, so one seed fixes
   the run, as one generator does in diffusers), or the ``noise`` passed to ``step``.
 
@@ -171,11 +172,18 @@ class _Scheduler:
     DEFAULTS: dict = {}
     ZERO_SNR_SIGMA_FLOOR = False
     needs_noise = False
+    accepts_eta = False  # diffusers passes eta only to a step() that takes it (DDIM's); the others ignore it
     stateful = False  # step() keeps history: call it for index 0, 1, ... in order
 
     def __init__(self, steps: int, config: dict | None = None, *, source: str = "scheduler_config.json",
-                 noise_rng=None):
+                 noise_rng=None, eta: float = 0.0):
         self.steps = _check_steps(steps)
+        if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0.0 <= eta <= 1.0:
+            # DDIM (Song et al. 2021, eq. 16): eta in [0, 1] interpolates the deterministic DDIM (0) and DDPM's
+            # variance (1); above 1 the direction term's 1 - a_prev - sigma^2 goes negative and the step is NaN
+            raise InputError(f"eta must be a number in [0, 1], got {eta!r}")
+        self.eta = float(eta) if self.accepts_eta else 0.0
+        self.needs_noise = type(self).needs_noise or self.eta > 0
         c = _Config(type(self), SD15_CONFIG if config is None else config, source)
         self.config = c.values  # the values in effect (diffusers' defaults filled in)
         self.alphas_cumprod = c.alphas_cumprod()
@@ -302,9 +310,11 @@ class PNDMScheduler(_Scheduler):
 
 # ------------------------------------------------------------------------------------------------ DDIM
 class DDIMScheduler(_Scheduler):
-    """DDIM (Song et al. 2021) with eta = 0, the deterministic sampler."""
+    """DDIM (Song et al. 2021): eta = 0 the deterministic sampler; eta > 0 adds eta * sqrt(variance) times fresh
+    noise, diffusers' DDIMScheduler.step with its _get_variance."""
 
     NAME = "ddim"
+    accepts_eta = True
     DEFAULTS = dict(_COMMON, clip_sample=True, set_alpha_to_one=True, thresholding=False,
                     dynamic_thresholding_ratio=0.995, clip_sample_range=1.0, sample_max_value=1.0,
                     timestep_spacing="leading")
@@ -339,7 +349,12 @@ class DDIMScheduler(_Scheduler):
             x0, eps = np.sqrt(a_t) * sample - np.sqrt(1.0 - a_t) * eps, np.sqrt(a_t) * eps + np.sqrt(1.0 - a_t) * sample
         if self.clip:
             x0 = np.clip(x0, -self.clip_range, self.clip_range)
-        return np.sqrt(a_prev) * x0 + np.sqrt(1.0 - a_prev) * eps
+        if self.eta == 0.0:
+            return np.sqrt(a_prev) * x0 + np.sqrt(1.0 - a_prev) * eps
+        variance = (1.0 - a_prev) / (1.0 - a_t) * (1.0 - a_t / a_prev)
+        std = self.eta * np.sqrt(variance)
+        return (np.sqrt(a_prev) * x0 + np.sqrt(1.0 - a_prev - std ** 2) * eps
+                + std * self._noise(noise, sample.shape))
 
 
 # ------------------------------------------------------------------------------------------------ Euler
@@ -644,7 +659,7 @@ def load_scheduler_config(path: str | Path) -> dict:
 
 
 def scheduler_from_config(config: dict, steps: int, *, name: str | None = None,
-                          source: str = "scheduler_config.json", noise_rng=None):
+                          source: str = "scheduler_config.json", noise_rng=None, eta: float = 0.0):
     """The scheduler ``config["_class_name"]`` names (or ``name``, a --scheduler name, which replaces the class
     and keeps the config's values, as diffusers' from_config), set to ``steps`` inference steps."""
     if name is not None:
@@ -657,7 +672,7 @@ def scheduler_from_config(config: dict, steps: int, *, name: str | None = None,
             raise InputError(f"{source}: scheduler class {class_name!r} is not supported; supported: "
                              f"{', '.join(SCHEDULER_CLASSES)} (or override it: --scheduler {'|'.join(SCHEDULERS)})")
         cls = SCHEDULER_CLASSES[class_name]
-    return cls(steps, config, source=source, noise_rng=noise_rng)
+    return cls(steps, config, source=source, noise_rng=noise_rng, eta=eta)
 
 
 def make_scheduler(name: str, steps: int, *, noise_rng=None):

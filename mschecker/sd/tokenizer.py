@@ -62,6 +62,10 @@ class HashTokenizer:
         ids = [zlib.crc32(p.encode("utf-8")) % (self.vocab_size - 2) for p in self.pieces(text)]
         return _frame(ids, self.bos, self.eos, self.max_length)
 
+    def overflow(self, text: str) -> int:
+        """How many pieces of ``text`` truncation drops (0 when it fits)."""
+        return max(0, len(self.pieces(text)) + 2 - self.max_length)
+
 
 
 
@@ -156,6 +160,7 @@ class ClipTokenizer:
         except Exception as exc:  # tokenizers raises its own exception types for inconsistent merges
             raise InputError(f"{source}: merges.txt does not fit vocab.json ({exc})") from None
         self._tokenizer = tok = Tokenizer(model)
+        self._untruncated: Tokenizer | None = None  # built on first use by overflow()
         split = pre_tokenizers.Split(Regex(_CLIP_PIECES), behavior="removed", invert=True)
         if cleanup == "clip":  # transformers' CLIPTokenizer (>= 5) / CLIPTokenizerFast, component for component
             tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),
@@ -191,6 +196,15 @@ class ClipTokenizer:
     def tokens(self, text: str) -> list[str]:
         """The BPE tokens of ``text`` (``</w>`` marks word ends), framed and padded like the ids."""
         return self._tokenizer.encode(text).tokens
+
+    def overflow(self, text: str) -> int:
+        """How many tokens of ``text`` truncation drops (0 when it fits): diffusers warns about them ("The
+        following part of your input was truncated because CLIP can only handle sequences up to N tokens")."""
+        if self._untruncated is None:
+            self._untruncated = Tokenizer.from_str(self._tokenizer.to_str())
+            self._untruncated.no_truncation()
+            self._untruncated.no_padding()
+        return max(0, len(self._untruncated.encode(text).ids) - self.max_length)
 
 
 def _vocab_and_merges(folder: Path):

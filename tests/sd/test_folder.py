@@ -299,6 +299,13 @@ def _sdxl_input(folder: Path) -> None:
     onnx.save(m, str(path))
 
 
+def _unknown_unet_input(folder: Path) -> None:
+    path = folder / "unet" / "model.onnx"
+    m = onnx.load(str(path))
+    m.graph.input.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", 4, 8, 8, 2]))
+    onnx.save(m, str(path))
+
+
 def _rank2_timestep(folder: Path) -> None:
     path = folder / "unet" / "model.onnx"
     m = onnx.load(str(path))
@@ -329,7 +336,8 @@ BROKEN = [
     (_latent_channels, "vae_decoder/model.onnx: latent_sample has 8 latent channels"),
     (lambda d: edit_json(d / "vae_decoder" / "config.json", latent_channels=16), "vae_decoder/config.json"),
     (lambda d: edit_json(d / "tokenizer" / "tokenizer_config.json", model_max_length=77), "model_max_length 77"),
-    (_sdxl_input, "'text_embeds'"),
+    (_sdxl_input, "text_encoder_2/model.onnx: missing (an SDXL pipeline folder needs it)"),
+    (_unknown_unet_input, "input 'mask' (mask: float32[batchx4x8x8x2]) is not one of a SD 1.x/2.x UNet's inputs"),
     (_rank2_timestep, "timestep input 'timestep' has rank 2"),
 ]
 
@@ -346,10 +354,21 @@ def test_a_broken_folder_is_one_line_exit_2_naming_the_file(damage, message, bun
 
 
 def test_wrong_initial_latents_are_exit_2(bundled_dir, tmp_path, capsys):
-    np.save(tmp_path / "l.npy", np.zeros((1, 4, 16, 16), np.float32))
+    np.save(tmp_path / "l.npy", np.zeros((1, 3, 8, 8), np.float32))
     out = tmp_path / "out"
     assert main(["sd", "--pipeline", str(bundled_dir), "--latents", str(tmp_path / "l.npy"), "--out", str(out)]) == 2
-    assert "(1, 4, 8, 8)" in capsys.readouterr().err and not out.exists()
+    assert "shape (batch, 4, h, w), got float32(1, 3, 8, 8)" in capsys.readouterr().err and not out.exists()
+    # the latents' shape defines the size: a --height that contradicts it names both
+    np.save(tmp_path / "l.npy", np.zeros((1, 4, 16, 16), np.float32))
+    assert main(["sd", "--pipeline", str(bundled_dir), "--latents", str(tmp_path / "l.npy"), "--height", "16",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--height 16 contradicts --latents of shape (1, 4, 16, 16) (16 latent px = 32 px)" in err, err
+    assert err.count("\n") == 1 and not out.exists()
+    # two prompts x two images need four samples
+    assert main(["sd", "--pipeline", str(bundled_dir), "--latents", str(tmp_path / "l.npy"), "--prompt", "a",
+                 "--prompt", "b", "--num-images-per-prompt", "2", "--out", str(out)]) == 2
+    assert "hold 1 samples but the run makes 4 images" in capsys.readouterr().err and not out.exists()
     with pytest.raises(InputError, match="NaN or inf"):
         SDPipeline.from_folder(bundled_dir).check_latents(np.full((1, 4, 8, 8), np.nan), "x")
 

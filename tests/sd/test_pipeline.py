@@ -100,6 +100,6 @@ def test_nan_decodes_to_black_and_range_is_clipped():
 
 def test_bad_pipeline_input_is_an_input_error(tiny_models, tmp_path):
     with pytest.raises(InputError, match="initial latents must be a float array of shape"):
-        run_pipeline(PROMPT, preset="tiny", steps=2, models=tiny_models, initial_latents=np.zeros((1, 4, 3, 3)))
+        run_pipeline(PROMPT, preset="tiny", steps=2, models=tiny_models, initial_latents=np.zeros((1, 3, 8, 8)))
     with pytest.raises(InputError, match="unknown scheduler"):
         run_pipeline(PROMPT, preset="tiny", scheduler="no-such-scheduler", models=tiny_models)
