@@ -189,14 +189,15 @@ def _run_check(p: dict, *, fingerprints: bool = False) -> dict:
 # ------------------------------------------------------------------------------------------------------ sd
 @functools.lru_cache(maxsize=4)
 def sd_models_sha256(preset: str, weights_seed: int) -> str | None:
-    """sha256 over the three generated stage graphs (once per worker and preset). None for graphs past
-    protobuf's 2 GB (sd15): they are a function of (preset, weights_seed, mschecker version), recorded anyway."""
+    """sha256 over the generated stage graphs (once per worker and preset; SDXL's text_encoder_2 after the
+    three SD stages). None for graphs past protobuf's 2 GB (sd15): they are a function of (preset, weights_seed,
+    mschecker version), recorded anyway."""
     from ..sd.modelfile import fits_protobuf
     from ..sd.pipeline import STAGES, SDModels
 
     models = SDModels.build(preset, weights_seed)
     h = hashlib.sha256()
-    for stage in STAGES:
+    for stage in STAGES + (("text_encoder_2",) if models.text_encoder_2 is not None else ()):
         graph = getattr(models, stage)
         if not fits_protobuf(graph):
             return None
@@ -204,17 +205,45 @@ def sd_models_sha256(preset: str, weights_seed: int) -> str | None:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=8)
+def _folder_models_sha256(folder: str, stamp: tuple) -> str:
+    """sha256 over a pipeline folder's stage graphs and their external weights (``stamp``: the files' sizes and
+    mtimes, so a re-export is hashed again and an unchanged folder once per worker)."""
+    h = hashlib.sha256()
+    for path, _, _ in stamp:
+        h.update(path.encode("utf-8") + b"\0")
+        with open(Path(folder) / path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def pipeline_models_sha256(folder: str) -> str:
+    """What the model_sha256 of a pipeline-folder cell hashes: every file under its stage folders' model dirs."""
+    from ..sd.folder import XL_STAGES
+
+    root = Path(folder)
+    files = sorted(p for stage in XL_STAGES if (root / stage).is_dir() for p in (root / stage).rglob("*")
+                   if p.is_file())
+    stamp = tuple((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    return _folder_models_sha256(str(root), stamp)
+
+
 def _run_sd(p: dict) -> dict:
     from ..sd.check import run_check
+    from ..sd.folder import SDPipeline
 
-    check = run_check(prompt=p["prompt"], preset=p["preset"], steps=p["steps"], scheduler=p["scheduler"],
-                      seed=p["seed"], guidance_scale=p["guidance_scale"], profile=p["profile"],
-                      npu_options=p["npu_options"], stage_options=p["stage_options"], psnr_min=p["psnr_min"],
-                      search_fix=p["search_fix"], weights_seed=p["weights_seed"])
+    pipeline = SDPipeline.from_folder(p["pipeline"]) if p.get("pipeline") else None
+    check = run_check(prompt=p["prompt"], pipeline=pipeline, preset=p.get("preset") or "small", steps=p["steps"],
+                      scheduler=p["scheduler"], seed=p["seed"], guidance_scale=p["guidance_scale"],
+                      profile=p["profile"], npu_options=p["npu_options"], stage_options=p["stage_options"],
+                      psnr_min=p["psnr_min"], search_fix=p["search_fix"], weights_seed=p["weights_seed"],
+                      generation=p.get("generation"), force_upcast=p.get("force_upcast", "config"))
     m = check.metrics
     metrics = {"image_psnr_db": float(m.psnr_db), "image_ssim": float(m.ssim),
                "nonfinite_outputs": float(len(m.nonfinite_outputs))}
-    for name, c in (("text_embeddings", m.text), ("latents_final", m.steps[-1] if m.steps else None),
+    texts = [("text_embeddings" if st == "text_encoder" else f"{st}.hidden_states", c) for st, c in m.texts.items()]
+    for name, c in (*texts, ("pooled_text_embeds", m.pooled), ("latents_final", m.steps[-1] if m.steps else None),
                     ("decoded", m.decoded)):
         if c is not None:
             for attr in ("rel_euclidean", "max_abs_err"):
@@ -228,7 +257,8 @@ def _run_sd(p: dict) -> dict:
     return {"status": STATUS_PASS if check.passed else STATUS_FAIL, "reason": "; ".join(check.failure_reasons()),
             "metrics": metrics, "detail": detail,
             "profile_hash": profile_hash(p["profile"], p["npu_options"], p["stage_options"]),
-            "model_sha256": sd_models_sha256(p["preset"], p["weights_seed"])}
+            "model_sha256": pipeline_models_sha256(p["pipeline"]) if p.get("pipeline")
+            else sd_models_sha256(p["preset"], p["weights_seed"])}
 
 
 # ------------------------------------------------------------------------------------------------- kernels

@@ -12,8 +12,9 @@ Layout (docs/CAMPAIGN.md has the reference):
                 expected (an expected-results file, relative to the campaign file: mschecker.campaign.expected)
     [compare]   allow = {metric = allowed worsening}, metrics = [judged metric patterns]
     [[check]]   name, timeout_s, model, inputs, golden, devices, profiles, npu_options, tolerance, topk
-    [[sd]]      name, timeout_s, preset, prompts, seeds, steps, scheduler, guidance_scale, profiles, npu_options,
-                stage_options, psnr_min, search_fix, weights_seed
+    [[sd]]      name, timeout_s, preset | pipelines, prompts, seeds, sizes, negative_prompts, steps, scheduler,
+                guidance_scale, guidance_rescale, eta, num_images_per_prompt, force_upcast, profiles,
+                npu_options, stage_options, psnr_min, search_fix, weights_seed
     [[kernels]] name, timeout_s, kernels, examples
 
 Paths are relative to the campaign file's folder. Cell keys are built from the block name and the matrix
@@ -63,9 +64,11 @@ _TOLERANCE_KEYS = {"tolerance": (int, float), "atol": (int, float), "rtol": (int
 _BLOCK_KEYS = {
     "check": {"name": str, "timeout_s": (int, float), "model": str, "inputs": (str, list), "golden": str,
               "devices": list, "profiles": list, "npu_options": dict, "tolerance": dict, "topk": int},
-    "sd": {"name": str, "timeout_s": (int, float), "preset": str, "prompts": list, "seeds": list, "steps": int,
-           "scheduler": str, "guidance_scale": (int, float), "profiles": list, "npu_options": dict,
-           "stage_options": dict, "psnr_min": (int, float), "search_fix": bool, "weights_seed": int},
+    "sd": {"name": str, "timeout_s": (int, float), "preset": str, "pipelines": list, "prompts": list, "seeds": list,
+           "sizes": list, "negative_prompts": list, "steps": int, "scheduler": str, "guidance_scale": (int, float),
+           "guidance_rescale": (int, float), "eta": (int, float), "num_images_per_prompt": int,
+           "force_upcast": str, "profiles": list, "npu_options": dict, "stage_options": dict,
+           "psnr_min": (int, float), "search_fix": bool, "weights_seed": int},
     "kernels": {"name": str, "timeout_s": (int, float), "kernels": list, "examples": int},
 }
 _REQUIRED = {"check": ("name", "model", "inputs", "golden"), "sd": ("name", "prompts"), "kernels": ("name",)}
@@ -102,7 +105,7 @@ class Cell:
         return f"{self.key}#{self.repeat}"
 
 
-_PATH_PARAMS = ("model", "inputs", "golden")
+_PATH_PARAMS = ("model", "inputs", "golden", "pipeline")
 
 
 @dataclass
@@ -350,21 +353,45 @@ def _validate_check(block: dict, where: str, base: Path) -> dict:
 
 
 def _validate_sd(block: dict, where: str, base: Path) -> dict:
-    from ..sd.pipeline import STAGES
-    from ..sd.presets import PRESETS
-    from ..sd.scheduler import make_scheduler
+    from ..sd.folder import FORCE_UPCAST, NUM_IMAGES_MAX, SIZE_MAX, XL_STAGES
+    from ..sd.presets import PRESET_NAMES
+    from ..sd.scheduler import SCHEDULERS, make_scheduler
 
-    block.setdefault("preset", "small")
-    if block["preset"] not in PRESETS:
-        raise InputError(f"{where}: preset {block['preset']!r} is not one of {', '.join(PRESETS)}")
+    if "pipelines" in block:  # diffusers ONNX folders, an axis; read by path on the workers (GBs: not shipped)
+        if "preset" in block:
+            raise InputError(f"{where}: give preset or pipelines, not both")
+        written = _list_of(block, "pipelines", str, where, [])
+        block["pipeline_paths"] = {w: _path(w, base, where, "pipelines") for w in written}
+        for w, path in block["pipeline_paths"].items():
+            if not Path(path).is_dir():
+                raise InputError(f"{where}: pipelines {w!r}: {path} is not a folder")
+    else:
+        block.setdefault("preset", "small")
+        if block["preset"] not in PRESET_NAMES:
+            raise InputError(f"{where}: preset {block['preset']!r} is not one of {', '.join(PRESET_NAMES)}")
     block["prompts"] = _list_of(block, "prompts", str, where, [])
+    if "sizes" in block:  # [height, width] px pairs; the pipeline checks them against its VAE factor when it runs
+        sizes = _list_of(block, "sizes", list, where, [])
+        for j, size in enumerate(sizes):
+            if len(size) != 2 or not all(_is(v, int) and 1 <= v <= SIZE_MAX for v in size):
+                raise InputError(f"{where}: sizes[{j}] must be [height, width] in px, integers in [1, {SIZE_MAX}], "
+                                 f"got {_show(size)}")
+    if "negative_prompts" in block:
+        _list_of(block, "negative_prompts", str, where, [])
+    _int_in(block, "num_images_per_prompt", 1, 1, NUM_IMAGES_MAX, where)
+    for key in ("guidance_rescale", "eta"):  # both in [0, 1]: mschecker.sd.pipeline / scheduler say why
+        if key in block and not 0.0 <= block[key] <= 1.0:
+            raise InputError(f"{where}: {key} must be in [0, 1], got {block[key]!r}")
+    if block.get("force_upcast", "config") not in FORCE_UPCAST:
+        raise InputError(f"{where}: force_upcast must be one of {', '.join(FORCE_UPCAST)}, got "
+                         f"{block['force_upcast']!r}")
     block["seeds"] = _list_of(block, "seeds", int, where, [0])
     for j, seed in enumerate(block["seeds"]):
         if not 0 <= seed <= SEED_MAX:
             raise InputError(f"{where}: seeds[{j}] must be an integer in [0, {SEED_MAX}], got {_short_int(seed)}")
     _int_in(block, "weights_seed", 0, 0, SEED_MAX, where)
-    if block.get("scheduler", "ddim") not in ("ddim", "euler"):
-        raise InputError(f"{where}: scheduler must be \"ddim\" or \"euler\", got {block['scheduler']!r}")
+    if block.get("scheduler", "ddim") not in SCHEDULERS:
+        raise InputError(f"{where}: scheduler must be one of {', '.join(SCHEDULERS)}, got {block['scheduler']!r}")
     steps = block.get("steps", 10)
     if steps < 1:
         raise InputError(f"{where}: steps must be >= 1, got {steps}")
@@ -379,8 +406,8 @@ def _validate_sd(block: dict, where: str, base: Path) -> dict:
     block["npu_options"] = _npu_options(block, "npu_options", where)
     stages = block.get("stage_options", {})
     for stage, table in stages.items():
-        if stage not in STAGES:
-            raise InputError(f"{where}: stage_options: unknown stage {stage!r} (known: {', '.join(STAGES)})")
+        if stage not in XL_STAGES:
+            raise InputError(f"{where}: stage_options: unknown stage {stage!r} (known: {', '.join(XL_STAGES)})")
         if not isinstance(table, dict):
             raise InputError(f"{where}: stage_options.{stage} must be a table")
         _npu_options(block, f"stage_options.{stage}", where, table)
@@ -429,20 +456,46 @@ def _expand_check(block: dict, repeats: int) -> list[Cell]:
 
 
 def _expand_sd(block: dict, repeats: int) -> list[Cell]:
+    """One cell per (pipeline, prompt, seed, size, negative prompt, profile); an axis the block does not declare
+    is left out of the coordinates, so a campaign's cell keys do not change when later versions add axes."""
+    import itertools
+
+    pipelines = list(block.get("pipeline_paths", {}).items()) or [(None, None)]
+    axes = [("pipeline", pipelines), ("prompt", block["prompts"]), ("seed", block["seeds"]),
+            ("size", block.get("sizes", [None])), ("negative_prompt", block.get("negative_prompts", [None])),
+            ("profile", block["profiles"])]
+    declared = {"pipeline": "pipelines" in block, "size": "sizes" in block,
+                "negative_prompt": "negative_prompts" in block}
     out = []
-    for prompt in block["prompts"]:
-        for seed in block["seeds"]:
-            for profile in block["profiles"]:
-                coords = {"prompt": prompt, "seed": seed, "profile": profile}
-                params = {"prompt": prompt, "seed": seed, "profile": profile, "preset": block["preset"],
-                          "steps": block.get("steps", 10), "scheduler": block.get("scheduler", "ddim"),
-                          "guidance_scale": float(block.get("guidance_scale", 7.5)),
-                          "npu_options": block["npu_options"], "stage_options": block["stage_options"],
-                          "psnr_min": float(block.get("psnr_min", 30.0)),
-                          "search_fix": block.get("search_fix", False),
-                          "weights_seed": block.get("weights_seed", 0)}
-                out.append(Cell(cell_key(block["name"], coords), "sd", block["name"], coords, params, True, "npu",
-                                0, block["timeout_s"]))
+    for values in itertools.product(*(v for _, v in axes)):
+        point = dict(zip((k for k, _ in axes), values))
+        written, path = point["pipeline"]
+        coords = {k: (written if k == "pipeline" else v) for k, v in point.items() if declared.get(k, True)}
+        size = point["size"]
+        params = {"prompt": point["prompt"], "seed": point["seed"], "profile": point["profile"],
+                  **({"pipeline": path} if path else {"preset": block["preset"]}),
+                  "steps": block.get("steps", 10), "scheduler": block.get("scheduler", "ddim"),
+                  "guidance_scale": float(block.get("guidance_scale", 7.5)),
+                  "npu_options": block["npu_options"], "stage_options": block["stage_options"],
+                  "psnr_min": float(block.get("psnr_min", 30.0)),
+                  "search_fix": block.get("search_fix", False),
+                  "weights_seed": block.get("weights_seed", 0)}
+        # the newer call arguments only where they differ from diffusers' defaults: an older campaign's cells
+        # keep their spec_hash, so compare does not call them changed
+        generation = {"negative_prompt": point["negative_prompt"],
+                      "num_images_per_prompt": block.get("num_images_per_prompt", 1),
+                      "height": size[0] if size else None, "width": size[1] if size else None,
+                      "guidance_rescale": float(block.get("guidance_rescale", 0.0)),
+                      "eta": float(block.get("eta", 0.0))}
+        defaults = {"negative_prompt": None, "num_images_per_prompt": 1, "height": None, "width": None,
+                    "guidance_rescale": 0.0, "eta": 0.0}
+        generation = {k: v for k, v in generation.items() if v != defaults[k]}
+        if generation:
+            params["generation"] = generation
+        if block.get("force_upcast", "config") != "config":
+            params["force_upcast"] = block["force_upcast"]
+        out.append(Cell(cell_key(block["name"], coords), "sd", block["name"], coords, params, True, "npu",
+                        0, block["timeout_s"]))
     return out
 
 

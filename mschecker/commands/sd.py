@@ -32,7 +32,7 @@ from pathlib import Path
 from ..errors import InputError, UsageError
 from ..npu.knobs import DEFAULT_PROFILE, add_npu_arguments, knobs_from_args
 from ..sd.folder import FORCE_UPCAST, NUM_IMAGES_MAX, PROMPTS_MAX, SIZE_MAX, XL_STAGES
-from ..sd.presets import PRESETS
+from ..sd.presets import PRESET_NAMES
 from ..sd.scheduler import SCHEDULERS
 from ._args import Parser, check_writable, check_writable_dir
 
@@ -46,7 +46,7 @@ def build_parser() -> Parser:
     p = Parser(prog="mschecker sd", description=__doc__.splitlines()[0])
     src = p.add_mutually_exclusive_group()
     src.add_argument("--pipeline", metavar="DIR", help="a diffusers ONNX pipeline folder (your own export)")
-    src.add_argument("--preset", choices=list(PRESETS), help="bundled graphs, synthetic weights (default small)")
+    src.add_argument("--preset", choices=list(PRESET_NAMES), help="bundled graphs, synthetic weights (default small)")
     p.add_argument("--save-pipeline", metavar="DIR", help="write the bundled --preset as a diffusers ONNX folder "
                                                           "and exit")
     p.add_argument("--tokenizer", metavar="DIR", help="with --save-pipeline: the tokenizer folder to ship (e.g. SD's "

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from .folder import PipelineFiles, SDModels, SDPipeline, write_files
-from .presets import get_preset
+from .presets import get_preset, is_xl_preset
 
 BOS, EOS = "<|startoftext|>", "<|endoftext|>"
 
@@ -49,6 +49,8 @@ def bundled_files(preset="small", weights_seed: int = 0, scheduler: str = "ddim"
     p = get_preset(preset)
     if scheduler not in SCHEDULERS:
         raise InputError(f"unknown scheduler {scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
+    if is_xl_preset(p):
+        return _xl_files(p, weights_seed, scheduler, models, lazy), p
     scheduler_config = {**SD15_CONFIG, "_class_name": SCHEDULERS[scheduler].__name__}
     if lazy:
         from functools import partial
@@ -78,16 +80,66 @@ def bundled_files(preset="small", weights_seed: int = 0, scheduler: str = "ddim"
         "vae_decoder/config.json": _json({"latent_channels": p.vae.latent_channels,
                                           "scaling_factor": p.scaling_factor,
                                           "block_out_channels": list(p.vae.channels)}),
-        "tokenizer/vocab.json": _json(byte_level_vocab()),
-        "tokenizer/merges.txt": b"#version: 0.2\n",
-        "tokenizer/tokenizer_config.json": _json({"model_max_length": p.clip.max_length, "do_lower_case": True,
-                                                  "bos_token": BOS, "eos_token": EOS, "pad_token": EOS,
-                                                  "unk_token": EOS, "tokenizer_class": "CLIPTokenizer"}),
-        "tokenizer/special_tokens_map.json": _json({"bos_token": BOS, "eos_token": EOS, "pad_token": EOS,
-                                                    "unk_token": EOS}),
+        **_tokenizer_entries("tokenizer", p.clip.max_length, EOS),
         "scheduler/scheduler_config.json": _json(scheduler_config),
     }
     return PipelineFiles(entries=entries, label=f"bundled {p.name} pipeline"), p
+
+
+def _tokenizer_entries(folder: str, max_length: int, pad: str) -> dict[str, bytes]:
+    specials = {"bos_token": BOS, "eos_token": EOS, "pad_token": pad, "unk_token": EOS}
+    return {f"{folder}/vocab.json": _json(byte_level_vocab()), f"{folder}/merges.txt": b"#version: 0.2\n",
+            f"{folder}/tokenizer_config.json": _json({"model_max_length": max_length, "do_lower_case": True,
+                                                       **specials, "tokenizer_class": "CLIPTokenizer"}),
+            f"{folder}/special_tokens_map.json": _json(specials)}
+
+
+def _xl_files(p, weights_seed: int, scheduler: str, models, lazy: bool) -> PipelineFiles:
+    """The SDXL-like preset as optimum writes an SDXL folder: two text encoders and tokenizers (the second pads
+    with "!", as SDXL's tokenizer_2 does), the text_time UNet, the VAE with SDXL's scaling factor and
+    force_upcast, force_zeros_for_empty_prompt in model_index.json."""
+    from .scheduler import SCHEDULERS, SD15_CONFIG
+    from .sdxl_graphs import build_sdxl_models
+
+    if lazy:
+        from functools import partial
+
+        from .sdxl_graphs import SDXL_BUILDERS
+
+        graphs = {stage: partial(build, p, weights_seed) for stage, build in SDXL_BUILDERS.items()}
+    elif models is not None:
+        graphs = {s: getattr(models, s) for s in ("text_encoder", "text_encoder_2", "unet", "vae_decoder")}
+    else:
+        graphs = build_sdxl_models(p, weights_seed)
+    scheduler_config = {**SD15_CONFIG, "timestep_spacing": "leading", "interpolation_type": "linear",
+                        "use_karras_sigmas": False, "_class_name": SCHEDULERS[scheduler].__name__}
+    onnx_model = ["diffusers", "OnnxRuntimeModel"]
+    index = {"_class_name": "ORTStableDiffusionXLPipeline", "_diffusers_version": "0.42.1",
+             "force_zeros_for_empty_prompt": True, "scheduler": ["diffusers", scheduler_config["_class_name"]],
+             "text_encoder": onnx_model, "text_encoder_2": onnx_model, "tokenizer": ["transformers", "CLIPTokenizer"],
+             "tokenizer_2": ["transformers", "CLIPTokenizer"], "unet": onnx_model, "vae_decoder": onnx_model,
+             "vae_encoder": [None, None]}
+    u = p.unet
+    entries = {
+        "model_index.json": _json(index),
+        **{f"{stage}/model.onnx": graph for stage, graph in graphs.items()},
+        "text_encoder/config.json": _json({"hidden_size": p.clip.width, "max_position_embeddings": p.clip.max_length,
+                                           "vocab_size": p.clip.vocab_size, "num_hidden_layers": p.clip.layers}),
+        "text_encoder_2/config.json": _json({"hidden_size": p.clip2.width, "projection_dim": p.clip2.projection_dim,
+                                             "max_position_embeddings": p.clip2.max_length,
+                                             "vocab_size": p.clip2.vocab_size, "num_hidden_layers": p.clip2.layers}),
+        "unet/config.json": _json({"sample_size": u.latent_size, "in_channels": u.in_channels,
+                                   "out_channels": u.out_channels, "cross_attention_dim": u.cross_dim,
+                                   "addition_embed_type": "text_time",
+                                   "addition_time_embed_dim": u.addition_time_embed_dim,
+                                   "projection_class_embeddings_input_dim": u.projection_class_embeddings_input_dim}),
+        "vae_decoder/config.json": _json({"latent_channels": p.vae.latent_channels, "scaling_factor": p.scaling_factor,
+                                          "block_out_channels": list(p.vae.channels), "force_upcast": True}),
+        **_tokenizer_entries("tokenizer", p.clip.max_length, EOS),
+        **_tokenizer_entries("tokenizer_2", p.clip2.max_length, "!"),
+        "scheduler/scheduler_config.json": _json(scheduler_config),
+    }
+    return PipelineFiles(entries=entries, label=f"bundled {p.name} pipeline")
 
 
 def save_bundled(preset, directory, scheduler: str = "ddim", weights_seed: int = 0, tokenizer=None):
@@ -104,10 +156,12 @@ def save_bundled(preset, directory, scheduler: str = "ddim", weights_seed: int =
         if tok.vocab_size > p.clip.vocab_size:
             raise InputError(f"--tokenizer {folder}: {tok.vocab_size} ids do not fit the {p.name} text encoder's "
                              f"{p.clip.vocab_size}")
-        files.entries = {k: v for k, v in files.entries.items() if not k.startswith("tokenizer/")}
+        targets = ("tokenizer", "tokenizer_2") if is_xl_preset(p) else ("tokenizer",)
+        files.entries = {k: v for k, v in files.entries.items() if k.split("/")[0] not in targets}
         for f in sorted(folder.iterdir()):
             if f.is_file():
-                files.entries[f"tokenizer/{f.name}"] = f.read_bytes()
+                for target in targets:
+                    files.entries[f"{target}/{f.name}"] = f.read_bytes()
     return write_files(files, directory)
 
 

@@ -81,11 +81,15 @@ class SDModels:
     def build(cls, preset, seed: int = 0) -> "SDModels":
         """The bundled graphs of ``preset`` (mschecker.sd.presets), weights from ``seed``."""
         from .clip import build_text_encoder
-        from .presets import get_preset
+        from .presets import get_preset, is_xl_preset
         from .unet import build_unet
         from .vae import build_vae_decoder
 
         p = get_preset(preset)
+        if is_xl_preset(p):
+            from .sdxl_graphs import build_sdxl_models
+
+            return cls(**build_sdxl_models(p, seed))
         return cls(build_text_encoder(p, seed), build_unet(p, seed), build_vae_decoder(p, seed))
 
 

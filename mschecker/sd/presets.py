@@ -1,4 +1,5 @@
-"""Size presets of the bundled Stable Diffusion graphs: ``tiny`` (tests), ``small`` (the main job), ``sd15``.
+"""Size presets of the bundled Stable Diffusion graphs: ``tiny`` (tests), ``small`` (the main job), ``sd15``, and
+``sdxl`` (mschecker.sd.sdxl_graphs: the SDXL-like pipeline, its VAE's activations past fp16's range).
 
 ``sd15`` has the real Stable Diffusion 1.5 dimensions (CLIP ViT-L/14 text tower, the 860M-parameter UNet, the
 KL-f8 VAE decoder); its graphs are generated on demand (``build_*`` + ``save_model`` with external data) and
@@ -102,11 +103,25 @@ PRESETS: dict[str, SDPreset] = {
 }
 
 
-def get_preset(preset: str | SDPreset) -> SDPreset:
-    """The preset named ``preset`` (or ``preset`` itself); InputError naming the choices otherwise."""
-    if isinstance(preset, SDPreset):
+XL_PRESETS = ("sdxl",)  # mschecker.sd.sdxl_graphs.SDXL: two text towers, the text_time UNet, the SDXL-like VAE
+PRESET_NAMES = (*PRESETS, *XL_PRESETS)
+
+
+def is_xl_preset(preset) -> bool:
+    return (preset in XL_PRESETS) if isinstance(preset, str) else hasattr(preset, "clip2")
+
+
+def get_preset(preset):
+    """The preset named ``preset`` (or ``preset`` itself): an SDPreset, or for ``sdxl`` the SDXLPreset
+    (mschecker.sd.sdxl_graphs, imported on demand: it imports this module); InputError naming the choices
+    otherwise."""
+    if not isinstance(preset, str):
         return preset
+    if preset in XL_PRESETS:
+        from .sdxl_graphs import SDXL
+
+        return SDXL
     try:
         return PRESETS[preset]
     except KeyError:
-        raise InputError(f"unknown SD preset {preset!r}; choose one of {', '.join(PRESETS)}") from None
+        raise InputError(f"unknown SD preset {preset!r}; choose one of {', '.join(PRESET_NAMES)}") from None

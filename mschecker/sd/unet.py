@@ -20,6 +20,10 @@ Measured max |activation| (onnxruntime float32 via activation_peaks, weights see
 embeddings of run_pipeline("a photo of an astronaut riding a horse", 10 DDIM steps, guidance 7.5, seed 0),
 leaving out the raw timestep path): tiny 19.0 / 47.3 / 72.4 at steps 0 / 5 / 9 (t = 901 / 401 / 1), small
 21.6 / 47.9 / 73.2; early peaks sit in attention scores, late ones in the residual stream of the outer blocks.
+
+``emit_unet``'s keyword arguments (off by default, leaving the SD graphs unchanged) give the SDXL UNet of
+sdxl_graphs.py: the "text_time" added embedding (inputs ``text_embeds`` and ``time_ids``) and linear
+proj_in/proj_out in the Transformers (diffusers' use_linear_projection=True).
 """
 from __future__ import annotations
 
@@ -58,11 +62,16 @@ def resnet(b: GraphBuilder, x: str, name: str, c_in: int, c_out: int, groups: in
     return b.op("Add", [shortcut, h], name)
 
 
-def transformer(b: GraphBuilder, x: str, context: str, name: str, channels: int, cfg: UNetConfig) -> str:
-    """Transformer2DModel with one BasicTransformerBlock (conv proj_in/proj_out, as SD 1.5)."""
+def transformer(b: GraphBuilder, x: str, context: str, name: str, channels: int, cfg: UNetConfig, *,
+                linear_projection: bool = False) -> str:
+    """Transformer2DModel with one BasicTransformerBlock: conv proj_in/proj_out (SD 1.5), or with
+    ``linear_projection`` Linear ones on the tokens (diffusers' use_linear_projection=True, SDXL)."""
     h = group_norm(b, x, f"{name}.norm", channels, cfg.groups, cfg.attn_norm_eps)
-    h = conv2d(b, h, f"{name}.proj_in", channels, channels, 1)
-    h = nchw_to_tokens(b, h, f"{name}/to_tokens", channels)
+    if linear_projection:
+        h = linear(b, nchw_to_tokens(b, h, f"{name}/to_tokens", channels), f"{name}.proj_in", channels, channels)
+    else:
+        h = conv2d(b, h, f"{name}.proj_in", channels, channels, 1)
+        h = nchw_to_tokens(b, h, f"{name}/to_tokens", channels)
     blk = f"{name}.transformer_blocks.0"
     a = attention(b, layer_norm(b, h, f"{blk}.norm1", channels), f"{blk}.attn1", channels, cfg.heads,
                   out_gain=BRANCH_OUT_GAIN)
@@ -77,23 +86,71 @@ def transformer(b: GraphBuilder, x: str, context: str, name: str, channels: int,
     f = b.op("Mul", [hidden, gelu(b, gate, f"{blk}.ff.net.0.gelu")], f"{blk}.ff.net.0")
     f = linear(b, f, f"{blk}.ff.net.2", inner, channels, gain=BRANCH_OUT_GAIN)
     h = b.op("Add", [h, f], blk)
-    h = tokens_to_nchw(b, h, f"{name}/to_nchw", x)
-    h = conv2d(b, h, f"{name}.proj_out", channels, channels, 1, gain=BRANCH_OUT_GAIN)
+    if linear_projection:
+        h = linear(b, h, f"{name}.proj_out", channels, channels, gain=BRANCH_OUT_GAIN)
+        h = tokens_to_nchw(b, h, f"{name}/to_nchw", x)
+    else:
+        h = tokens_to_nchw(b, h, f"{name}/to_nchw", x)
+        h = conv2d(b, h, f"{name}.proj_out", channels, channels, 1, gain=BRANCH_OUT_GAIN)
     return b.op("Add", [h, x], name)
 
 
-def _emit(b: GraphBuilder, cfg: UNetConfig) -> None:
+TIME_IDS = 6
+"""SDXL's micro-conditioning: (original_height, original_width, crop_top, crop_left, target_height, target_width)."""
+
+
+def sinusoidal_embedding(b: GraphBuilder, values: str, dim: int, scope: str) -> str:
+    """diffusers' Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0) of the 1-D ``values``: (N, dim) =
+    [cos, sin] of values[:, None] * freqs."""
+    v = b.op("Unsqueeze", [values, b.const(f"{scope}/axis", np.array([1], np.int64))], scope)
+    args = b.op("Mul", [v, b.const(f"{scope}/freqs", timestep_frequencies(dim))], scope)
+    return b.op("Concat", [b.op("Cos", [args], scope), b.op("Sin", [args], scope)], scope, axis=1)
+
+
+def text_time_embedding(b: GraphBuilder, text_embeds: str, time_ids: str, addition_time_embed_dim: int,
+                        text_embeds_dim: int, time_dim: int) -> str:
+    """diffusers' addition_embed_type="text_time" (UNet2DConditionModel.get_aug_embed): every time id through
+    add_time_proj (Timesteps(addition_time_embed_dim, True, 0)) on time_ids.flatten(), reshaped to
+    (batch, 6 * addition_time_embed_dim), concatenated *after* text_embeds, through add_embedding
+    (TimestepEmbedding: linear_1, SiLU, linear_2 to the time embedding's width)."""
+    flat = b.op("Reshape", [time_ids, b.const("add_time_proj/flat_shape", np.array([-1], np.int64))],
+                "add_time_proj")
+    time_embeds = sinusoidal_embedding(b, flat, addition_time_embed_dim, "add_time_proj")
+    time_embeds = b.op("Reshape", [time_embeds, b.const("add_time_proj/batch_shape",
+                                                        np.array([-1, TIME_IDS * addition_time_embed_dim], np.int64))],
+                       "add_time_proj")
+    add_embeds = b.op("Concat", [text_embeds, time_embeds], "add_embedding", axis=-1)
+    d_in = text_embeds_dim + TIME_IDS * addition_time_embed_dim  # projection_class_embeddings_input_dim
+    h = linear(b, add_embeds, "add_embedding.linear_1", d_in, time_dim)
+    return linear(b, silu(b, h, "add_embedding.act"), "add_embedding.linear_2", time_dim, time_dim)
+
+
+def emit_unet(b: GraphBuilder, cfg: UNetConfig, *, addition_time_embed_dim: int | None = None,
+              text_embeds_dim: int | None = None, linear_projection: bool = False) -> None:
+    """Emit the UNet on ``b``; the defaults give the SD-1.5 graph.
+
+    ``addition_time_embed_dim`` and ``text_embeds_dim`` (both or neither) add the inputs ``text_embeds`` (batch,
+    text_embeds_dim) and ``time_ids`` (batch, 6) after ``encoder_hidden_states`` (optimum's UNetOnnxConfig order)
+    and add ``text_time_embedding`` to the time embedding before any ResNet uses it (emb = emb + aug_emb).
+    ``linear_projection`` makes every Transformer's proj_in/proj_out a Linear (use_linear_projection=True).
+    """
+    if (addition_time_embed_dim is None) != (text_embeds_dim is None):
+        raise ValueError("the text_time embedding needs both addition_time_embed_dim and text_embeds_dim")
     sample = b.input("sample", TensorProto.FLOAT, ["batch", cfg.in_channels, "height", "width"])
     timestep = b.input("timestep", TensorProto.FLOAT, ["batch"])
     context = b.input("encoder_hidden_states", TensorProto.FLOAT, ["batch", "sequence", cfg.cross_dim])
+    if addition_time_embed_dim is not None:
+        text_embeds = b.input("text_embeds", TensorProto.FLOAT, ["batch", text_embeds_dim])
+        time_ids = b.input("time_ids", TensorProto.FLOAT, ["batch", TIME_IDS])
     ch0, tdim = cfg.channels[0], cfg.time_dim
 
     # time embedding: [cos, sin] (flip_sin_to_cos=True) of t * freqs, then the MLP
-    t = b.op("Unsqueeze", [timestep, b.const("time_proj/axis", np.array([1], np.int64))], "time_proj")
-    args = b.op("Mul", [t, b.const("time_proj/freqs", timestep_frequencies(ch0))], "time_proj")
-    temb = b.op("Concat", [b.op("Cos", [args], "time_proj"), b.op("Sin", [args], "time_proj")], "time_proj", axis=1)
+    temb = sinusoidal_embedding(b, timestep, ch0, "time_proj")
     temb = linear(b, temb, "time_embedding.linear_1", ch0, tdim)
     temb = linear(b, silu(b, temb, "time_embedding.act"), "time_embedding.linear_2", tdim, tdim)
+    if addition_time_embed_dim is not None:
+        aug = text_time_embedding(b, text_embeds, time_ids, addition_time_embed_dim, text_embeds_dim, tdim)
+        temb = b.op("Add", [temb, aug], "add_embedding")
     temb_act = silu(b, temb, "resnets.time_act")  # every ResNet's nonlinearity(temb), computed once
 
     def res(x, name, c_in, c_out):
@@ -107,7 +164,8 @@ def _emit(b: GraphBuilder, cfg: UNetConfig) -> None:
         for i in range(cfg.layers_per_block):
             x = res(x, f"down_blocks.{level}.resnets.{i}", c_prev if i == 0 else c_out, c_out)
             if cfg.attention[level]:
-                x = transformer(b, x, context, f"down_blocks.{level}.attentions.{i}", c_out, cfg)
+                x = transformer(b, x, context, f"down_blocks.{level}.attentions.{i}", c_out, cfg,
+                                linear_projection=linear_projection)
             skips.append((x, c_out))
         c_prev = c_out
         if level < levels - 1:
@@ -116,7 +174,7 @@ def _emit(b: GraphBuilder, cfg: UNetConfig) -> None:
 
     top = cfg.channels[-1]
     x = res(x, "mid_block.resnets.0", top, top)
-    x = transformer(b, x, context, "mid_block.attentions.0", top, cfg)
+    x = transformer(b, x, context, "mid_block.attentions.0", top, cfg, linear_projection=linear_projection)
     x = res(x, "mid_block.resnets.1", top, top)
 
     reversed_channels = list(reversed(cfg.channels))
@@ -128,7 +186,8 @@ def _emit(b: GraphBuilder, cfg: UNetConfig) -> None:
             x = b.op("Concat", [x, skip], f"up_blocks.{level}.resnets.{i}", axis=1)
             x = res(x, f"up_blocks.{level}.resnets.{i}", (c_prev if i == 0 else c_out) + c_skip, c_out)
             if reversed_attention[level]:
-                x = transformer(b, x, context, f"up_blocks.{level}.attentions.{i}", c_out, cfg)
+                x = transformer(b, x, context, f"up_blocks.{level}.attentions.{i}", c_out, cfg,
+                                linear_projection=linear_projection)
         c_prev = c_out
         if level < levels - 1:
             x = upsample_nearest2x(b, x, f"up_blocks.{level}.upsamplers.0")
@@ -142,7 +201,7 @@ def _emit(b: GraphBuilder, cfg: UNetConfig) -> None:
 
 def unet_builder(preset: str | SDPreset, seed: int = 0, *, materialize: bool = True) -> GraphBuilder:
     b = GraphBuilder("unet", seed, materialize)
-    _emit(b, get_preset(preset).unet)
+    emit_unet(b, get_preset(preset).unet)
     return b
 
 
