@@ -16,7 +16,8 @@ export MSCHECKER_REQUIRE_NATIVE=1
 python -m pip install -q --upgrade pip
 python -m pip install -q -e '.[test]'
 mschecker --version
-python -m pytest -q
+# Two workers: the 2-core CI machine runs the suite in about half the wall time (pytest-xdist is in the test extra).
+python -m pytest -q -n 2
 # Every numpy twin forced (the route taken without a C compiler): the bit-exact kernel and SD goldens, the executor,
 # the SD pipeline and the streaming comparison must give the same bits and verdicts on it. A subset of the suite
 # (the tests that compare the two routes in one process run above): measured 12 s CPU, 27 s wall on 2 cores.
