@@ -1,24 +1,33 @@
-"""The Stable Diffusion text-to-image loop over an SDPipeline's three stages (mschecker.sd.folder: a diffusers
-ONNX folder or the bundled graphs), on any runner, as diffusers' OnnxStableDiffusionPipeline runs it.
+"""The Stable Diffusion text-to-image loop over an SDPipeline's stages (mschecker.sd.folder: a diffusers ONNX
+folder or the bundled graphs; SD 1.x/2.x or SDXL), on any runner, as diffusers' pipelines run it.
 
-prompt -> tokenizer -> text encoder -> ``steps`` UNet evaluations -> VAE decode of latents / scaling_factor ->
-image. With guidance_scale > 1 (classifier-free guidance) the text encoder and the UNet see the batch
-(unconditional ``negative_prompt`` = "", prompt) and eps = eps_uncond + scale (eps_cond - eps_uncond); a graph
-with a static batch of 1 runs it as two runs, a dynamic or batch-2 graph as one (``run_in_batches``). The initial
-latents are ``np.random.RandomState(seed).randn`` in the embeddings' dtype times the scheduler's initial sigma
-(diffusers' ONNX pipeline); the image is clip(decoded / 2 + 0.5, 0, 1) as float32 HWC (diffusers'
-``output_type="np"``) and its uint8 rendering (NaN becomes 0: the black image users see when fp16 overflows).
+prompts -> tokenizer(s) -> text encoder(s) -> ``steps`` UNet evaluations -> VAE decode of latents /
+scaling_factor -> images. The call arguments are diffusers' (docs/SD_PIPELINE.md has the table): several
+prompts, a negative prompt for all or one per prompt, ``num_images_per_prompt`` (each prompt's rows repeated, B =
+prompts x images), ``height`` / ``width`` (the latents' size; given latents define it), ``guidance_rescale``
+(rescale_noise_cfg) and DDIM's ``eta``. With guidance_scale > 1 (classifier-free guidance) the text encoders run
+on (negative prompts or "", prompts) and the UNet on the batch (unconditional half, conditional half), eps =
+eps_uncond + scale (eps_cond - eps_uncond); a graph with a static batch of 1 runs it as B runs, a dynamic graph
+as one (``run_in_batches``). SDXL (``encode_text``): both encoders' penultimate hidden states joined, the second's
+pooled ``text_embeds``, zeros for the unconditional half when no negative prompt is given and the folder sets
+force_zeros_for_empty_prompt, and ``time_ids`` (original size, crop top-left, target size) fed to the UNet. The
+initial latents are ``np.random.RandomState(seed).randn(B, C, h, w)`` in the embeddings' dtype times the
+scheduler's initial sigma (diffusers' ONNX pipeline); per-step noise (Euler ancestral, DDIM with eta > 0) comes
+from the same RandomState. The VAE decodes one sample at a time (diffusers' ONNX pipeline does); each image is
+clip(decoded / 2 + 0.5, 0, 1) as float32 HWC (diffusers' ``output_type="np"``) and its uint8 rendering (NaN
+becomes 0: the black image users see when fp16 overflows).
 
 Runners: every stage is executed through ``make_stage_runner(model, stage_name) -> callable(feeds) -> outputs``
-(``stage_name`` is "text_encoder", "unet" or "vae_decoder"; ``model`` an onnx.ModelProto or a path), so the same
-loop runs on onnxruntime (``ort_stage_runner``) and on the graph executor's float64 reference or emulated NPU
+(``stage_name`` one of the pipeline's stage names; ``model`` an onnx.ModelProto or a path), so the same loop runs
+on onnxruntime (``ort_stage_runner``) and on the graph executor's float64 reference or emulated NPU
 (``stage_runner_factory("reference" | "npu", profile)``). Stage inputs come from SDPipeline.*_feeds (names,
 dtypes and the timestep's rank as the graphs declare them); host-side arithmetic (scheduler, guidance, scaling)
 is float64.
 
 With the bundled synthetic weights the UNet is not a trained denoiser (its eps is not the latent's noise), so
 the latents grow over the loop (final std ~10-30 instead of ~1 with real SD weights); the VAE's gains are
-calibrated to these latents (see vae.py) so that its fp16 headroom is realistic for the pipeline's own output.
+calibrated to these latents (see vae.py, sdxl_graphs.py) so that its fp16 headroom is realistic for the
+pipeline's own output.
 """
 from __future__ import annotations
 
