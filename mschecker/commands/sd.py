@@ -1,10 +1,14 @@
 """`mschecker sd`: a Stable Diffusion pipeline on the float64 reference and on the emulated NPU.
 
 The pipeline is your own diffusers ONNX export (`--pipeline DIR`: model_index.json, text_encoder/, unet/,
-vae_decoder/, tokenizer/, scheduler/) or a bundled preset (`--preset`, synthetic weights; `--save-pipeline DIR`
-writes it as such a folder). `--sides A,B` picks the two runs (reference, npu, ort; default reference,npu).
-Runs text encoder, N guided UNet steps and the VAE decoder twice (same prompt, seeds, scheduler), reports the
-error of every stage (text embeddings, latents after each step, decoded tensor, image PSNR/SSIM), the first node
+vae_decoder/, tokenizer/, scheduler/; SDXL folders as optimum writes them also text_encoder_2/, tokenizer_2/) or
+a bundled preset (`--preset`, synthetic weights, `sdxl` among them; `--save-pipeline DIR` writes it as such a
+folder). `--sides A,B` picks the two runs (reference, npu, ort; default reference,npu). The call takes diffusers'
+arguments (--prompt repeated or --prompts-file, --negative-prompt, --num-images-per-prompt, --height/--width,
+--guidance-rescale, --eta, SDXL's --original-size/--crops-coords-top-left/--target-size, --force-upcast;
+docs/SD_PIPELINE.md). Runs the text encoder(s), N guided UNet steps and the VAE decoder twice (same prompts,
+seeds, scheduler), reports the error of every stage (text embeddings of each encoder, latents after each step,
+decoded tensor, image PSNR/SSIM of the worst image), the first node
 whose output went NaN/inf (or hit the format's max in saturation mode), and -- when the run fails with an
 overflow -- searches for the fix and re-runs to prove it (mschecker.sd.check). Writes a side-by-side PNG and an
 error-per-step plot, each side's image (<side>.image.npy: float32 HWC in [0, 1]) and latents after every step
