@@ -410,7 +410,7 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     if "npu" in sides:
         check_stage_entries(pipeline, npu_options, stage_options, profile)
     options = stage_npu_options(npu_options, stage_options)
-    upcast = upcast_vae_options(pipeline, options, force_upcast)
+    upcast, upcast_note = upcast_vae_options(pipeline, options, force_upcast, npu_side="npu" in sides)
     common = dict(prompt=prompt, pipeline=pipeline, steps=steps, scheduler=scheduler, seed=seed,
                   guidance_scale=guidance_scale, initial_latents=initial_latents, **(generation or {}))
     timings = {}
@@ -442,7 +442,7 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
                 "weights_seed": weights_seed, "image_size": list(np.shape(reference.decoded)[2:]),
                 "images": int(np.shape(reference.decoded)[0]), "sdxl": pipeline.xl, "force_upcast": upcast,
                 "generation": {k: (list(v) if isinstance(v, tuple) else v) for k, v in (generation or {}).items()},
-                "notes": list(reference.notes),
+                "notes": list(reference.notes) + ([upcast_note] if upcast_note else []),
                 "initial_latents": "given" if initial_latents is not None else f"RandomState({seed}).randn",
                 "stage_costs": {side: {st: c.to_dict() for st, c in run.costs.items()}
                                 for side, run in ((base_side, reference), (judged_side, npu))}}
@@ -520,21 +520,29 @@ def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_op
 UPCAST_MODE = "must_keep_origin_dtype"  # ATC's float32 for an fp32 export: what diffusers' upcast_vae() gives
 
 
-def upcast_vae_options(pipeline: SDPipeline, options: dict[str, dict], force_upcast: str = "config") -> str | None:
+def upcast_vae_options(pipeline: SDPipeline, options: dict[str, dict], force_upcast: str = "config",
+                       npu_side: bool = True) -> tuple[str | None, str | None]:
     """diffusers' ``force_upcast`` (the VAE config's; SDXL's VAE sets it because its fp16 activations overflow)
     on the NPU side: the VAE decoder compiled with ATC's --precision_mode=must_keep_origin_dtype (an fp32 export
     stays fp32, as diffusers' ``upcast_vae()`` runs it in float32) unless that stage already has a precision
     mode of the user's. ``force_upcast``: "config" follows the VAE's config.json, "on" / "off" override it
-    ("off" shows what the profile does to the VAE). Sets ``options["vae_decoder"]`` in place; returns the mode
-    applied, or None."""
+    ("off" shows what the profile does to the VAE). Sets ``options["vae_decoder"]`` in place; returns (the mode
+    applied or None, a note for the report or None). An fp16 export cannot be upcast by a precision mode (ATC
+    keeps its fp16: the VAE would have to be exported in fp32), which the note says; without an NPU side nothing
+    is compiled."""
     if force_upcast not in FORCE_UPCAST:
         raise InputError(f"--force-upcast {force_upcast!r}: choose one of {', '.join(FORCE_UPCAST)}")
     wanted = pipeline.force_upcast if force_upcast == "config" else force_upcast == "on"
     vae = options["vae_decoder"]
-    if not wanted or vae.get("precision_mode") or vae.get("precision_mode_v2"):
-        return None
+    if not npu_side or not wanted or vae.get("precision_mode") or vae.get("precision_mode_v2"):
+        return None, None
+    if pipeline.stages["vae_decoder"].inputs["latent_sample"].dtype == np.float16:
+        return None, ("force_upcast not applied: vae_decoder is an fp16 export, which no ATC precision mode runs in "
+                      "float32 (diffusers upcasts the torch module; export the VAE in fp32 to do the same)")
     vae["precision_mode"] = UPCAST_MODE
-    return UPCAST_MODE
+    return UPCAST_MODE, (f"vae_decoder compiled with --precision_mode={UPCAST_MODE} on the NPU side (float32, as "
+                         "diffusers' force_upcast runs the VAE); --force-upcast off judges the profile's own VAE "
+                         "precision")
 
 
 def stage_npu_options(npu_options: dict | None, stage_options: dict[str, dict] | None) -> dict[str, dict]:

@@ -89,10 +89,6 @@ def verdict_lines(check: SDCheck) -> list[str]:
     t, lines = check.tracker, []
     prof = side_label(check, check.sides[1])
     lines += [f"note: {n}" for n in check.settings.get("notes", ())]
-    if check.settings.get("force_upcast"):
-        lines.append(f"note: vae_decoder compiled with --precision_mode={check.settings['force_upcast']} on the NPU "
-                     "side (float32, as diffusers' force_upcast runs the VAE); --force-upcast off judges the profile's "
-                     "own VAE precision")
     if check.passed:
         lines.append(f"PASS: {prof} image PSNR {check.metrics.psnr_db:.2f} dB >= {check.psnr_min:g} dB, SSIM "
                      f"{check.metrics.ssim:.4f}, every stage output finite")
