@@ -253,7 +253,9 @@ def _run_sd(p: dict) -> dict:
     event = check.tracker.first_nonfinite
     detail = {"failure_reasons": check.failure_reasons(), "timings_s": check.timings,
               "first_nonfinite": event.describe() if event else None,
-              "fix": check.fix.cli_flags() if check.fix else None}
+              "fix": check.fix.cli_flags() if check.fix else None,
+              "image_size": check.settings["image_size"], "images": check.settings["images"],
+              "notes": check.settings["notes"]}
     return {"status": STATUS_PASS if check.passed else STATUS_FAIL, "reason": "; ".join(check.failure_reasons()),
             "metrics": metrics, "detail": detail,
             "profile_hash": profile_hash(p["profile"], p["npu_options"], p["stage_options"]),

@@ -87,6 +87,7 @@ def test_a_folder_cell_runs_at_its_size_with_its_negative_prompt(tmp_path):
     assert record["status"] in ("pass", "fail"), record
     assert record["metrics"]["image_psnr_db"] > 0 and "text_embeddings.rel_euclidean" in record["metrics"]
     assert len(record["model_sha256"]) == 64
+    assert record["detail"]["image_size"] == [12, 20] and record["detail"]["images"] == 2
     # the hash is of the folder's graphs: an edited graph is another model
     (tmp_path / "pipe" / "unet" / "model.onnx").write_bytes((tmp_path / "pipe" / "unet" / "model.onnx").read_bytes()
                                                             + b"\0")
