@@ -145,8 +145,8 @@ def read_prompts(args) -> list[str]:
         return args.prompt or [DEFAULT_PROMPT]
     from ..fsio import check_readable
 
-    path = check_readable(args.prompts_file, "--prompts-file")
-    if path.stat().st_size > PROMPT_FILE_MAX:
+    path = Path(args.prompts_file)
+    if check_readable(path, "--prompts-file").st_size > PROMPT_FILE_MAX:
         raise InputError(f"--prompts-file {path}: larger than {PROMPT_FILE_MAX} bytes")
     try:
         text = path.read_bytes().decode("utf-8")
