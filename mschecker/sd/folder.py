@@ -190,7 +190,7 @@ class SDPipeline:
     vae_scale_factor: int = DEFAULT_VAE_SCALE_FACTOR   # image px per latent px
     static_size: tuple[int | None, int | None] = (None, None)   # latent h, w the graphs fix (None: dynamic)
     force_zeros_for_empty_prompt: bool = False  # SDXL (model_index.json): no negative prompt -> zero embeddings
-    force_upcast: bool = False           # the VAE's config: diffusers decodes in float32 whatever the model dtype
+    force_upcast: bool = False           # SDXL's VAE config: diffusers decodes in float32 whatever the model dtype
 
     @property
     def xl(self) -> bool:
@@ -253,7 +253,9 @@ class SDPipeline:
                    vae_scale_factor=_vae_scale_factor(files, vae_config), static_size=static,
                    force_zeros_for_empty_prompt=xl and _flag(files, index, "model_index.json",
                                                              "force_zeros_for_empty_prompt", True),
-                   force_upcast=_flag(files, vae_config, "vae_decoder/config.json", "force_upcast", False))
+                   # diffusers' SD 1.x/2.x pipeline never reads force_upcast (AutoencoderKL's config defaults it to
+                   # true, so SD exports carry it too); its SDXL pipeline does
+                   force_upcast=xl and _flag(files, vae_config, "vae_decoder/config.json", "force_upcast", False))
         # an unknown scheduler class or option fails here, before any model runs (50: diffusers' default steps)
         make_scheduler_for(pipe, 50)
         return pipe

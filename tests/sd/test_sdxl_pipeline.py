@@ -329,3 +329,17 @@ def test_a_broken_sdxl_folder_is_exit_2_naming_the_file(xl_dir, tmp_path, capsys
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     assert not out.exists()
+
+
+def test_an_sd_folder_ignores_its_vaes_force_upcast(tmp_path):
+    """AutoencoderKL's config defaults force_upcast to true, so SD 1.x exports carry it; diffusers' SD pipeline
+    never reads it (only the SDXL one does): no upcast, no note, unless --force-upcast on asks for it."""
+    folder = save_bundled("tiny", tmp_path / "tiny")
+    config = folder / "vae_decoder" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "force_upcast": True}))
+    pipe = SDPipeline.from_folder(folder)
+    assert not pipe.force_upcast
+    options = {"vae_decoder": {}}
+    assert sd_check.upcast_vae_options(pipe, options, "config") == (None, None) and options == {"vae_decoder": {}}
+    mode, note = sd_check.upcast_vae_options(pipe, options, "on")
+    assert mode == "must_keep_origin_dtype" and options["vae_decoder"]["precision_mode"] == mode and note
