@@ -43,105 +43,20 @@ default_rng(0): 29.0 / 52.4 / 110.1 at (t, s) = (999, 1) / (500, 10) / (1, 20); 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import onnx
 
 from .builder import GraphBuilder
 from .clip import emit_text_model
-from .presets import ClipConfig, UNetConfig, VaeConfig
-from .unet import TIME_IDS, emit_unet
-from .vae import SDXL_LIKE_VAE, SDXL_SCALING_FACTOR, build_sdxl_like_vae_decoder, vae_decoder_builder
+# the preset's sizes live with the other presets (a leaf module); re-exported here with the graphs they size
+from .presets import (SDXL, SDXL_LIKE_VAE, SDXL_PIPELINE_VAE, SDXLClipConfig, SDXLPreset,  # noqa: F401
+                      SDXLUNetConfig)
+from .unet import emit_unet
+from .vae import build_sdxl_like_vae_decoder, vae_decoder_builder
 
 TEXT_ENCODER_2_SEED_OFFSET = 1_000_003
 """text_encoder_2 draws its weights with ``seed + TEXT_ENCODER_2_SEED_OFFSET``: both towers use transformers'
 parameter names (``text_model.*``, as the real exports do), so with one seed their equally named tensors would come
 from one random stream (the (1000, 32) and (1000, 64) token tables would share their first 32 values)."""
-
-
-@dataclass(frozen=True)
-class SDXLClipConfig(ClipConfig):
-    """A CLIP text tower with transformers' CLIPTextConfig ``hidden_act`` and, for CLIPTextModelWithProjection,
-    ``projection_dim`` (None: CLIPTextModel, pooler_output)."""
-
-    hidden_act: str = "quick_gelu"
-    projection_dim: int | None = None
-
-
-@dataclass(frozen=True)
-class SDXLUNetConfig(UNetConfig):
-    """UNetConfig plus diffusers' text_time settings: ``addition_time_embed_dim`` and the width of ``text_embeds``
-    (SDXL's projection_class_embeddings_input_dim = text_embeds_dim + 6 * addition_time_embed_dim = 2816), and
-    ``use_linear_projection``."""
-
-    addition_time_embed_dim: int = 256
-    text_embeds_dim: int = 1280
-    use_linear_projection: bool = True
-
-    @property
-    def projection_class_embeddings_input_dim(self) -> int:
-        return self.text_embeds_dim + TIME_IDS * self.addition_time_embed_dim
-
-
-@dataclass(frozen=True)
-class SDXLPreset:
-    """The SDXL-like graphs' sizes. ``eos_token_id``: the id both towers pool at (the bundled byte-level
-    tokenizer's ``<|endoftext|>``, 513; real SDXL's is 49407)."""
-
-    name: str
-    clip: SDXLClipConfig
-    clip2: SDXLClipConfig
-    unet: SDXLUNetConfig
-    vae: VaeConfig = SDXL_LIKE_VAE
-    scaling_factor: float = SDXL_SCALING_FACTOR
-    eos_token_id: int = 513
-
-    def __post_init__(self):
-        if self.clip2.projection_dim is None:
-            raise ValueError("clip2 (CLIPTextModelWithProjection) needs a projection_dim")
-        if self.unet.cross_dim != self.clip.width + self.clip2.width:
-            raise ValueError(f"unet.cross_dim {self.unet.cross_dim} != clip.width + clip2.width "
-                             f"({self.clip.width} + {self.clip2.width}): the UNet attends to both towers' states")
-        if self.unet.text_embeds_dim != self.clip2.projection_dim:
-            raise ValueError(f"unet.text_embeds_dim {self.unet.text_embeds_dim} != clip2.projection_dim "
-                             f"{self.clip2.projection_dim}")
-        if not 0 <= self.eos_token_id < min(self.clip.vocab_size, self.clip2.vocab_size):
-            raise ValueError(f"eos_token_id {self.eos_token_id} outside the vocabularies")
-
-    @property
-    def latent_shape(self) -> tuple[int, int, int]:
-        return (self.unet.in_channels, self.unet.latent_size, self.unet.latent_size)
-
-    @property
-    def image_size(self) -> int:
-        return self.unet.latent_size * 2 ** (len(self.vae.channels) - 1)
-
-
-SDXL_PIPELINE_VAE = VaeConfig(channels=(32, 64, 64), layers_per_block=2, groups=16, stream_gain=5.0)
-"""The ``sdxl`` preset's VAE: SDXL_LIKE_VAE calibrated to the latents this preset's own pipeline produces. The
-synthetic UNet is no denoiser, so its final latents have std ~16 (15.5-16.7 over the prompts below), not SDXL's
-~1: SDXL_LIKE_VAE (gain 14, calibrated on unit-std latents) would peak near 3e6 there (the peak grows as gain^3,
-measured over gains 6-10: 2.2e5 at 6, 1.0e6 at 10). Gain 5.0 brings the pipeline's
-VAE back to that calibration. Measured (activation_peaks, onnxruntime float32, weights seed 0, the final latents /
-0.13025 of run_pipeline, 10 DDIM steps, guidance 7.5, seeds 0 and 1, prompts "a photo of an astronaut riding a
-horse on the moon" and "a red cube on a table, 4k"): 1.29e5 / 1.14e5 / 1.47e5 / 1.23e5, in
-decoder.up_blocks.1.upsamplers.0.conv (the last in up_blocks.2.resnets.0); 9 tensors past 65504 each time --
-the condition that makes diffusers ship force_upcast for SDXL's VAE (NaN in fp16, madebyollin/sdxl-vae-fp16-fix's
-model card: "the internal activation values are too big")."""
-
-SDXL = SDXLPreset(
-    "sdxl",
-    # real: 768 wide, 12 layers, 12 heads (head dim 64), quick_gelu
-    clip=SDXLClipConfig(vocab_size=1000, max_length=77, width=32, layers=2, heads=2),
-    # real: 1280 wide, 32 layers, 20 heads (head dim 64), gelu, projection 1280
-    clip2=SDXLClipConfig(vocab_size=1000, max_length=77, width=64, layers=4, heads=4, hidden_act="gelu",
-                         projection_dim=64),
-    # real: (320, 640, 1280), attention (False, True, True), groups 32, cross 2048, 128x128 latents
-    unet=SDXLUNetConfig(channels=(32, 64), attention=(False, True), layers_per_block=2, heads=4, groups=16,
-                        cross_dim=32 + 64, latent_size=16, addition_time_embed_dim=8, text_embeds_dim=64),
-    vae=SDXL_PIPELINE_VAE,
-)
-"""The bundled SDXL-like preset: 16x16 latents, 64x64 images (its 3-level VAE upsamples 4x)."""
 
 
 def _clip_builder(name: str, cfg: SDXLClipConfig, preset: SDXLPreset, seed: int) -> GraphBuilder:

@@ -36,7 +36,7 @@ from onnx import TensorProto
 from .builder import GraphBuilder
 from .layers import (attention, conv2d, gelu, group_norm, layer_norm, linear, nchw_to_tokens, silu,
                      tokens_to_nchw, upsample_nearest2x)
-from .presets import SDPreset, UNetConfig, get_preset
+from .presets import TIME_IDS, SDPreset, UNetConfig, get_preset
 
 BRANCH_OUT_GAIN = 1.0
 
@@ -95,7 +95,6 @@ def transformer(b: GraphBuilder, x: str, context: str, name: str, channels: int,
     return b.op("Add", [h, x], name)
 
 
-TIME_IDS = 6
 """SDXL's micro-conditioning: (original_height, original_width, crop_top, crop_left, target_height, target_width)."""
 
 

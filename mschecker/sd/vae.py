@@ -39,7 +39,7 @@ from onnx import TensorProto
 
 from .builder import GraphBuilder
 from .layers import attention, conv2d, group_norm, nchw_to_tokens, silu, tokens_to_nchw, upsample_nearest2x
-from .presets import SDPreset, VaeConfig, get_preset
+from .presets import SDXL_LIKE_VAE, SDXL_SCALING_FACTOR, SDPreset, VaeConfig, get_preset  # noqa: F401 (SDXL_*: re-exported)
 from .unet import resnet
 
 
@@ -81,18 +81,6 @@ def vae_decoder_builder(preset: str | SDPreset | VaeConfig, seed: int = 0, *,
     b = GraphBuilder("vae_decoder", seed, materialize)
     _emit(b, preset if isinstance(preset, VaeConfig) else get_preset(preset).vae)
     return b
-
-
-#: SDXL's VAE is SD's AutoencoderKL architecture with other weights and the latent scaling factor 0.13025 (SDXL's
-#: vae/config.json); in fp16 it overflows on ordinary latents ("SDXL-VAE generates NaNs in fp16 because the
-#: internal activation values are too big", madebyollin/sdxl-vae-fp16-fix's model card; diffusers upcasts it:
-#: force_upcast). SDXL_LIKE_VAE reproduces that condition at the small preset's size: stream gain 14, so that
-#: unit-std latents divided by 0.13025 peak past 65504. Measured (activation_peaks, onnxruntime float32, weights
-#: seed 0, z ~ N(0, 1) of shape (1, 4, 16, 16) from default_rng(k) / 0.13025): k = 0, 1, 2: 124597, 138184,
-#: 126999, in decoder.up_blocks.1.upsamplers.0.conv and up_blocks.2.resnets.0; 9 tensors beyond 65504 each time.
-#: No per-layer peak of the real SDXL VAE is published as a number, so this is the hazard, not its magnitude.
-SDXL_LIKE_VAE = VaeConfig(channels=(32, 64, 64), layers_per_block=2, groups=16, stream_gain=14.0)
-SDXL_SCALING_FACTOR = 0.13025
 
 
 def build_sdxl_like_vae_decoder(seed: int = 0) -> onnx.ModelProto:
