@@ -18,6 +18,13 @@ Three steps, each honest about what it can tell:
    (the same judgement); any departure is "bad" (git bisect's convention). BASE's revision is run first: if this
    environment does not reproduce BASE with BASE's model, the model is not the only change and nothing is
    bisected. Only the model file is taken from each revision (external-data files are not).
+4. switch_versions() (`--switch-versions`): a version candidate this process cannot switch (onnxruntime, numpy)
+   is installed at the other record's version into an overlay folder (`pip install --no-deps --target`, cached
+   per package, version and Python) and the cell is run again in a child interpreter with the overlay first on
+   its path (the technique ci/oldest_deps.sh uses), one candidate at a time; the child reports the version it
+   imported, so an overlay that did not take effect is said, never counted. The candidate whose switch alone
+   reproduces the other record is the cause. mschecker and Python themselves are not switched (another checkout
+   or interpreter): the report says where to run the same command.
 """
 from __future__ import annotations
 
@@ -287,7 +294,9 @@ def suggestions(ctx: Context, cands: list[Factor], store_path: str) -> list[str]
     for f in cands:
         if f.kind == "version" and f.name != "python":
             which = f.base if f.now_is != BASE else f.run
-            out.append(f"{f.name} cannot be switched in-process: run `{cmd}` in a virtual environment with "
+            how = (f"add --switch-versions (installs {f.name}=={which} into an overlay beside this environment), "
+                   "or " if f.name in SWITCHABLE else "")
+            out.append(f"{f.name} cannot be switched in-process: {how}run `{cmd}` in a virtual environment with "
                        f"{f.name}=={which} (everything else as here)")
         elif f.name == "python":
             out.append(f"python cannot be switched in-process: run `{cmd}` under Python {f.base if f.now_is != BASE else f.run}")
@@ -303,6 +312,166 @@ def suggestions(ctx: Context, cands: list[Factor], store_path: str) -> list[str]
             out.append("cell parameters: the campaign's parameters for this cell changed (spec hash); the cell is "
                        "rebuilt from RUN's campaign")
     return out
+
+
+# ------------------------------------------------------------------------------------------------- versions
+SWITCHABLE = ("onnxruntime", "numpy")   # pip distributions an overlay can replace beside this interpreter
+INSTALL_TIMEOUT_S = 900                 # a wheel download on a slow registry mirror; a hung one is a failure
+WORKER_TIMEOUT_S = 3600                 # one cell's re-runs, as a campaign cell's default timeout
+
+
+def default_overlay_cache() -> Path:
+    import os
+
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "mschecker" / "overlays"
+
+
+def pip_install_target(requirement: str, target: Path) -> None:
+    """``pip install --no-deps --target TARGET REQUIREMENT`` with this interpreter's pip (the overlay holds only
+    the one distribution; its dependencies come from this environment). InputError with pip's last line."""
+    import sys
+
+    try:
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+                            "--target", str(target), requirement], capture_output=True, text=True,
+                           timeout=INSTALL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise InputError(f"pip install {requirement}: no answer within {INSTALL_TIMEOUT_S} s") from None
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise InputError(f"pip install {requirement}: failed ({last})")
+
+
+def overlay_for(package: str, version: str, cache: Path, installer=pip_install_target) -> Path:
+    """The overlay folder holding ``package==version`` for this Python, installed once into ``cache`` (built in a
+    hidden sibling and renamed into place: an interrupted install leaves no half overlay)."""
+    import shutil
+    import sys
+
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
+    folder = Path(cache) / f"{package}-{version}-{tag}"
+    if folder.is_dir():
+        return folder
+    Path(cache).mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=cache))
+    try:
+        installer(f"{package}=={version}", tmp)
+        tmp.rename(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def run_samples_in(overlays: list[Path], cell: Cell, repeats: int) -> tuple[list[dict], dict]:
+    """The cell's re-runs in a child interpreter whose path starts with ``overlays``: (records, the child's
+    versions()). The child is this interpreter running ``worker_main``; records travel as JSON."""
+    import json
+    import os
+    import sys
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, overlays), *filter(None, [env.get("PYTHONPATH")])])
+    payload = json.dumps({"cell": dataclasses.asdict(cell), "repeats": repeats})
+    try:
+        r = subprocess.run([sys.executable, "-c", "from mschecker.campaign.culprit import worker_main; worker_main()"],
+                           input=payload, capture_output=True, text=True, env=env, timeout=WORKER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise InputError(f"the cell's re-run with {', '.join(map(str, overlays))} gave no answer within "
+                         f"{WORKER_TIMEOUT_S} s") from None
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise InputError(f"the cell's re-run with {', '.join(o.name for o in overlays)} failed: {last}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return out["records"], out["versions"]
+
+
+def worker_main() -> None:
+    """The child of run_samples_in: a cell (dataclasses.asdict) and a repeat count on stdin, one JSON line out."""
+    import json
+    import sys
+
+    from .spec import cell_from_dict
+
+    job = json.loads(sys.stdin.read())
+    cell = cell_from_dict(job["cell"])
+    records = [run_cell(dataclasses.replace(cell, repeat=r)) for r in range(job["repeats"])]
+    json.dump({"records": records, "versions": versions()}, sys.stdout, default=_jsonable)
+    sys.stdout.write("\n")
+
+
+def _jsonable(value):
+    import numpy as np
+
+    if isinstance(value, (bytes, bytearray)):
+        return None  # fingerprints' packed bytes: not needed to judge the re-run
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+@dataclass
+class Switch:
+    """One version candidate switched to the other record's value and the cell re-run with it."""
+
+    factor: str
+    wanted: str
+    imported: str | None          # what the child imported (an overlay that did not take effect differs)
+    evaluation: Evaluation | None
+    error: str = ""
+
+    @property
+    def took_effect(self) -> bool:
+        return self.imported == self.wanted
+
+    def to_dict(self) -> dict:
+        return {"factor": self.factor, "wanted": self.wanted, "imported": self.imported,
+                "took_effect": self.took_effect, "error": self.error,
+                "evaluation": self.evaluation.to_dict() if self.evaluation else None}
+
+
+def switch_versions(ctx: Context, cands: list[Factor], reproduces: str, cache: Path | None = None,
+                    installer=pip_install_target, on_eval: Callable[[str], None] | None = None
+                    ) -> tuple[Factor | None, list[Switch], str]:
+    """Each switchable version candidate set, alone, to the record this environment does not reproduce; the
+    one whose switch reproduces that record is the cause. Returns (cause or None, the switches, the sentence)."""
+    if reproduces not in (BASE, RUN):
+        return None, [], "versions not switched: this environment reproduces neither record alone"
+    other = RUN if reproduces == BASE else BASE
+    cache = Path(cache) if cache is not None else default_overlay_cache()
+    switches = []
+    for f in (f for f in cands if f.kind == "version" and f.name in SWITCHABLE):
+        wanted = f.run if other == RUN else f.base
+        if wanted is None or "," in wanted or f.now == wanted:  # unknown, samples disagree, or already here
+            continue
+        if on_eval is not None:
+            on_eval(f"{f.name}=={wanted}")
+        try:
+            overlay = overlay_for(f.name, wanted, cache, installer)
+            records, child = run_samples_in([overlay], ctx.cell, ctx.repeats)
+        except InputError as exc:
+            switches.append(Switch(f.name, wanted, None, None, str(exc)))
+            continue
+        mb = judge(records, ctx.base, BASE, ctx.allow, ctx.patterns)
+        mr = judge(records, ctx.run, RUN, ctx.allow, ctx.patterns)
+        ev = Evaluation(f"{f.name}=={wanted}", records[0].get("model_sha256"), _reproduces(mb, mr),
+                        _status([r["status"] for r in records]), next((r["reason"] for r in records if r["reason"]),
+                                                                      ""), mb, mr)
+        switches.append(Switch(f.name, wanted, child.get(f.name), ev))
+    effective = [s for s in switches if s.took_effect and s.evaluation is not None]
+    hits = [s for s in effective if s.evaluation.reproduces == other]
+    if len(hits) == 1:
+        f = next(c for c in cands if c.name == hits[0].factor)
+        return f, switches, (f"{_label(f)}: with {hits[0].wanted} (installed beside this environment, nothing else "
+                             f"changed) the cell reproduces {other.upper()} -> the {_label(f)} changed the cell")
+    if not switches:
+        return None, [], "no version candidate can be switched here (" + ", ".join(SWITCHABLE) + " only)"
+    done = "; ".join(f"{s.factor}=={s.wanted}: " + (s.error or (f"imported {s.imported}, not the wanted version"
+                                                               if not s.took_effect else
+                                                               f"reproduces {s.evaluation.reproduces}"))
+                     for s in switches)
+    return None, switches, f"switching one version at a time names no single cause ({done})"
 
 
 # ------------------------------------------------------------------------------------------------- the model repo
@@ -460,6 +629,7 @@ class Report:
     sentence: str
     suggestions: list[str]
     bisect: BisectResult | None = None
+    switches: list[Switch] = field(default_factory=list)
 
     @property
     def named(self) -> bool:
@@ -475,11 +645,15 @@ class Report:
                 "cause": None if self.cause is None else {"factor": self.cause.name, "sentence": self.sentence},
                 "sentence": self.sentence, "candidates": [f.name for f in self.candidates],
                 "suggestions": self.suggestions, "bisect": self.bisect.to_dict() if self.bisect else None,
+                "switches": [w.to_dict() for w in self.switches],
                 "named": self.named, "exit_code": self.exit_code}
 
 
 def investigate(store: Store, base: str, run: str, key: str, *, model_repo=None, model_path: str | None = None,
-                on_eval: Callable[[str], None] | None = None) -> Report:
+                on_eval: Callable[[str], None] | None = None, switch: bool = False, overlay_cache=None,
+                installer=pip_install_target) -> Report:
+    """factors(), the re-run here, name_cause(); with ``switch`` the version candidates switched one at a time
+    (switch_versions); with ``model_repo`` the model's revisions bisected."""
     facs = factors(store, base, run, key)
     ctx = context(store, base, run, key)
     if on_eval is not None:
@@ -490,8 +664,19 @@ def investigate(store: Store, base: str, run: str, key: str, *, model_repo=None,
     for f in facs:
         f.now = now.get(f.name)
     cause, cands, sentence = name_cause(facs, here.reproduces)
+    switches: list[Switch] = []
+    if switch and (cause is None or (cause.kind == "version" and cause.name in SWITCHABLE)):
+        # a cause named by elimination is confirmed by switching it; otherwise the candidates are tried
+        tried = [cause] if cause is not None else cands
+        confirmed, switches, switched = switch_versions(ctx, tried, here.reproduces, overlay_cache, installer,
+                                                        on_eval)
+        if confirmed is not None:
+            cause, cands, sentence = confirmed, [confirmed], switched
+        elif switches:
+            guess = f"; elimination pointed at the {_label(cause)}, which switching did not confirm" if cause else ""
+            cause, sentence = None, f"{sentence}{guess}; {switched}"
     report = Report(base, run, key, facs, here, cause, cands, sentence,
-                    suggestions(ctx, cands, str(store.path)) if cause is None else [])
+                    suggestions(ctx, cands, str(store.path)) if cause is None else [], switches=switches)
     if model_repo is not None:
         report.bisect = bisect_model_repo(ctx, model_repo, model_path, on_eval)
     return report
