@@ -61,13 +61,11 @@ class VaeConfig:
     stream_gain: float = 1.0
 
 
-@dataclass(frozen=True)
-class SDPreset:
-    name: str
-    clip: ClipConfig
+class _PresetSizes:
+    """The sizes every preset derives from its UNet and VAE (SD's and SDXL's alike)."""
+
     unet: UNetConfig
     vae: VaeConfig
-    scaling_factor: float = 0.18215
 
     @property
     def latent_shape(self) -> tuple[int, int, int]:
@@ -76,6 +74,15 @@ class SDPreset:
     @property
     def image_size(self) -> int:
         return self.unet.latent_size * 2 ** (len(self.vae.channels) - 1)
+
+
+@dataclass(frozen=True)
+class SDPreset(_PresetSizes):
+    name: str
+    clip: ClipConfig
+    unet: UNetConfig
+    vae: VaeConfig
+    scaling_factor: float = 0.18215
 
 
 PRESETS: dict[str, SDPreset] = {
@@ -143,7 +150,7 @@ class SDXLUNetConfig(UNetConfig):
 
 
 @dataclass(frozen=True)
-class SDXLPreset:
+class SDXLPreset(_PresetSizes):
     """The SDXL-like graphs' sizes. ``eos_token_id``: the id both towers pool at (the bundled byte-level
     tokenizer's ``<|endoftext|>``, 513; real SDXL's is 49407)."""
 
@@ -166,14 +173,6 @@ class SDXLPreset:
                              f"{self.clip2.projection_dim}")
         if not 0 <= self.eos_token_id < min(self.clip.vocab_size, self.clip2.vocab_size):
             raise ValueError(f"eos_token_id {self.eos_token_id} outside the vocabularies")
-
-    @property
-    def latent_shape(self) -> tuple[int, int, int]:
-        return (self.unet.in_channels, self.unet.latent_size, self.unet.latent_size)
-
-    @property
-    def image_size(self) -> int:
-        return self.unet.latent_size * 2 ** (len(self.vae.channels) - 1)
 
 
 SDXL_PIPELINE_VAE = VaeConfig(channels=(32, 64, 64), layers_per_block=2, groups=16, stream_gain=5.0)
