@@ -36,13 +36,15 @@ InferenceSession.run = _planted
 '''
 
 
-def overlay_installer(scale: bool = True, calls: list | None = None):
+def overlay_installer(scale: bool = True, calls: list | None = None, reports: str | None = None):
+    """``reports``: the version the overlay's onnxruntime says it is, when not the one asked for."""
     def install(requirement: str, target: Path) -> None:
         import onnxruntime
 
         if calls is not None:
             calls.append(requirement)
         name, version = requirement.split("==")
+        version = reports or version
         if name != "onnxruntime":
             raise InputError(f"pip install {requirement}: failed (no matching distribution)")
         src = Path(onnxruntime.__file__).parent
@@ -158,6 +160,14 @@ def test_an_overlay_that_does_not_take_effect_is_said(world, tmp_path):
     sw = {s.factor: s for s in report.switches}["onnxruntime"]
     assert not sw.took_effect and report.cause is None
     assert "not the wanted version" in report.sentence
+    # an overlay that changes the results but is another release than the one asked for (a resolver that
+    # picked a neighbour): its reproduction of BASE says nothing about BASE's version
+    with Store.open(world["store"]) as store:
+        report = culprit.investigate(store, "base", "run", world["key"], switch=True, overlay_cache=tmp_path / "o",
+                                     installer=overlay_installer(reports="9.9.9"))
+    sw = {s.factor: s for s in report.switches}["onnxruntime"]
+    assert sw.imported == "9.9.9" and sw.evaluation.reproduces == culprit.BASE
+    assert report.cause is None and "imported 9.9.9, not the wanted version" in report.sentence
 
 
 def test_a_failing_install_is_reported_and_leaves_no_overlay(world, tmp_path):
