@@ -12,6 +12,7 @@ The suite passes when every correct variant passes and every planted bug is caug
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import tempfile
 import warnings
@@ -168,11 +169,31 @@ class SuiteReport:
                 "passed": self.passed, "variants": [o.to_dict() for o in self.outcomes]}
 
 
-def _check(info: KernelInfo, variant: Variant, case: Case, outcome: VariantOutcome) -> None:
+# on_outputs(kernel, variant, case, outputs): the outputs a variant computed on a case (the tuple check_case
+# judges), after the check; not called when the variant raised. Lets a caller fingerprint them (campaign cells).
+OutputsHook = Callable[[str, str, Case, tuple], None]
+
+
+def _check(info: KernelInfo, variant: Variant, case: Case, outcome: VariantOutcome,
+           on_outputs: OutputsHook | None = None) -> None:
+    produced: list[tuple] = []
     try:
-        outcome.add(check_case(info, variant, case))
+        outcome.add(check_case(info, variant if on_outputs is None else _observed(variant, produced), case))
     except Exception as exc:  # a crashing kernel is a failing kernel, reported, not a crashed suite
         outcome.add_crash(case, exc)
+    if on_outputs is not None and produced:  # outside the try: a failing hook is not the kernel's crash
+        on_outputs(info.name, variant.name, case, produced[0])
+
+
+def _observed(variant: Variant, produced: list) -> Variant:
+    """The same variant whose fn also hands its outputs to `produced` (check_case runs fn once per case)."""
+    fn = variant.fn
+
+    def observed(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        produced.append(tuple(out) if isinstance(out, (tuple, list)) else (out,))
+        return out
+    return dataclasses.replace(variant, fn=observed)
 
 
 def find_breaking_case(info: KernelInfo, bug: Variant, max_examples: int) -> Case | None:
@@ -195,10 +216,11 @@ def find_breaking_case(info: KernelInfo, bug: Variant, max_examples: int) -> Cas
         return None
 
 
-def _search_bug(info: KernelInfo, bug: Variant, examples: int, outcome: VariantOutcome) -> None:
+def _search_bug(info: KernelInfo, bug: Variant, examples: int, outcome: VariantOutcome,
+                on_outputs: OutputsHook | None = None) -> None:
     case = find_breaking_case(info, bug, BUG_SEARCH_FACTOR * examples)
     if case is not None:
-        _check(info, bug, case, outcome)
+        _check(info, bug, case, outcome, on_outputs)
 
 
 def kernel_cases(info: KernelInfo, examples: int) -> list[Case]:
@@ -210,17 +232,18 @@ def kernel_cases(info: KernelInfo, examples: int) -> list[Case]:
     return cases
 
 
-def run_kernel(info: KernelInfo, examples: int, on_variant: Callable[[str], None] | None = None) -> list[VariantOutcome]:
+def run_kernel(info: KernelInfo, examples: int, on_variant: Callable[[str], None] | None = None,
+               on_outputs: OutputsHook | None = None) -> list[VariantOutcome]:
     cases = kernel_cases(info, examples)
     outcomes = []
     for v in info.variants.values():
         outcome = VariantOutcome(info.name, v.name, v.dtype, v.implmode, v.planted_bug)
         for case in cases:
-            _check(info, v, case, outcome)
+            _check(info, v, case, outcome, on_outputs)
             if v.is_planted_bug and outcome.failures:
                 break  # caught: one violating input is the evidence
         if v.is_planted_bug and not outcome.failures:
-            _search_bug(info, v, examples, outcome)
+            _search_bug(info, v, examples, outcome, on_outputs)
         outcomes.append(outcome)
         if on_variant:
             on_variant(v.name)
@@ -237,13 +260,15 @@ def resolve_kernels(names: Iterable[str] | None) -> list[KernelInfo]:
 
 
 def run_suite(kernels: Iterable[str] | None = None, examples: int = 20,
-              progress: Callable[[str, str], None] | None = None) -> SuiteReport:
+              progress: Callable[[str, str], None] | None = None,
+              on_outputs: OutputsHook | None = None) -> SuiteReport:
     """Run the suite on the named kernels (all when None). progress(kernel, variant) is called after each
-    variant, for a progress bar."""
+    variant, for a progress bar; on_outputs (OutputsHook) sees every variant's outputs on every case."""
     if examples < 1:
         raise ValueError("examples must be >= 1")
     infos = resolve_kernels(kernels)
     report = SuiteReport(examples=examples, kernels=[i.name for i in infos])
     for info in infos:
-        report.outcomes += run_kernel(info, examples, (lambda v, k=info.name: progress(k, v)) if progress else None)
+        report.outcomes += run_kernel(info, examples, (lambda v, k=info.name: progress(k, v)) if progress else None,
+                                      on_outputs)
     return report

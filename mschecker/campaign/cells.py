@@ -19,8 +19,27 @@ RSS so far; and, for a check cell that runs the graph executor (device "referenc
 record_cell writes them), one fingerprint per float output of every device op, recorded for the first repeat
 only (repeat 0: on those bit-exact devices every repeat computes the same bits, and repeats > 0 exist only on
 devices that are not) and for the cell's one input set (a check cell has one). An "ort" (onnxruntime) cell has
-none: onnxruntime runs the graph as one call and exposes no per-node values; sd and kernels cells have none yet
-(an sd cell runs three graphs over many steps: which step to fingerprint is still to decide).
+none: onnxruntime runs the graph as one call and exposes no per-node values.
+
+An sd cell records the judged run's fingerprints (the emulated NPU: bit-exact), through run_check's on_tensor
+hook (SDFingerprints; not the float64 baseline, not the localization's nor the fix search's reruns): every float
+output of every device op of every stage, in run order, keyed "<stage>[@<step>][#<run>]/<device op>:<output>"
+-- text_encoder/ (text_encoder_2/ for SDXL), unet@1/ and unet@<last>/, vae_decoder/ (then vae_decoder#2/, ...
+for the second and later images, decoded one at a time; "#k" also marks the k-th run of a static-batch-1 export
+within one call). The UNet at its first and last step only: a row per node per step would multiply the rows by
+the step count (x10 at the default), while the first step is where a change of the text encoders (or of the
+UNet itself) shows first, and the last carries the drift accumulated over every step into the VAE; a change
+that starts in a middle step shows at the last one, which is named instead (the first moved node is still in the
+UNet). Every image is decoded and recorded: a change that depends on the values (an overflow in one image only)
+must still have a first moved node, and a cell with one image, the usual, pays nothing for it. Rows per cell:
+tiny preset 808 (56 + 2 x 333 + 86; 16 KB packed), small 1,739 (108 + 2 x 749 + 133; 35 KB), at any step count.
+The fingerprints cost ~15% of the NPU run's time (small preset, 10 steps: 0.9 s of ~5 s).
+
+A kernels cell records, through run_suite's on_outputs hook (KernelFingerprints), one fingerprint per (variant,
+case group, output) in the suite's order, keyed "<kernel>/<variant>/<group>:<output>", the group being the
+cases' strategy, "golden", or "search" (a planted bug's found case): the outputs of all of a group's cases as
+one (fingerprints.FingerprintSum). A variant that changed names itself and the kind of input that shows it, in
+~variants x (strategies + 1) rows (10 to 80 a kernel), where one row per case would be 20x that.
 """
 from __future__ import annotations
 
@@ -229,16 +248,116 @@ def pipeline_models_sha256(folder: str) -> str:
     return _folder_models_sha256(str(root), stamp)
 
 
-def _run_sd(p: dict) -> dict:
+class SDFingerprints:
+    """run_check's on_tensor hook recording an sd cell's fingerprints (see the module docstring for the choice):
+    every float output of every device op of the judged run, stage by stage in run order, the UNet at its first
+    and its last step only. Keys "<stage>[@<step>][#<run>]/<device op>:<output>": step 1-based (the UNet only);
+    "#<run>" (2, 3, ...) for the second and later executor runs of one stage call -- the VAE decodes one image at
+    a time (vae_decoder/ is the first image, vae_decoder#2/ the second, ...), a static-batch-1 export runs once
+    per sample of a batch (text_encoder#2/, unet@1#2/: the guidance's second half) -- told apart because a node
+    produces an output again only in another run. The nodes are fingerprints.Recorder's, in its graph_inputs
+    mode (the hook sees nodes, not the executor): host-folded constants and integer / bool outputs skipped.
+
+    unet_steps: how many times the UNet will run (one evaluation per scheduler timestep); the steps in between
+    are not fingerprinted at all. None (not known): every step after the first is fingerprinted and only the
+    latest kept, which costs a fingerprint of every step (measured, small preset, 10 steps: 0.9 s of
+    fingerprints in a ~5 s NPU run with two steps recorded; ~5 s with every step). A run whose UNet ran another
+    number of times than given records nothing (record() is None): its "last" step would be mislabelled."""
+
+    def __init__(self, graph_inputs: dict[str, set[str]], unet_steps: int | None = None):
+        from .fingerprints import Recorder
+
+        self._recorder_type = Recorder
+        self._graph_inputs = graph_inputs
+        self.unet_steps = unet_steps
+        self.entries: list = []         # recorded, in run order
+        self._latest_step: list = []    # the UNet's latest recorded step after the first (joins at the VAE)
+        self._scope: tuple | None = None   # (stage, step) of the call the current run belongs to
+        self._run = 0
+        self._seen: set = set()         # (node, output) of the current run: a repeat starts the next run
+        self._recorder = None
+        self.steps_seen = 0
+
+    def __call__(self, stage: str, step, node, name: str, value) -> None:
+        scope = (stage, step)
+        if scope != self._scope:
+            if stage != "unet":
+                self._flush_step()
+            self._scope, self._run = scope, 0
+            self._open()
+        elif (id(node), name) in self._seen:
+            self._open()
+        self._seen.add((id(node), name))
+        if self._recorder is not None:
+            self._recorder(node, name, value)
+
+    def _open(self) -> None:
+        """The next executor run of the current stage call: a fresh Recorder (it tells nodes apart by identity),
+        or None for a UNet step that is not recorded."""
+        stage, step = self._scope
+        self._run += 1
+        self._seen = set()
+        if stage == "unet" and step is not None:
+            self.steps_seen = max(self.steps_seen, step + 1)
+        later = stage == "unet" and bool(step)   # a UNet step after the first
+        if later and self.unet_steps is not None and step != self.unet_steps - 1:
+            self._recorder = None
+            return
+        prefix = stage + (f"@{step + 1}" if step is not None else "") + (f"#{self._run}" if self._run > 1 else "")
+        self._recorder = self._recorder_type(prefix=prefix + "/", graph_inputs=self._graph_inputs.get(stage, ()))
+        if later:   # replaces the previous step's (the runs of one step accumulate)
+            if self._run == 1:
+                self._latest_step = []
+            self._recorder.entries = self._latest_step
+        else:
+            self._recorder.entries = self.entries
+
+    def _flush_step(self) -> None:
+        self.entries += self._latest_step
+        self._latest_step = []
+
+    def record(self) -> dict | None:
+        """The record's fingerprints ({"names", "data"}), None when nothing was recorded or the UNet ran another
+        number of steps than announced."""
+        from .fingerprints import pack
+
+        self._flush_step()
+        if not self.entries or (self.unet_steps is not None and self.steps_seen != self.unet_steps):
+            return None
+        return {"names": [e.key for e in self.entries], "data": pack(self.entries).tobytes()}
+
+
+def sd_graph_inputs(pipeline) -> dict[str, set[str]]:
+    """{stage: the names of its graph's inputs} (what SDFingerprints needs to tell the host-folded nodes)."""
+    return {st: {m.name for m in spec.inputs.values()} for st, spec in pipeline.stages.items()}
+
+
+def _run_sd(p: dict, *, fingerprints: bool = True) -> dict:
+    """fingerprints: record the judged (NPU) run's per-node fingerprints (SDFingerprints)."""
+    from ..sd.bundled import bundled_pipeline
     from ..sd.check import run_check
     from ..sd.folder import SDPipeline
 
-    pipeline = SDPipeline.from_folder(p["pipeline"]) if p.get("pipeline") else None
+    if p.get("pipeline"):
+        pipeline = SDPipeline.from_folder(p["pipeline"])
+    else:  # what run_check builds when given none: built here for its stages' input names
+        pipeline = bundled_pipeline(p.get("preset") or "small", p["weights_seed"], p["scheduler"] or "ddim")
+    recorder = None
+    if fingerprints:
+        from ..sd.folder import make_scheduler_for
+
+        eta = (p.get("generation") or {}).get("eta", 0.0)
+        try:  # run_pipeline evaluates the UNet once per timestep of this scheduler
+            evaluations = len(make_scheduler_for(pipeline, p["steps"], p["scheduler"], eta=eta).timesteps)
+        except Exception:  # noqa: BLE001 - run_check reports a bad scheduler as it always did
+            evaluations = None
+        recorder = SDFingerprints(sd_graph_inputs(pipeline), evaluations)
     check = run_check(prompt=p["prompt"], pipeline=pipeline, preset=p.get("preset") or "small", steps=p["steps"],
                       scheduler=p["scheduler"], seed=p["seed"], guidance_scale=p["guidance_scale"],
                       profile=p["profile"], npu_options=p["npu_options"], stage_options=p["stage_options"],
                       psnr_min=p["psnr_min"], search_fix=p["search_fix"], weights_seed=p["weights_seed"],
-                      generation=p.get("generation"), force_upcast=p.get("force_upcast", "config"))
+                      generation=p.get("generation"), force_upcast=p.get("force_upcast", "config"),
+                      on_tensor=recorder)
     m = check.metrics
     metrics = {"image_psnr_db": float(m.psnr_db), "image_ssim": float(m.ssim),
                "nonfinite_outputs": float(len(m.nonfinite_outputs))}
@@ -256,18 +375,59 @@ def _run_sd(p: dict) -> dict:
               "fix": check.fix.cli_flags() if check.fix else None,
               "image_size": check.settings["image_size"], "images": check.settings["images"],
               "notes": check.settings["notes"]}
-    return {"status": STATUS_PASS if check.passed else STATUS_FAIL, "reason": "; ".join(check.failure_reasons()),
-            "metrics": metrics, "detail": detail,
-            "profile_hash": profile_hash(p["profile"], p["npu_options"], p["stage_options"]),
-            "model_sha256": pipeline_models_sha256(p["pipeline"]) if p.get("pipeline")
-            else sd_models_sha256(p["preset"], p["weights_seed"])}
+    out = {"status": STATUS_PASS if check.passed else STATUS_FAIL, "reason": "; ".join(check.failure_reasons()),
+           "metrics": metrics, "detail": detail,
+           "profile_hash": profile_hash(p["profile"], p["npu_options"], p["stage_options"]),
+           "model_sha256": pipeline_models_sha256(p["pipeline"]) if p.get("pipeline")
+           else sd_models_sha256(p["preset"], p["weights_seed"])}
+    fps = recorder.record() if recorder is not None else None
+    if fps is not None:
+        out["fingerprints"] = fps
+    return out
 
 
 # ------------------------------------------------------------------------------------------------- kernels
-def _run_kernels(p: dict) -> dict:
+class KernelFingerprints:
+    """run_suite's on_outputs hook recording a kernels cell's fingerprints: one per (variant, case group, output
+    index), in the suite's order, keyed "<kernel>/<variant>/<group>:<output>", over the variant's outputs on every
+    case of the group, in order (fingerprints.FingerprintSum: as one tensor; the hash over each case's bytes).
+    The group is the case's strategy ("generic", "tails", ...; kernel_suite.kernel_cases labels each case
+    "<strategy>: ..."), "golden" for the golden cases, "search" for the case a planted bug's targeted search
+    found. Per group rather than per case: ~100 cases a variant would be 10-20x the rows, and the group already
+    says which variant on which kind of input moved (the suite's own report names the case). Each output is
+    fingerprinted as the hook gets it and not kept."""
+
+    def __init__(self):
+        self._sums: dict[tuple[str, int], object] = {}   # (node, output) -> FingerprintSum, in first-seen order
+        self._groups: dict[str, set[str]] = {}           # kernel -> its strategies and "golden"
+
+    def __call__(self, kernel: str, variant: str, case, outputs: tuple) -> None:
+        from ..registry import get_kernel
+        from .fingerprints import FingerprintSum
+
+        if kernel not in self._groups:
+            self._groups[kernel] = {*get_kernel(kernel).strategies, "golden"}
+        prefix = (case.label or "").split(": ", 1)[0]   # a searched case's own label may hold ": " too
+        group = prefix if prefix in self._groups[kernel] else "search"
+        for k, out in enumerate(outputs):
+            key = (f"{kernel}/{variant}/{group}", k)
+            if key not in self._sums:
+                self._sums[key] = FingerprintSum()
+            self._sums[key].add(out)
+
+    def record(self) -> dict:
+        from .fingerprints import NodeFingerprint, pack
+
+        entries = [NodeFingerprint(node, k, acc.result()) for (node, k), acc in self._sums.items()]
+        return {"names": [e.key for e in entries], "data": pack(entries).tobytes()}
+
+
+def _run_kernels(p: dict, *, fingerprints: bool = True) -> dict:
+    """fingerprints: record the variants' outputs' fingerprints (KernelFingerprints)."""
     from ..kernel_suite import run_suite
 
-    report = run_suite([p["kernel"]], p["examples"])
+    recorder = KernelFingerprints() if fingerprints else None
+    report = run_suite([p["kernel"]], p["examples"], on_outputs=recorder)
     metrics = {}
     for o in report.outcomes:
         if o.planted_bug is not None:
@@ -279,8 +439,12 @@ def _run_kernels(p: dict) -> dict:
     bad = [o for o in report.outcomes if not o.ok]
     reason = "; ".join(f"{o.variant}: {o.verdict}" + (f" ({o.first_failure})" if o.first_failure else "")
                        for o in bad)
-    return {"status": STATUS_PASS if report.passed else STATUS_FAIL, "reason": reason[:300], "metrics": metrics,
-            "detail": {"variants": len(report.outcomes), "examples": p["examples"]}}
+    out = {"status": STATUS_PASS if report.passed else STATUS_FAIL, "reason": reason[:300], "metrics": metrics,
+           "detail": {"variants": len(report.outcomes), "examples": p["examples"]}}
+    fps = recorder.record() if recorder is not None else None
+    if fps is not None and fps["names"]:
+        out["fingerprints"] = fps
+    return out
 
 
 _RUNNERS = {"check": _run_check, "sd": _run_sd, "kernels": _run_kernels}

@@ -22,6 +22,14 @@ ops, mschecker/npu/plan.py counts them as host-folded) are skipped: their values
 run. Integer and bool outputs are skipped (shapes, indices: they do not drift). Memory: a fingerprint is made as
 the tensor is produced and the tensor is never kept.
 
+The other cell kinds (mschecker.campaign.cells, whose docstring says why each choice): an sd cell records its
+judged NPU run with one Recorder per stage run, in `graph_inputs` mode (the SD check's hook sees the nodes, not
+the executors: a node that reads no graph input is the host-folded one) and with a key prefix naming the stage,
+the UNet step and the image, "<stage>[@<step>][#<run>]/" (text_encoder/..., unet@1/..., unet@10/...,
+vae_decoder/...): the UNet at its first and last step only. A kernels cell has no graph: one fingerprint per
+(variant, case group, output), "<kernel>/<variant>/<group>:<output>", over the group's outputs taken as one
+tensor (FingerprintSum). Either way the keys are unique and in run order, so first_moved works unchanged.
+
 Storage (mschecker.campaign.store, schema version 3): one row per (run, cell, repeat) pointing at two interned
 blobs, the list of keys (shared by every cell that runs the same graph) and the packed array (FP_DTYPE, 20 bytes a
 node; shared by every cell sample whose fingerprints are identical, as a bit-exact cell's are from one night to
@@ -141,11 +149,22 @@ class Recorder:
     """Capture callback for Executor.run / GraphRunner.run_captured recording one sample's fingerprints.
 
     executor: the Executor that will run (its plan gives each node its label and tells the folded nodes); without
-    it a node is named by its own name (or "#?:<op type>") and none is skipped. Keeps only fingerprints."""
+    it a node is named by its own name (or "#?:<op type>") and none is skipped, unless `graph_inputs` is given.
+    graph_inputs: for a hook that sees the nodes but not the executor (the SD check's capture: its stage runners
+    are built inside the pipeline), the names of the run's graph inputs: a node is then host-folded when it reads
+    none of them, directly or through other nodes (the executor folds exactly such nodes, mschecker.graph.executor
+    Executor._fold, except a constant of more than FOLD_MAX_BYTES or one whose folding failed, which it computes
+    on every run: a function of the weights alone either way), and an unnamed node is "#<position>:<op type>"
+    (its position among the run's nodes: unique, the same in every run of the graph). Use one such Recorder per
+    executor run (it tells the nodes apart by identity, and reads them as they come).
+    prefix: prepended to every node key (the SD cells' "<stage>@<step>/"). Keeps only fingerprints."""
 
-    def __init__(self, executor=None):
+    def __init__(self, executor=None, *, prefix: str = "", graph_inputs=None):
         self.entries: list[NodeFingerprint] = []
+        self.prefix = prefix
         self._labels: dict[int, tuple[str, bool, dict[str, int]]] = {}
+        self._graph_inputs = None if graph_inputs is None else frozenset(graph_inputs)
+        self._data: set[str] = set()   # graph_inputs mode: the tensors that depend on a graph input
         if executor is not None:
             for step in executor.steps:
                 outputs = {n: k for k, n in enumerate(step.node.output) if n}
@@ -154,8 +173,11 @@ class Recorder:
     def __call__(self, node, name: str, value) -> None:
         info = self._labels.get(id(node))
         if info is None:
-            label, folded = node.name or f"#?:{node.op_type}", False
-            outputs = {n: k for k, n in enumerate(node.output) if n}
+            if self._graph_inputs is not None:
+                label, folded, outputs = self._streamed(node)
+            else:
+                label, folded = node.name or f"#?:{node.op_type}", False
+                outputs = {n: k for k, n in enumerate(node.output) if n}
         else:
             label, folded, outputs = info
         if folded:
@@ -163,7 +185,20 @@ class Recorder:
         value = np.asarray(value)
         if not is_float(value.dtype):
             return
-        self.entries.append(NodeFingerprint(label, outputs.get(name, 0), fingerprint(value)))
+        self.entries.append(NodeFingerprint(self.prefix + label if self.prefix else label, outputs.get(name, 0),
+                                            fingerprint(value)))
+
+    def _streamed(self, node) -> tuple[str, bool, dict[str, int]]:
+        """graph_inputs mode: a node's label and whether it is host-folded, decided at its first output (the
+        nodes come in execution order, so its inputs' producers came before it) and kept for its others."""
+        outputs = {n: k for k, n in enumerate(node.output) if n}
+        data = self._data
+        reads_data = any(n in self._graph_inputs or n in data for n in node.input if n)
+        if reads_data:
+            data.update(outputs)
+        info = (node.name or f"#{len(self._labels)}:{node.op_type}", not reads_data, outputs)
+        self._labels[id(node)] = info
+        return info
 
     # -------------------------------------------------------------------------------- packed (store) form
     def names(self) -> list[str]:
@@ -175,6 +210,36 @@ class Recorder:
     def record(self) -> dict:
         """The plain-data form a cell record carries to the store ({"names": [...], "data": bytes})."""
         return {"names": self.names(), "data": self.array().tobytes()}
+
+
+class FingerprintSum:
+    """One fingerprint of a sequence of tensors, as if of one (a kernel cell's outputs over a group of cases),
+    built as they come (`add`; nothing kept but a few numbers): norm = the L2 norm over all their finite values,
+    maxabs the largest, nonfinite the total, and the hash over each tensor's dtype, shape and bytes in order (so
+    the same values split otherwise, reordered or in another dtype hash differently). One tensor's `result()` is
+    fingerprint(tensor)."""
+
+    def __init__(self):
+        self._hash = hashlib.blake2b(digest_size=8)
+        self._norms: list[float] = []
+        self._maxabs, self._nonfinite = 0.0, 0
+
+    def add(self, value) -> None:
+        c = np.ascontiguousarray(np.asarray(value))
+        fp = fingerprint(c)
+        self._hash.update(f"{c.dtype.str}|{c.dtype.name}|{c.shape}|".encode())
+        self._hash.update(c.reshape(-1).view(np.uint8) if c.size else b"")
+        self._norms.append(fp.norm)
+        self._maxabs, self._nonfinite = max(self._maxabs, fp.maxabs), self._nonfinite + fp.nonfinite
+
+    def result(self) -> Fingerprint:
+        norms = self._norms
+        top = max(norms, default=0.0)
+        if len(norms) == 1 or not (top > 0 and math.isfinite(top)):
+            norm = top
+        else:  # scaled by the largest: the squares of norms past 1e154 do not overflow
+            norm = top * math.sqrt(sum((n / top) ** 2 for n in norms))
+        return Fingerprint(norm, self._maxabs, self._nonfinite, int.from_bytes(self._hash.digest(), "little"))
 
 
 def pack(entries: list[NodeFingerprint]) -> np.ndarray:

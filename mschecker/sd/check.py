@@ -116,8 +116,10 @@ class StageHeadroom:
 class Tracker:
     """The capture hook: counts UNet steps (one executor run per step) and records NodeEvents and headroom."""
 
-    def __init__(self, progress: Callable[[str, int | None], None] | None = None):
+    def __init__(self, progress: Callable[[str, int | None], None] | None = None,
+                 on_tensor: Callable[[str, int | None, object, str, np.ndarray], None] | None = None):
         self.progress = progress
+        self.extra = on_tensor   # run_check's on_tensor: every tensor, as (stage, step, node, name, value)
         self.stage: str | None = None
         self.step: int | None = None
         self.first_by_stage: dict[str, NodeEvent] = {}   # first non-finite output per stage, in run order
@@ -137,6 +139,8 @@ class Tracker:
             self.progress(stage, self.step)
 
     def on_tensor(self, stage: str, node, name: str, value: np.ndarray) -> None:
+        if self.extra is not None:
+            self.extra(stage, self.step, node, name, value)
         if not isinstance(value, np.ndarray) or not is_float(value.dtype) or value.size == 0:
             return
         h = Headroom.of(value)  # the bisection's headroom: peak, NaN/inf, elements at the format's max
@@ -393,7 +397,8 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
               npu_options: dict | None = None, stage_options: dict[str, dict] | None = None, psnr_min: float = 30.0,
               search_fix: bool = True, weights_seed: int = 0, initial_latents=None, fix_by: str = "node",
               progress: Callable[[str, str, int | None], None] | None = None, generation: dict | None = None,
-              force_upcast: str = "config") -> SDCheck:
+              force_upcast: str = "config",
+              on_tensor: Callable[[str, int | None, object, str, np.ndarray], None] | None = None) -> SDCheck:
     """Baseline run (``sides[0]``), judged run (``sides[1]``, captured), per-stage metrics, and -- when the
     judged side is the NPU and fails -- the overflow probes and the fix search. ``pipeline`` defaults to the
     bundled ``preset`` (DDIM unless ``scheduler`` says otherwise); ``scheduler`` overrides its scheduler class.
@@ -402,7 +407,11 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     ``npu_options`` (mschecker.npu.knobs.apply_knobs keywords) apply to every stage, ``stage_options[stage]``
     on top of them to one stage (keep_dtype lists are joined; "profile" picks that stage's profile).
     ``force_upcast`` ("config", "on", "off"): see upcast_vae_options.
-    ``progress(run_label, stage, step)`` is called before every stage execution."""
+    ``progress(run_label, stage, step)`` is called before every stage execution.
+    ``on_tensor(stage, step, node, output_name, value)`` (optional) sees every tensor the judged side's run
+    produces (its capture hook, as Tracker.on_tensor sees them; ``step`` is the UNet step, 0-based, None for the
+    other stages), and nothing of the baseline run, the localization or the fix search's reruns; an "ort" judged
+    side has no per-node capture, so it is never called."""
     if len(sides) != 2 or sides[0] == sides[1] or any(s not in SIDES for s in sides):
         raise InputError(f"--sides {','.join(sides)}: give two different sides among {', '.join(SIDES)}")
     if pipeline is None:
@@ -428,7 +437,7 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
         side_devices(base_side, profile, options), ref_tracker, capture=False), **common)
     timings[base_side] = time.perf_counter() - t0
 
-    tracker = Tracker(announce(label(judged_side)))
+    tracker = Tracker(announce(label(judged_side)), on_tensor=on_tensor)
     t0 = time.perf_counter()
     npu = run_pipeline(make_stage_runner=per_stage_factory(side_devices(judged_side, profile, options), tracker),
                        **common)
