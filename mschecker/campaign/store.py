@@ -31,6 +31,7 @@ A metric value NULL is NaN (SQLite has no NaN: it stores NaN as NULL); +-inf are
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -210,6 +211,47 @@ class CellRecord:
     detail: dict
     metrics: dict[str, float]
     machine: dict = field(default_factory=dict)   # MACHINE_FACTS -> text (None: not recorded, an older store)
+
+
+# prune_fingerprints' keep_last (`--keep-fingerprints N`): at least the newest run (the next run's "previous"
+# baseline); at most 100,000 runs, 270 years of nightlies (far inside SQLite's INTEGER; a typo stays bad input).
+KEEP_FINGERPRINTS_MAX = 100_000
+
+
+@dataclass
+class Garbage:
+    """What Store.collect_garbage deleted: blob rows and the bytes their blobs held."""
+
+    graphs: int = 0
+    data: int = 0
+    blob_bytes: int = 0
+
+
+@dataclass
+class Pruned:
+    """What Store.prune_fingerprints removed (dry_run: would remove). `blob_bytes` is the size of the blobs
+    collected (node lists + data), which is what the file frees for reuse; its size on disk shrinks only by a
+    VACUUM."""
+
+    campaign: str
+    runs: list[str]                  # finished runs whose fingerprints go (those that still had some), newest first
+    kept: list[str]                  # finished runs whose fingerprints stay, newest first
+    rows: int = 0                    # fingerprints rows
+    graphs: int = 0                  # fp_graphs rows (node lists) no row references afterwards
+    data: int = 0                    # fp_data rows
+    blob_bytes: int = 0
+    dry_run: bool = False
+
+    def describe(self) -> str:
+        """One line: what went (or would go) and what stayed."""
+        verb = "would remove" if self.dry_run else "removed"
+        return (f"campaign {self.campaign!r}: {verb} the fingerprints of {len(self.runs)} run(s): {self.rows} "
+                f"row(s), {self.data} data blob(s) and {self.graphs} node list(s), {_mb(self.blob_bytes)} freed; "
+                f"kept those of {len(self.kept)} finished run(s)")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n:,} bytes"
 
 
 class Store:
@@ -428,19 +470,172 @@ class Store:
         A store without the table (impossible for a writer, which upgrades) is left alone."""
         if not self._has_fingerprints():
             return
-        self.db.execute("DELETE FROM fingerprints WHERE run_id=? AND cell_key=? AND repeat=?",
-                        (run_id, cell_key, repeat))
-        if not fps:
-            return
-        from .fingerprints import FP_DTYPE, digest, encode_names
+        sample = (run_id, cell_key, repeat)
+        old = self.db.execute("SELECT graph_id, data_id FROM fingerprints WHERE run_id=? AND cell_key=? AND "
+                              "repeat=?", sample).fetchone()
+        if old is not None:  # a re-record (resume, record_fingerprints again): the old row goes
+            self.db.execute("DELETE FROM fingerprints WHERE run_id=? AND cell_key=? AND repeat=?", sample)
+        new = None
+        if fps:
+            from .fingerprints import FP_DTYPE, digest, encode_names
 
-        names, data = list(fps["names"]), bytes(fps["data"])
-        if len(data) != len(names) * FP_DTYPE.itemsize:
-            raise ValueError(f"fingerprints of {cell_key!r}: {len(names)} names for {len(data)} bytes")
-        graph_id = self._intern("fp_graphs", "graph_id", "digest, names, count", digest("\n".join(names).encode()),
-                                lambda: (encode_names(names), len(names)))  # compressed only when new
-        data_id = self._intern("fp_data", "data_id", "digest, data", digest(data), lambda: (data,))
-        self.db.execute("INSERT INTO fingerprints VALUES (?,?,?,?,?)", (run_id, cell_key, repeat, graph_id, data_id))
+            names, data = list(fps["names"]), bytes(fps["data"])
+            if len(data) != len(names) * FP_DTYPE.itemsize:
+                raise ValueError(f"fingerprints of {cell_key!r}: {len(names)} names for {len(data)} bytes")
+            graph_id = self._intern("fp_graphs", "graph_id", "digest, names, count",
+                                    digest("\n".join(names).encode()),
+                                    lambda: (encode_names(names), len(names)))  # compressed only when new
+            data_id = self._intern("fp_data", "data_id", "digest, data", digest(data), lambda: (data,))
+            self.db.execute("INSERT INTO fingerprints VALUES (?,?,?,?,?)", (*sample, graph_id, data_id))
+            new = (graph_id, data_id)
+        if old is not None and tuple(old) != new:  # only then can a blob have lost its last reference
+            self._collect_garbage()
+
+    # The blobs no fingerprints row references: a re-recorded sample's old content, or what a prune left behind.
+    # NOT IN over the whole fingerprints table (it has no index on graph_id / data_id): one scan of its rows
+    # (~65 bytes each; 15,500 rows under `--keep-fingerprints 30` at 500 cells), not of the blobs' pages.
+    _UNREFERENCED = {"fp_graphs": ("graph_id", "length(names)"), "fp_data": ("data_id", "length(data)")}
+
+    def _garbage(self, dropping: tuple[str, tuple] | None = None) -> dict[str, tuple[int, int]]:
+        """{blob table: (rows, blob bytes)} that no fingerprints row references (dropping = (SQL selecting run
+        ids, its parameters): as if those runs' rows were gone; a dry run). Reads only."""
+        keep, args = "", ()
+        if dropping is not None:
+            keep, args = f" WHERE run_id NOT IN ({dropping[0]})", dropping[1]
+        out = {}
+        for table, (key, size) in self._UNREFERENCED.items():
+            n, size_ = self.db.execute(f"SELECT count(*), coalesce(sum({size}), 0) FROM {table} WHERE {key} NOT IN "
+                                       f"(SELECT {key} FROM fingerprints{keep})", args).fetchone()
+            out[table] = (int(n), int(size_))
+        return out
+
+    def _collect_garbage(self) -> None:
+        """Inside a write transaction: delete the blob rows no fingerprints row references (one statement per
+        table). Shared blobs stay while any row points at them; the foreign keys refuse the rest."""
+        for table, (key, _) in self._UNREFERENCED.items():
+            self.db.execute(f"DELETE FROM {table} WHERE {key} NOT IN (SELECT {key} FROM fingerprints)")
+
+    @_guarded
+    def collect_garbage(self) -> "Garbage":
+        """Delete the fingerprint blobs (node lists, data) no fingerprints row references, in one write
+        transaction; returns what went. A store without fingerprints (older than version 3) is left alone."""
+        if not self._has_fingerprints():
+            return Garbage()
+
+        def write():
+            found = self._garbage()
+            if any(n for n, _ in found.values()):
+                self._collect_garbage()
+            return Garbage(found["fp_graphs"][0], found["fp_data"][0], sum(b for _, b in found.values()))
+        with self._fast_delete():
+            return self._write(write)
+
+    def _prunable(self, campaign: str, keep_last: int, keep_runs) -> tuple[str, tuple]:
+        """SQL selecting the run ids whose fingerprints a prune drops, with its parameters."""
+        keep = sorted(set(keep_runs))
+        sql = ("SELECT run_id FROM runs WHERE campaign=? AND status=? AND run_id NOT IN (SELECT run_id FROM runs "
+               "WHERE campaign=? AND status=? ORDER BY created_at DESC, run_id DESC LIMIT ?)"
+               + (f" AND run_id NOT IN ({','.join('?' * len(keep))})" if keep else ""))
+        return sql, (campaign, RUN_FINISHED, campaign, RUN_FINISHED, int(keep_last), *keep)
+
+    @_guarded
+    def prune_fingerprints(self, campaign: str, keep_last: int, keep_runs=(), *,
+                           dry_run: bool = False) -> "Pruned":
+        """Drop the fingerprints rows of `campaign`'s finished runs except the newest `keep_last` and those named
+        in `keep_runs` (a fixed baseline, pinned runs), then collect the blobs nothing references any more; one
+        write transaction (dry_run: reads only, the file is not written). Cells, metrics, verdicts and runs
+        are never pruned (history and compare need them); runs still running or interrupted keep theirs (a
+        resume may need them). `first_moved_node` of a pruned run is None, as for a cell without fingerprints.
+        InputError: keep_last outside 1..KEEP_FINGERPRINTS_MAX, a campaign with no runs, a kept run that is not
+        in the store or belongs to another campaign."""
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or \
+                not 1 <= keep_last <= KEEP_FINGERPRINTS_MAX:
+            raise InputError(f"keep_last {keep_last!r}: expected an integer in 1..{KEEP_FINGERPRINTS_MAX}")
+        self.check_campaign(campaign)
+        keep_runs = set(keep_runs)
+        for rid in sorted(keep_runs):
+            self.check_run_of(campaign, rid)
+        finished = [_text(r[0], "runs.run_id") for r in self.db.execute(
+            "SELECT run_id FROM runs WHERE campaign=? AND status=? ORDER BY created_at DESC, run_id DESC",
+            (campaign, RUN_FINISHED))]
+        if not self._has_fingerprints():  # an older store read as it is: nothing to prune, nothing written
+            return Pruned(campaign, [], finished, dry_run=dry_run)
+        dropping = self._prunable(campaign, keep_last, keep_runs)
+        dropped = {_text(r[0], "runs.run_id") for r in self.db.execute(dropping[0], dropping[1])}
+        result = Pruned(campaign, [], [r for r in finished if r not in dropped], dry_run=dry_run)
+
+        def measure():
+            result.runs = [_text(r[0], "runs.run_id") for r in self.db.execute(  # those that still have rows
+                f"SELECT run_id FROM runs r WHERE run_id IN ({dropping[0]}) AND EXISTS (SELECT 1 FROM fingerprints f "
+                f"WHERE f.run_id=r.run_id) ORDER BY created_at DESC, run_id DESC", dropping[1])]
+            result.rows = int(self.db.execute(f"SELECT count(*) FROM fingerprints WHERE run_id IN ({dropping[0]})",
+                                              dropping[1]).fetchone()[0])
+            found = self._garbage(dropping)
+            result.graphs, result.data = found["fp_graphs"][0], found["fp_data"][0]
+            result.blob_bytes = sum(b for _, b in found.values())
+
+        if dry_run:  # a read transaction: one snapshot, a shared lock, no journal; the file is not written
+            self.db.execute("BEGIN DEFERRED")
+            try:
+                measure()
+            finally:
+                self.db.execute("COMMIT")
+            return result
+
+        def write():
+            measure()
+            if result.rows:
+                self.db.execute(f"DELETE FROM fingerprints WHERE run_id IN ({dropping[0]})", dropping[1])
+            if result.graphs or result.data:
+                self._collect_garbage()
+        with self._fast_delete():
+            self._write(write)
+        return result
+
+    @contextlib.contextmanager
+    def _fast_delete(self):
+        """secure_delete=FAST while blobs are deleted: builds of SQLite with SECURE_DELETE on by default (Debian's)
+        would otherwise overwrite every freed overflow page with zeros and journal its old content first, 4x the
+        time of a night's prune (benchmarks/campaign_scale.py); fingerprints are not secrets. FAST still zeroes
+        what it can without more I/O. The connection's own setting comes back afterwards."""
+        (old,) = self.db.execute("PRAGMA secure_delete").fetchone()
+        self.db.execute("PRAGMA secure_delete = FAST")
+        try:
+            yield
+        finally:
+            self.db.execute(f"PRAGMA secure_delete = {'FAST' if old == 2 else int(bool(old))}")  # 2 reads as on
+
+    @_guarded
+    def check_campaign(self, campaign: str) -> None:
+        """InputError unless the store holds a run of `campaign` (naming the campaigns it does hold)."""
+        if self.db.execute("SELECT 1 FROM runs WHERE campaign=? LIMIT 1", (campaign,)).fetchone() is None:
+            known = [str(r[0]) for r in self.db.execute("SELECT DISTINCT campaign FROM runs ORDER BY campaign "
+                                                        "LIMIT 6")]
+            raise InputError(f"store {self.path}: no runs of campaign {campaign!r}"
+                             + (f" (campaigns: {', '.join(repr(k) for k in known)})" if known
+                                else " (the store holds no runs)"))
+
+    @_guarded
+    def check_run_of(self, campaign: str, run_id: str) -> RunInfo:
+        """The run `run_id`; InputError when it is not in the store or belongs to another campaign."""
+        info = self.run(run_id)
+        if info.campaign != campaign:
+            raise InputError(f"store {self.path}: run {run_id!r} belongs to campaign {info.campaign!r}, not "
+                             f"{campaign!r}")
+        return info
+
+    @_guarded
+    def vacuum(self) -> tuple[int, int]:
+        """VACUUM: rewrite the whole file without its free pages (file bytes before, after). Optional after a
+        prune: the pages a prune frees are reused by the next runs' inserts, so a store pruned every night stops
+        growing without it; VACUUM shrinks the file at once but copies every page (time and up to twice the
+        store's size on disk while it runs) and holds the store's lock throughout."""
+        before = self.path.stat().st_size
+        try:
+            self.db.execute("VACUUM")
+        except sqlite3.OperationalError as exc:
+            raise InputError(f"store {self.path}: cannot write ({exc})") from None
+        return before, self.path.stat().st_size
 
     @_guarded
     def record_fingerprints(self, run_id: str, cell_key: str, repeat: int, names: list[str], array) -> None:

@@ -1,16 +1,22 @@
-"""`mschecker campaign run|compare|history|export|bisect`: regression campaigns (mschecker.campaign; docs/CAMPAIGN.md).
+"""`mschecker campaign run|compare|history|prune|export|bisect`: regression campaigns (docs/CAMPAIGN.md).
 
   run FILE [--scheduler ADDR] [--workers N] [--store PATH] [--run-id ID] [--json PATH] [--history N]
-           [--expected FILE] [--strict-expected]
+           [--expected FILE] [--strict-expected] [--keep-fingerprints N]
       expand the campaign file into cells, run them on Dask (a local cluster, or the cluster at ADDR), store
       every result, compare with the declared baseline (--history N: with the last N finished runs). Exit 1 on
       a regression (without a baseline: a failed cell not expected to fail; --strict-expected: an unexpected
       pass too), 3 when a cell crashed / timed out / lost its worker (rerun with --run-id to resume), 0 otherwise.
+      --keep-fingerprints N: once every cell finished (exit 0 or 1), prune as `prune` does, keeping the newest N
+      runs' fingerprints and the run's baseline's (default: keep all).
   compare BASELINE RUN [--store PATH] [--json [PATH]] [--html PATH] [--all] [--history N] [--expected FILE]
            [--strict-expected]
       per cell and metric better / same / worse beyond noise (--history N: the noise of the last N finished
       runs before RUN, and step / blip). Exit 1 if a cell regressed, 0 otherwise.
   history [--store PATH] [--campaign NAME] [--last N]     the stored runs
+  prune --campaign NAME --keep-fingerprints N [--keep-run ID ...] [--store PATH] [--dry-run] [--vacuum]
+      drop the per-node fingerprints of the campaign's finished runs but the newest N and the --keep-run ones,
+      and the blobs nothing references any more (cells, metrics, verdicts stay); prints what goes and the bytes
+      freed. --dry-run: only say so (the file is not written). --vacuum: then rewrite the file to shrink it.
   export RUN PATH.parquet [--store PATH]                  one row per cell sample and metric (needs pyarrow)
   bisect BASELINE RUN --cell KEY [--store PATH] [--model-repo DIR [--model-path REL]] [--json PATH]
       the factors that differ between the two runs' records of the cell, the cell re-run here (reproduces
@@ -29,7 +35,7 @@ from ..errors import UsageError
 from ._args import COUNT_MAX, Parser, bounded_float, bounded_int, check_writable
 
 DEFAULT_STORE = "mschecker-campaign.sqlite"
-ACTIONS = ("run", "compare", "history", "export", "bisect")
+ACTIONS = ("run", "compare", "history", "export", "bisect", "prune")
 
 
 # --workers: each LocalCluster worker is a process with one thread and the whole of mschecker imported (~325 MB,
@@ -79,12 +85,16 @@ def run_main(argv: list[str]) -> int:
     p.add_argument("--json", metavar="PATH", help="also write the run summary and its comparison as JSON")
     _store_arg(p)
     _judging_args(p)
+    _keep_fingerprints_arg(p, "after a run whose every cell finished (exit 0 or 1), drop the per-node "
+                              "fingerprints of the campaign's finished runs but the newest N and the run's "
+                              "baseline (default: keep all; see `campaign prune`)")
     args = p.parse_args(argv)
     if args.json:
         check_writable(args.json, "--json")
     if args.scheduler and args.workers:
         raise UsageError("--workers sizes the local cluster; it cannot be combined with --scheduler")
     from ..campaign.engine import EngineConfig
+    from ..campaign.history import check_store_holds_window, judge_run_against_history
     from ..campaign.report import render_comparison, render_expected, render_run, to_json
     from ..campaign.runner import run_campaign
     from ..campaign.spec import load_campaign
@@ -94,7 +104,7 @@ def run_main(argv: list[str]) -> int:
     spec = load_campaign(args.file)
     expected = _expected_for_run(spec, args)
     if args.history:  # before anything runs: a window the store cannot fill is bad input, nothing written
-        _check_history_before_run(spec, args)
+        check_store_holds_window(args.store, spec.name, args.run_id, args.history)
     config = EngineConfig(scheduler=args.scheduler, workers=args.workers, connect_timeout_s=args.connect_timeout)
     console = _console()
     with _CellProgress() as progress:
@@ -103,7 +113,7 @@ def run_main(argv: list[str]) -> int:
     with Store.open(args.store) as store:
         render_run(summary, store.cells(summary.run_id), console)
         if args.history:
-            _judge_run_against_history(summary, store, args.history)
+            judge_run_against_history(store, summary, args.history)
     if summary.comparison is not None and expected is not None:
         from ..campaign.compare import apply_expected as apply
 
@@ -117,6 +127,8 @@ def run_main(argv: list[str]) -> int:
     from ..campaign.compare import run_exit_code
 
     code = run_exit_code(summary, expected, args.strict_expected)
+    if args.keep_fingerprints and code != 3:  # an incomplete run is resumed, not housekept
+        _prune_after_run(args.store, summary, args.keep_fingerprints)
     if args.json:
         data = summary.to_dict()
         data["exit_code"] = code
@@ -127,6 +139,29 @@ def run_main(argv: list[str]) -> int:
     if code == 3:
         _say_incomplete(summary)
     return code
+
+
+def _keep_fingerprints_arg(p: Parser, help_: str, **kw) -> None:
+    from ..campaign.store import KEEP_FINGERPRINTS_MAX
+
+    p.add_argument("--keep-fingerprints", type=bounded_int("--keep-fingerprints", 1, KEEP_FINGERPRINTS_MAX),
+                   metavar="N", help=help_, **kw)
+
+
+def _prune_after_run(store_path, summary, keep_last: int) -> None:
+    """--keep-fingerprints N of `campaign run`: prune, keeping the run's baseline too. The run and its verdict
+    are stored already: a prune that cannot write (store locked, disk full) is one warning line, not a failure."""
+    from ..campaign.store import Store
+    from ..errors import InputError
+    from ..untrusted import plain
+
+    try:
+        with Store.open(store_path) as store:
+            pruned = store.prune_fingerprints(summary.campaign, keep_last, {summary.baseline_id} - {None})
+        print(f"fingerprints: {plain(pruned.describe())}")
+    except InputError as exc:
+        print(f"mschecker: warning: --keep-fingerprints {keep_last}: not pruned ({plain(str(exc))})",
+              file=sys.stderr, flush=True)
 
 
 def _expected_for_run(spec, args):
@@ -143,39 +178,6 @@ def _expected_for_run(spec, args):
     if args.strict_expected and expected is None:
         raise UsageError("--strict-expected needs an expected-results file (--expected FILE or [campaign] expected)")
     return expected
-
-
-def _check_history_before_run(spec, args) -> None:
-    from pathlib import Path
-
-    from ..campaign.history import finished_runs_before
-    from ..campaign.store import Store
-    from ..errors import InputError
-
-    path = Path(args.store)
-    held = 0
-    if path.exists():
-        with Store.open(path) as store:
-            held = len(finished_runs_before(store, spec.name, args.run_id or ""))
-    if held < args.history:
-        raise InputError(f"--history {args.history}: the store {path} holds only {held} finished run(s) of campaign "
-                         f"{spec.name!r}")
-
-
-def _judge_run_against_history(summary, store, window: int) -> None:
-    """Replace the run's comparison by one against the history (baseline: the declared one, else the newest
-    finished earlier run)."""
-    from ..campaign.compare import compare_runs
-
-    baseline = summary.baseline_id
-    if baseline is None:
-        prev = store.previous_run(summary.run_id)
-        baseline = prev.run_id if prev is not None else None
-    if baseline is None:  # _check_history_before_run saw >= 2 finished runs; kept for a store changed meanwhile
-        return
-    summary.baseline_id = baseline
-    summary.regression_mode = True
-    summary.comparison = compare_runs(store, baseline, summary.run_id, history=window)
 
 
 def incomplete_line(summary) -> str:
@@ -284,6 +286,42 @@ def history_main(argv: list[str]) -> int:
 
     with Store.open(args.store) as store:
         render_history(store, store.runs(args.campaign, limit=args.last), _console())
+    return 0
+
+
+def prune_main(argv: list[str]) -> int:
+    p = Parser(prog="mschecker campaign prune",
+               description="Drop old runs' per-node fingerprints (cells, metrics and verdicts stay).")
+    _store_arg(p)
+    p.add_argument("--campaign", required=True, metavar="NAME", help="the campaign whose runs are pruned")
+    _keep_fingerprints_arg(p, "keep the fingerprints of the newest N finished runs", required=True)
+    p.add_argument("--keep-run", action="append", default=[], metavar="ID",
+                   help="also keep this run's fingerprints (a fixed baseline, a pinned run); repeatable")
+    p.add_argument("--dry-run", action="store_true", help="print what would go; the store is not written")
+    p.add_argument("--vacuum", action="store_true",
+                   help="then VACUUM: shrink the file now (it rewrites the whole file: time, up to twice its size "
+                        "on disk meanwhile, the store locked; without it the freed pages are reused by later runs)")
+    args = p.parse_args(argv)
+    from ..campaign.store import Store
+    from ..errors import InputError
+    from ..untrusted import plain
+
+    with Store.open(args.store) as store:
+        for flag, value, check in [("--campaign", args.campaign, lambda: store.check_campaign(args.campaign)),
+                                   *(("--keep-run", rid, lambda rid=rid: store.check_run_of(args.campaign, rid))
+                                     for rid in args.keep_run)]:
+            try:
+                check()
+            except InputError as exc:
+                raise InputError(f"{flag} {value!r}: {exc}") from None
+        pruned = store.prune_fingerprints(args.campaign, args.keep_fingerprints, set(args.keep_run),
+                                          dry_run=args.dry_run)
+        print(plain(pruned.describe()))
+        if args.vacuum and args.dry_run:
+            print("--vacuum: not run (--dry-run)")
+        elif args.vacuum:
+            before, after = store.vacuum()
+            print(f"vacuum: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB")
     return 0
 
 
@@ -408,7 +446,7 @@ def main(argv: list[str]) -> int:
         return 0
     action, rest = argv[0], argv[1:]
     handlers = {"run": run_main, "compare": compare_main, "history": history_main, "export": export_main,
-                "bisect": bisect_main}
+                "bisect": bisect_main, "prune": prune_main}
     if action not in handlers:
         raise UsageError(f"unknown campaign action {action!r} (choose from {', '.join(ACTIONS)})")
     return handlers[action](rest)
