@@ -343,6 +343,23 @@ def pip_install_target(requirement: str, target: Path) -> None:
         raise InputError(f"pip install {requirement}: failed ({last})")
 
 
+def check_overlay_cache(cache) -> Path:
+    """The overlay cache folder, created if missing and writable; InputError naming it otherwise (checked before
+    the first re-run, so a bad folder costs no work)."""
+    import os
+
+    from ..fsio import os_reason
+
+    path = Path(cache)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--overlay-cache {path}: cannot create ({os_reason(exc)})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise InputError(f"--overlay-cache {path}: not writable")
+    return path
+
+
 def overlay_for(package: str, version: str, cache: Path, installer=pip_install_target) -> Path:
     """The overlay folder holding ``package==version`` for this Python, installed once into ``cache`` (built in a
     hidden sibling and renamed into place: an interrupted install leaves no half overlay)."""
@@ -353,8 +370,7 @@ def overlay_for(package: str, version: str, cache: Path, installer=pip_install_t
     folder = Path(cache) / f"{package}-{version}-{tag}"
     if folder.is_dir():
         return folder
-    Path(cache).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=cache))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=check_overlay_cache(cache)))
     try:
         installer(f"{package}=={version}", tmp)
         tmp.rename(folder)
@@ -656,6 +672,8 @@ def investigate(store: Store, base: str, run: str, key: str, *, model_repo=None,
     (switch_versions); with ``model_repo`` the model's revisions bisected."""
     facs = factors(store, base, run, key)
     ctx = context(store, base, run, key)
+    if switch:
+        overlay_cache = check_overlay_cache(overlay_cache if overlay_cache is not None else default_overlay_cache())
     if on_eval is not None:
         on_eval("this environment")
     here = ctx.evaluate("this environment")

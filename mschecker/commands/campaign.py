@@ -18,10 +18,12 @@
       and the blobs nothing references any more (cells, metrics, verdicts stay); prints what goes and the bytes
       freed. --dry-run: only say so (the file is not written). --vacuum: then rewrite the file to shrink it.
   export RUN PATH.parquet [--store PATH]                  one row per cell sample and metric (needs pyarrow)
-  bisect BASELINE RUN --cell KEY [--store PATH] [--model-repo DIR [--model-path REL]] [--json PATH]
+  bisect BASELINE RUN --cell KEY [--store PATH] [--model-repo DIR [--model-path REL]] [--switch-versions
+         [--overlay-cache DIR]] [--json PATH]
       the factors that differ between the two runs' records of the cell, the cell re-run here (reproduces
       BASELINE / RUN / neither), the change named when one factor separates them; --model-repo: bisect the
-      model file's git revisions. Exit 0 when a cause is named, 1 when the evidence names none.
+      model file's git revisions; --switch-versions: re-run with a differing onnxruntime / numpy switched to the
+      other record's version (an overlay). Exit 0 when a cause is named, 1 when the evidence names none.
 Exit 2 on bad input (one line naming the file, key, run id, store or address; nothing written).
 """
 from __future__ import annotations
@@ -352,10 +354,18 @@ def bisect_main(argv: list[str]) -> int:
     p.add_argument("--model-repo", metavar="DIR", help="a git work tree holding the model file: bisect its commits")
     p.add_argument("--model-path", metavar="REL", help="the model file inside --model-repo (default: the cell's "
                                                        "model path relative to the work tree)")
+    p.add_argument("--switch-versions", action="store_true",
+                   help="install a differing onnxruntime / numpy at the other record's version into an overlay "
+                        "beside this environment (pip install --no-deps --target; needs the package registry or "
+                        "pip's cache) and re-run the cell with it, one version at a time")
+    p.add_argument("--overlay-cache", metavar="DIR", help="where the overlays are kept (default "
+                                                          "~/.cache/mschecker/overlays)")
     p.add_argument("--json", metavar="PATH", help="also write the findings as JSON")
     args = p.parse_args(argv)
     if args.model_path and not args.model_repo:
         raise UsageError("--model-path needs --model-repo DIR")
+    if args.overlay_cache and not args.switch_versions:
+        raise UsageError("--overlay-cache goes with --switch-versions")
     if args.json:
         check_writable(args.json, "--json")
     from pathlib import Path
@@ -370,7 +380,8 @@ def bisect_main(argv: list[str]) -> int:
         raise InputError(f"store {args.store}: not found")
     with Store.open(args.store) as store, _RerunProgress() as progress:
         report = investigate(store, args.baseline, args.run, args.cell, model_repo=args.model_repo,
-                             model_path=args.model_path, on_eval=progress.step)
+                             model_path=args.model_path, on_eval=progress.step, switch=args.switch_versions,
+                             overlay_cache=args.overlay_cache)
     _render_bisect(report, _console())
     if args.json:
         from ..campaign.report import dumps
@@ -428,6 +439,10 @@ def _render_bisect(report, console: Console) -> None:
     console.print(escape(report.sentence), highlight=False)
     for s in report.suggestions:
         console.print(f"  - {escape(s)}", highlight=False)
+    for w in report.switches:
+        what = w.error or (f"imported {w.imported}" + ("" if w.took_effect else " (not the wanted version)")
+                           + (f", reproduces {w.evaluation.reproduces}" if w.evaluation else ""))
+        console.print(f"  switched {escape(w.factor)}=={escape(w.wanted)}: {escape(what)}", highlight=False)
     b = report.bisect
     if b is not None:
         console.print(f"model repository ({escape(b.rel)}): {b.commits} revision(s) after BASE's up to RUN's, "

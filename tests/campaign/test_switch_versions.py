@@ -198,3 +198,23 @@ def test_the_child_reports_the_numpy_it_imported(world):
     records, child = culprit.run_samples_in([], ctx.cell, 1)
     assert child["numpy"] == np.__version__ and records[0]["status"] in ("pass", "fail")
     assert records[0]["metrics"] == run_cell(dataclasses.replace(ctx.cell, repeat=0))["metrics"]
+
+
+def test_the_cli_switches_and_shows_each_switch(world, tmp_path, monkeypatch, capsys):
+    from mschecker.cli import main
+
+    monkeypatch.setattr(culprit, "pip_install_target", overlay_installer())
+    out = tmp_path / "b.json"
+    argv = ["campaign", "bisect", "base", "run", "--cell", world["key"], "--store", str(world["store"]),
+            "--switch-versions", "--overlay-cache", str(world["cache"]), "--json", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert f"switched onnxruntime=={PLANTED_VERSION}: imported {PLANTED_VERSION}, reproduces base" in text
+    assert json.loads(out.read_text())["cause"]["factor"] == "onnxruntime"
+    assert main(argv[:-5] + ["--overlay-cache", str(tmp_path)]) == 2  # the cache without --switch-versions
+    assert "--overlay-cache goes with --switch-versions" in capsys.readouterr().err
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    assert main(argv[:-4] + ["--overlay-cache", str(blocked / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert "--overlay-cache" in err and err.count("\n") == 1
