@@ -443,3 +443,18 @@ def run_exit_code(summary, expected, strict: bool) -> int:
     if summary.unfinished:
         return 3
     return 0
+
+
+def judge_run_against_history(store: Store, summary, window: int) -> None:
+    """After `campaign run --history N`: replace the run's comparison (summary: a runner.RunSummary) by one
+    against the last `window` finished runs; its baseline is the declared one, else the newest finished earlier
+    run (none: the summary is left as it is). The run is then judged in regression mode."""
+    baseline = summary.baseline_id
+    if baseline is None:
+        prev = store.previous_run(summary.run_id)
+        baseline = prev.run_id if prev is not None else None
+    if baseline is None:  # check_store_holds_window saw enough finished runs; kept for a store changed meanwhile
+        return
+    summary.baseline_id = baseline
+    summary.regression_mode = True
+    summary.comparison = compare_runs(store, baseline, summary.run_id, history=window)

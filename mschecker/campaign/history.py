@@ -122,23 +122,6 @@ def check_store_holds_window(store_path, campaign: str, run_id: str | None, wind
                          f"{campaign!r}")
 
 
-def judge_run_against_history(store: Store, summary, window: int) -> None:
-    """After `campaign run --history N`: replace the run's comparison (summary: a runner.RunSummary) by one
-    against the last `window` finished runs; its baseline is the declared one, else the newest finished earlier
-    run (none: the summary is left as it is). The run is then judged in regression mode."""
-    from .compare import compare_runs   # compare imports this module
-
-    baseline = summary.baseline_id
-    if baseline is None:
-        prev = store.previous_run(summary.run_id)
-        baseline = prev.run_id if prev is not None else None
-    if baseline is None:  # check_store_holds_window saw enough finished runs; kept for a store changed meanwhile
-        return
-    summary.baseline_id = baseline
-    summary.regression_mode = True
-    summary.comparison = compare_runs(store, baseline, summary.run_id, history=window)
-
-
 def load_series(store: Store, campaign: str, run_id: str, window: int) -> Series:
     """Per (cell key, metric) the values of the last `window` finished runs of `campaign` before `run_id`
     (see the module docstring). Two queries: the runs (index runs_by_campaign), then every metric of those runs

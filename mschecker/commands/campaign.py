@@ -96,7 +96,8 @@ def run_main(argv: list[str]) -> int:
     if args.scheduler and args.workers:
         raise UsageError("--workers sizes the local cluster; it cannot be combined with --scheduler")
     from ..campaign.engine import EngineConfig
-    from ..campaign.history import check_store_holds_window, judge_run_against_history
+    from ..campaign.compare import judge_run_against_history
+    from ..campaign.history import check_store_holds_window
     from ..campaign.report import render_comparison, render_expected, render_run, to_json
     from ..campaign.runner import run_campaign
     from ..campaign.spec import load_campaign
