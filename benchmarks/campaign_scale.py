@@ -213,7 +213,7 @@ def measure_pruned(path: Path, runs: int, keep: int) -> dict:
     run (its fingerprints pruned: first_moved_node is None, compare names no node), then one VACUUM."""
     from mschecker.campaign.compare import WORSE, compare_runs
 
-    base, run, old = f"run-{runs - 2:04d}", f"run-{runs - 1:04d}", "run-0000"
+    run, old = f"run-{runs - 1:04d}", "run-0000"
     out = measure(path, runs, 0)
     with Store.open(path) as store:
         kept = [r for r in (f"run-{i:04d}" for i in range(runs)) if store.fingerprints(r, cell_key(0)) is not None]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -166,6 +166,7 @@ class StageSpec:
     inputs: dict[str, TensorMeta]
     output: str
     pooled: str | None = None   # text_encoder_2 of SDXL: text_embeds
+    outputs: dict = field(default_factory=dict, compare=False)   # every output's TensorMeta, by name
 
     def batch(self, role: str) -> int | None:
         """The static batch (leading dim) of an input, None when dynamic."""
@@ -220,14 +221,17 @@ class SDPipeline:
     @classmethod
     def from_files(cls, files: PipelineFiles, name: str) -> "SDPipeline":
         index = files.read_json("model_index.json")
-        xl = _is_xl(files, index)
+        # the UNet's graph is read once (a model with inline weights is read whole): it tells SDXL and is its spec
+        unet = files.graph_header(MODEL_FILES["unet"]) if files.exists(MODEL_FILES["unet"]) else None
+        xl = _is_xl(files, index, unet)
         stage_names = XL_STAGES if xl else STAGES
         for stage in stage_names:
             files.require(MODEL_FILES[stage], why=_needs(xl))
         files.require(SCHEDULER_CONFIG)
         for folder in (TEXT_STAGES[s] for s in stage_names if s in TEXT_STAGES):
             _require_tokenizer(files, folder, xl)
-        stages = {s: _stage_spec(files, s, xl) for s in stage_names}
+        stages = {s: _stage_spec(files, s, xl, unet if s == "unet" else None) for s in stage_names}
+        del unet
         configs = {s: files.read_json(f"{s}/config.json", optional=True) for s in stage_names}
         latent_shape, static = _latent_shape(files, stages, configs)
         text_length = _check_widths(files, stages, configs)
@@ -425,7 +429,7 @@ def _needs(xl: bool) -> str:
     return "an SDXL pipeline folder needs it" if xl else "a diffusers ONNX pipeline folder needs it"
 
 
-def _is_xl(files: PipelineFiles, index: dict) -> bool:
+def _is_xl(files: PipelineFiles, index: dict, unet: onnx.GraphProto | None) -> bool:
     """SDXL by what the folder says of itself (model_index.json: an XL class or a text_encoder_2 entry), else by
     its UNet taking SDXL's added conditioning -- so a folder that lost text_encoder_2/ is named, not misread."""
     cls = index.get("_class_name")
@@ -436,10 +440,7 @@ def _is_xl(files: PipelineFiles, index: dict) -> bool:
         return True
     if files.exists(MODEL_FILES["text_encoder_2"]):
         return True
-    if files.exists(MODEL_FILES["unet"]):
-        graph = files.graph_header(MODEL_FILES["unet"])
-        return any(i.name in XL_UNET_ROLES for i in graph.input)
-    return False
+    return unet is not None and any(i.name in XL_UNET_ROLES for i in unet.input)
 
 
 def _require_tokenizer(files: PipelineFiles, folder: str, xl: bool) -> None:
@@ -486,10 +487,12 @@ def _text_length(files: PipelineFiles, folder: str, declared: int | None) -> int
 _HIDDEN = re.compile(r"hidden_states\.(\d+)$")
 
 
-def _stage_spec(files: PipelineFiles, stage: str, xl: bool = False) -> StageSpec:
+def _stage_spec(files: PipelineFiles, stage: str, xl: bool = False, graph: onnx.GraphProto | None = None
+                ) -> StageSpec:
+    """The stage's spec from its graph (``graph``: already read; else read here)."""
     name = MODEL_FILES[stage]
     where = files.where(name)
-    graph = files.graph_header(name)
+    graph = graph if graph is not None else files.graph_header(name)
     inits = {t.name for t in graph.initializer}
     inputs = [tensor_meta(i) for i in graph.input if i.name not in inits]
     outputs = [tensor_meta(o) for o in graph.output]
@@ -503,12 +506,13 @@ def _stage_spec(files: PipelineFiles, stage: str, xl: bool = False) -> StageSpec
                              f"{', '.join(m.describe() for m in inputs) or 'none'}")
         _check_rank(ids, 2, where)
         if xl:
-            return StageSpec(stage, where, {"input_ids": ids}, *_xl_text_outputs(stage, outputs, where))
+            return StageSpec(stage, where, {"input_ids": ids}, *_xl_text_outputs(stage, outputs, where),
+                             outputs={m.name: m for m in outputs})
         out = next((m for m in outputs if m.name == "last_hidden_state"), None) or \
             next((m for m in outputs if len(m.shape) == 3), None)
         if out is None or len(out.shape) != 3:
             raise InputError(f"{where}: no (batch, tokens, hidden) output such as last_hidden_state")
-        return StageSpec(stage, where, {"input_ids": ids}, out.name)
+        return StageSpec(stage, where, {"input_ids": ids}, out.name, outputs={m.name: m for m in outputs})
     if stage == "unet":
         if len(outputs[0].shape) != 4:
             raise InputError(f"{where}: output {outputs[0].name!r} has rank {len(outputs[0].shape)}; a UNet predicts a "
@@ -625,10 +629,9 @@ def _latent_shape(files: PipelineFiles, stages: dict[str, StageSpec], configs: d
     return tuple(int(d) for d in dims), static
 
 
-def _hidden_size(files: PipelineFiles, stages: dict[str, StageSpec], configs: dict, stage: str) -> int | None:
-    graph = files.graph_header(MODEL_FILES[stage])
-    meta = next(tensor_meta(o) for o in graph.output if o.name == stages[stage].output)
-    return _static(meta.shape[2]) or configs[stage].get("hidden_size")
+def _hidden_size(stages: dict[str, StageSpec], configs: dict, stage: str) -> int | None:
+    spec = stages[stage]
+    return _static(spec.outputs[spec.output].shape[2]) or configs[stage].get("hidden_size")
 
 
 def _check_widths(files: PipelineFiles, stages: dict[str, StageSpec], configs: dict) -> int | None:
@@ -636,7 +639,7 @@ def _check_widths(files: PipelineFiles, stages: dict[str, StageSpec], configs: d
     config.json); SDXL's pooled width == the UNet's text_embeds; returns the text length when a graph declares
     it."""
     text = [s for s in stages if s in TEXT_STAGES]
-    hidden = [_hidden_size(files, stages, configs, s) for s in text]
+    hidden = [_hidden_size(stages, configs, s) for s in text]
     total = None if None in hidden else sum(hidden)
     unet = stages["unet"]
     ehs = unet.inputs["encoder_hidden_states"].shape
@@ -647,8 +650,7 @@ def _check_widths(files: PipelineFiles, stages: dict[str, StageSpec], configs: d
                          f"but {encoders} output{'s' if len(text) == 1 else ''} hidden size "
                          f"{' + '.join(map(str, hidden))}")
     if "text_encoder_2" in stages:
-        graph = files.graph_header(MODEL_FILES["text_encoder_2"])
-        pooled = next(tensor_meta(o) for o in graph.output if o.name == stages["text_encoder_2"].pooled)
+        pooled = stages["text_encoder_2"].outputs[stages["text_encoder_2"].pooled]
         p, u = _static(pooled.shape[1]), _static(unet.inputs["text_embeds"].shape[1])
         if p is not None and u is not None and p != u:
             raise InputError(f"{files.where(MODEL_FILES['unet'])}: text_embeds takes {u} values but "
