@@ -32,7 +32,7 @@ from ..graph.policy import KernelUnavailable
 from ..npu.knobs import apply_knobs
 from ..npu import NumericsProfile
 from ..npu.fixes import OP_TYPE_PREFIX, op_facts
-from .lockstep import Analysis, DumpFolder, NodeRecord, analyse, reference_executor
+from .lockstep import Analysis, NodeRecord, analyse, reference_executor
 from .policy import npu_policy
 from .priors import ORDERS, Ordering, move_seconds, node_priors, order_candidates
 from .samples import Sample, check_same_shapes
@@ -144,7 +144,7 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
                  check_onnx: bool = True, granularity: str = "node",
                  progress: Progress | None = None, cost: str | Path | None = None,
                  frontier: bool = False, choose: str = "moves", rescale: bool = True,
-                 order: str | None = None) -> BisectResult:
+                 order: str | None = None, graph_json: str | Path | None = None) -> BisectResult:
     """The whole bisection (module docstring). `samples`: input sets (samples.read_samples); `profile`: a preset
     name, profile file or NumericsProfile; `npu_dump`: a folder of device dumps replacing the emulator;
     `granularity`: moves per "node" or per "op_type" (search.rank_candidates); `cost`: a CSV of measured per-op
@@ -157,7 +157,9 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     when it is exact but not enough alone, the search runs on the rescaled model (the fix is both, when that
     passes; else the search runs on the model as given).
     `order`: the order the search tries candidates in (bisect.priors: error, priors, cost; default "cost" with
-    choose="cost", else "error")."""
+    choose="cost", else "error"). `graph_json`: with `npu_dump`, the graph JSON `atc --mode=1 --json` wrote for
+    the model the device ran: it maps the device's ops to ONNX nodes (else mschecker's own device plan does), and
+    the reference then runs the ONNX graph as given (mschecker.devdump)."""
     if choose not in ("moves", "cost"):
         raise InputError(f"--choose {choose!r}: moves or cost")
     order = order or ("cost" if choose == "cost" else "error")
@@ -180,8 +182,7 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
         if len(samples) != 1:
             raise InputError(f"--npu-dump {npu_dump}: a dump folder holds one run; give exactly one input set "
                              f"(got {len(samples)})")
-        produced = [o for st in reference.steps for o in st.outputs if o]
-        dump = DumpFolder(npu_dump, produced)
+        dump, reference = _device_dump(npu_dump, graph_json, loaded, npu, reference)
     t0 = time.perf_counter()
     analysis = analyse(reference, None if dump else npu, list(samples), rule, dump=dump, progress=progress)
     timings["lockstep_pass"] = time.perf_counter() - t0
@@ -397,6 +398,19 @@ def fusion_of(facts) -> dict[str, str] | None:
         if all(f.fused_away for f in of_type) and len({f.fused_by for f in of_type}) == 1:
             out[OP_TYPE_PREFIX + t] = of_type[0].fused_by
     return out
+
+
+def _device_dump(folder, graph_json, loaded: LoadedModel, npu: Executor, reference: Executor):
+    """The dump folder read and mapped (devdump.DeviceDump), and the reference executor the pass compares it
+    with: the graph the plan runs (its fused ops are the device's, per mschecker's fusion passes), or, with atc's
+    graph JSON (the device's own fusion), the ONNX graph as given."""
+    from ..devdump.evidence import DeviceDump
+    from ..devdump.mapping import from_plan
+
+    if graph_json is not None:
+        return DeviceDump(folder, loaded.proto, graph_json=graph_json), reference_executor(loaded)
+    op_type_of = getattr(npu.policy, "op_type_of", None)
+    return DeviceDump(folder, npu.model.proto, device_ops=from_plan(npu.model.proto, op_type_of)), reference
 
 
 def _check_dump_evidence(folder, analysis: Analysis) -> None:

@@ -14,8 +14,8 @@ order and a problem shows on whichever sample has it.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
@@ -25,7 +25,7 @@ from ..errors import InputError
 from ..graph.executor import Executor
 from ..dtypes import is_float
 from ..graph.policy import ReferencePolicy
-from ..tensorio import read_tensor, safe_filename
+from ..devdump.evidence import DeviceDump, DumpCoverage, stats_gap
 from .policy import RecordingNpuPolicy
 from .samples import Sample
 from .stats import LOW_HEADROOM, ErrorStats, Headroom, ReferenceRange, is_overflow
@@ -55,6 +55,7 @@ class OutputRecord:
     own: ErrorStats | None = None          # the node's own error (see module docstring)
     headroom: Headroom | None = None
     reference: ReferenceRange = field(default_factory=ReferenceRange)
+    stats_bound: float | None = None       # a statistics-only dump: a lower bound on the relative L2 error
 
     @property
     def overflow(self) -> bool:
@@ -65,7 +66,9 @@ class OutputRecord:
                 "error": self.error.to_dict() if self.error else None,
                 "own_error": self.own.to_dict() if self.own else None,
                 "headroom": self.headroom.to_dict() if self.headroom else None,
-                "reference_peak": self.reference.peak, "overflow": self.overflow}
+                "reference_peak": self.reference.peak, "overflow": self.overflow,
+                **({"statistics_lower_bound_rel_l2": json_float(self.stats_bound)}
+                   if self.stats_bound is not None else {})}
 
 
 @dataclass
@@ -85,7 +88,9 @@ class NodeRecord:
 
     @property
     def error(self) -> float:
-        return max((o.error.rel_l2 for o in self.outputs if o.error), default=0.0)
+        """Worst relative L2 error of the outputs (a statistics-only dump: the lower bound its statistics give)."""
+        return max([o.error.rel_l2 for o in self.outputs if o.error]
+                   + [o.stats_bound for o in self.outputs if o.stats_bound is not None], default=0.0)
 
     @property
     def own_error(self) -> float:
@@ -103,21 +108,6 @@ class NodeRecord:
         return {"index": self.index, "name": self.name, "op_type": self.op_type, "npu": self.npu,
                 "folded": self.folded, "inherited_rel_l2": json_float(self.inherited),
                 "outputs": [o.to_dict() for o in self.outputs]}
-
-
-@dataclass
-class DumpCoverage:
-    """How a real-device dump folder matched the model's tensors."""
-
-    folder: str
-    matched: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)      # tensors the model produces that have no dump
-    extra: list[str] = field(default_factory=list)        # dump files that name no tensor of the model
-    misshaped: list[str] = field(default_factory=list)    # "name: dump (shape) vs model (shape)"
-
-    def to_dict(self) -> dict:
-        return {"folder": self.folder, "matched": len(self.matched), "missing": self.missing, "extra": self.extra,
-                "misshaped": self.misshaped}
 
 
 @dataclass
@@ -160,51 +150,6 @@ class Analysis:
         return next(n for n in self.nodes if n.name == name)
 
 
-class DumpFolder:
-    """Per-tensor dumps taken on a device: <safe tensor name>.npy, or .bin with a sidecar (x.bin.json)."""
-
-    SUFFIXES = (".npy", ".bin")
-
-    def __init__(self, folder, tensor_names: list[str]):
-        self.folder = Path(folder)
-        if not self.folder.is_dir():
-            raise InputError(f"--npu-dump {folder}: not a directory")
-        files = {p.name: p for p in self.folder.iterdir() if p.is_file() and p.suffix.lower() in self.SUFFIXES}
-        self.paths: dict[str, Path] = {}
-        for name in tensor_names:
-            stem = safe_filename(name)
-            path = next((files[stem + s] for s in self.SUFFIXES if stem + s in files), None)
-            if path is not None:
-                self.paths[name] = path
-        used = {p.name for p in self.paths.values()}
-        self.coverage = DumpCoverage(str(folder), extra=sorted(n for n in files if n not in used))
-        if not self.paths:
-            shown = ", ".join(sorted(files)[:5]) or "no .npy/.bin file"
-            raise InputError(f"--npu-dump {folder}: holds no tensor of the model (files: {shown}; expected one "
-                             f"<tensor name>.npy or .bin + sidecar per tensor, e.g. {safe_filename(tensor_names[-1])}.npy)")
-
-    def load(self, name: str, shape: tuple, *, produced: bool = True) -> np.ndarray | None:
-        """The dump of tensor `name` (None when absent or misshaped: listed, not fatal). produced=False: an
-        input read for the own-error run, whose absence is listed where it is produced (graph inputs: never)."""
-        path = self.paths.get(name)
-        if path is None:
-            if produced and name not in self.coverage.missing:
-                self.coverage.missing.append(name)
-            return None
-        x = read_tensor(path, name=name)
-        if tuple(x.shape) != tuple(shape):
-            if x.size == int(np.prod(shape)):
-                x = x.reshape(shape)  # a flat .bin dump of the right size
-            else:
-                note = f"{name}: dump {tuple(x.shape)} vs model {tuple(shape)}"
-                if note not in self.coverage.misshaped:
-                    self.coverage.misshaped.append(note)
-                return None
-        if name not in self.coverage.matched:
-            self.coverage.matched.append(name)
-        return x
-
-
 def _float_outputs(produced: dict) -> Iterator[tuple[str, np.ndarray]]:
     for name, v in produced.items():
         if isinstance(v, np.ndarray) and is_float(v.dtype) and v.size:
@@ -212,13 +157,13 @@ def _float_outputs(produced: dict) -> Iterator[tuple[str, np.ndarray]]:
 
 
 def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], rule: ToleranceRule, *,
-            dump: DumpFolder | None = None, own_error: bool = True,
+            dump: DeviceDump | None = None, own_error: bool = True,
             progress: Progress | None = None, label: str = "lockstep pass") -> Analysis:
     """The lockstep pass (module docstring). `npu` is the emulator's executor, or None with `dump` (one sample)."""
     steps = reference.steps
     op_type = getattr(npu.policy, "op_type_of", None) if npu is not None else None
     records = [NodeRecord(st.index, st.label, op_type(st.node) if op_type else st.node.op_type,
-                          "device dump" if npu is None else npu.steps[k].ctx.description,
+                          _dump_label(dump, st) if npu is None else npu.steps[k].ctx.description,
                           st.ctx.description.startswith("host-folded") if npu is None else
                           npu.steps[k].ctx.description.startswith("host-folded"))
                for k, st in enumerate(steps)]
@@ -237,6 +182,7 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
     for si, sample in enumerate(samples):
         sample_out: dict[str, ErrorStats] = {}
         kept: dict[str, np.ndarray] = {}
+        chain = _Chain(steps, reference) if npu is None else None
         ref_walk = reference.walk(sample.feeds)
         npu_walk = npu.walk(sample.feeds) if npu is not None else None
         for k, (rstep, rargs, rout) in enumerate(ref_walk):
@@ -253,7 +199,7 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
                 hidden = (0, 0)
                 nout = {name: dump.load(name, np.shape(v)) for name, v in rout.items()
                         if isinstance(v, np.ndarray) and is_float(v.dtype)}
-                own_out = _reference_on_dumps(reference, k, rstep, rargs, dump) if own_error else None
+                own_out = _reference_on_dumps(reference, k, rstep, rargs, dump, chain) if own_error else None
             for name, ref in _float_outputs(rout):
                 rng = ranges.setdefault(name, ReferenceRange())
                 rng.add(ref)
@@ -264,6 +210,8 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
                     record.outputs.append(rec)
                 if name in graph_outputs:
                     judgeable[name] = None
+                if actual is None and npu is None:
+                    _statistics_only(dump, name, ref, rec, rule, outputs if name in graph_outputs else None)
                 if actual is None or not is_float(actual.dtype):
                     continue
                 where = f"{record.label} output {name!r}"
@@ -304,16 +252,68 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
                     [n for n in reference.output_names if n in judgeable])
 
 
-def _reference_on_dumps(reference: Executor, k: int, step, rargs, dump: DumpFolder) -> dict | None:
-    """The reference's value of node k computed from the device's dumped inputs (reference inputs where a dump
-    is missing); None when the node reads no dumped tensor (then the whole error is the node's own)."""
+class _Chain:
+    """The reference re-anchored on the device's dumps: for a tensor with no dump of its own (inside a fused
+    device op, or simply not dumped), the reference's value computed from the nearest dumped tensors upstream. A
+    fused op's own error is then its dumped output against the reference run from its dumped inputs through the
+    ONNX nodes it covers, not against a value that already carries the error it inherited. Tensors are dropped
+    after their last reader, as the executors do."""
+
+    def __init__(self, steps, reference: Executor):
+        self.values: dict[str, np.ndarray] = {}
+        self.last_use: dict[str, int] = {}
+        for k, st in enumerate(steps):
+            for n in st.inputs:
+                if n:
+                    self.last_use[n] = k
+        self.outputs = set(reference.output_names)
+
+    def keep(self, k: int, own: dict | None, dumped: dict) -> None:
+        for name, v in (own or {}).items():
+            if dumped.get(name) is None and isinstance(v, np.ndarray) and self.last_use.get(name, -1) > k:
+                self.values[name] = v
+        for name in [n for n, last in self.last_use.items() if last == k and n in self.values]:
+            del self.values[name]
+
+
+def _reference_on_dumps(reference: Executor, k: int, step, rargs, dump: DeviceDump, chain: _Chain) -> dict | None:
+    """The reference's value of node k computed from what the device read: each input's dump (the consumer's
+    own dumped input first), else the chained reference value (_Chain), else the reference's; None when nothing
+    upstream was dumped (then the whole error is the node's own)."""
     inputs, any_dumped = {}, False
     for n, a in zip(step.inputs, rargs):
         if not n or n in reference.initializers:
             continue
-        d = dump.load(n, np.shape(a), produced=False) if isinstance(a, np.ndarray) and is_float(a.dtype) else None
+        d = dump.load_input(n, np.shape(a)) if isinstance(a, np.ndarray) and is_float(a.dtype) else None
+        if d is None and n in chain.values:
+            d = chain.values[n]
         any_dumped |= d is not None
         inputs[n] = d if d is not None else a
-    if not any_dumped:
-        return None
-    return reference.run_node(k, inputs)
+    own = reference.run_node(k, inputs) if any_dumped else None
+    chain.keep(k, own, {o: (o in dump.outputs) or None for o in step.outputs if o})
+    return own
+
+
+def _dump_label(dump: DeviceDump | None, step) -> str:
+    op = dump.device_op(step.node.name) if dump is not None else None
+    return f"device dump: {op}" if op and op != step.node.name else "device dump"
+
+
+def _statistics_only(dump: DeviceDump, name: str, ref: np.ndarray, rec: OutputRecord, rule,
+                     outputs: dict | None) -> None:
+    """A tensor the dump holds only statistics of: their lower bound on the error (evidence.stats_gap) is
+    recorded as a relative L2 bound. For a graph output it is a proven FAIL when the gap exceeds
+    ||atol + rtol |r|||_2: were every element within atol + rtol |r_i|, ||x - r|| could not be larger."""
+    stats = dump.stats(name)
+    gap = stats_gap(stats, ref) if stats is not None else None
+    if gap is None:
+        return
+    r = np.asarray(ref, dtype=np.float64)
+    norm = float(np.sqrt(np.sum(r * r)))
+    bound = gap / norm if norm > 0 else (0.0 if gap == 0 else math.inf)
+    rec.stats_bound = max(rec.stats_bound or 0.0, bound)
+    if outputs is None or rule.ulp is not None or rule.cosine is not None:
+        return
+    limit = float(np.sqrt(np.sum((rule.atol + rule.rtol * np.abs(r)) ** 2)))
+    if gap > limit:
+        outputs.setdefault(name, ErrorStats(bound, None, None, None, None, None, None, False))

@@ -4,7 +4,10 @@ Runs a model on one device and prints a per-output summary (shape, dtype, range,
 --save-outputs the outputs are recorded as a golden directory (manifest + .npy, atomic) that `mschecker check`
 can compare against (`--update` replaces a set saved before). The NPU knobs are mschecker.npu.knobs' (the same
 flags as the check command, sd and bisect): --profile, --precision-mode, --keep-dtype FILE|ENTRY,...,
---op-precision FILE.ini|OpType=MODE,..., --overflow-mode, --implmode. Exit 0 on success, 2 on bad input.
+--op-precision FILE.ini|OpType=MODE,..., --overflow-mode, --implmode. `--dump DIR --dump-format acl|msprobe`
+writes every device op's inputs and outputs as the device would dump them (mschecker.devdump.writer), named
+after the device plan's ops, for msprobe's compare or `mschecker bisect --npu-dump`. Exit 0 on success, 2 on bad
+input.
 """
 from __future__ import annotations
 
@@ -32,6 +35,11 @@ def build_parser(prog: str = "mschecker run") -> Parser:
     p.add_argument("--save-outputs", metavar="DIR", help="record the outputs as a golden directory")
     p.add_argument("--update", action="store_true", help="replace outputs already saved in --save-outputs DIR")
     p.add_argument("--overwrite", dest="update", action="store_true", help=argparse.SUPPRESS)  # the old name
+    p.add_argument("--dump", metavar="DIR", help="write every device op's inputs and outputs as a device dump "
+                   "(--device npu or reference; DIR must not exist or be empty)")
+    p.add_argument("--dump-format", choices=("acl", "msprobe"), default="acl",
+                   help="acl: ACL/GE dump files (protobuf header, NC1HWC0 / FRACTAL_Z for convolutions); msprobe: "
+                   "dump.json + dump_tensor_data/*.npy (default acl)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -41,13 +49,18 @@ def main(argv: list[str]) -> int:
     profile, options = npu_knobs(args)
     if args.save_outputs:
         _check_save_outputs(args.save_outputs, args.update)
+    if args.dump:
+        _check_dump(args)
     t0 = time.perf_counter()
     runner = make_runner(args.model, device=args.device, profile=profile, **options)
     check_runner_entries(runner, f"model {args.model}")  # --keep-dtype / --op-precision entries must match
     metas = apply_overrides(runner.inputs(), parse_shapes(args.shape), parse_dtypes(args.dtype))
     feeds = read_tensors(args.input, metas, role="input")
     t1 = time.perf_counter()
-    outputs = _run_with_progress(runner, feeds, show=not args.no_progress and sys.stderr.isatty())
+    if args.dump:
+        outputs, where = _run_and_dump(runner, feeds, args)
+    else:
+        outputs = _run_with_progress(runner, feeds, show=not args.no_progress and sys.stderr.isatty())
     t2 = time.perf_counter()
     from rich.table import Table
 
@@ -72,6 +85,10 @@ def main(argv: list[str]) -> int:
               + (", ".join(f"{name} {n}" for name, n in fused.items()) or "none") + "); per-op plan: mschecker plan "
               "--model MODEL with the same NPU flags")
     print(f"load+inputs {t1 - t0:.2f} s, run {t2 - t1:.2f} s")
+    if args.dump:
+        from ..untrusted import plain
+
+        print(f"device dump ({args.dump_format}) written to {plain(where)}")
     if args.save_outputs:
         golden_store.record(args.save_outputs, outputs, producer=runner.name, update=args.update,
                             extra={"model": str(args.model), "device": args.device, "profile": profile,
@@ -93,6 +110,44 @@ def _check_save_outputs(directory, update: bool) -> None:
     except InputError as exc:
         raise UsageError(f"--save-outputs {directory}: outputs are already saved there (use --update; {exc})") \
             from None
+
+
+def _check_dump(args) -> None:
+    """Refused before any work: a dump of a device with no ops to dump, or a target that holds something."""
+    from pathlib import Path
+
+    from ..devdump.writer import check_dump_target
+
+    if args.device not in ("npu", "reference"):
+        raise UsageError(f"--dump needs --device npu or reference (device ops to dump), not {args.device}")
+    check_dump_target(Path(args.dump))
+
+
+def _run_and_dump(runner, feeds, args):
+    """One walk of the executor writes the dump and collects the graph outputs (no second run)."""
+    from ..devdump.writer import emulator_ops, write_dump
+    from ..graph.loader import load_model
+
+    executor = runner.executor
+    wanted = set(executor.output_names)
+    outputs: dict = {}
+
+    def ops():
+        for op in emulator_ops(executor, feeds, load_model(args.model),
+                               getattr(executor.policy, "op_type_of", None)):
+            outputs.update((n, v) for n, v in zip(op.output_names, op.outputs) if n in wanted)
+            yield op
+    where = write_dump(args.dump, ops(), fmt=args.dump_format, model_name=_model_name(args.model))
+    missing = [n for n in executor.output_names if n not in outputs]
+    if missing:  # graph outputs computed on the host (folded) or fed through: the plain run gives them
+        outputs = runner.run(feeds)
+    return {n: outputs[n] for n in executor.output_names}, where
+
+
+def _model_name(path) -> str:
+    from pathlib import Path
+
+    return Path(str(path)).stem
 
 
 def _run_with_progress(runner, feeds, show: bool):
