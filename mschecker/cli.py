@@ -35,6 +35,7 @@ SUBCOMMANDS = {
     "bisect": "mschecker.commands.bisect",
     "plan": "mschecker.commands.plan",
     "rescale": "mschecker.commands.rescale",
+    "dump": "mschecker.commands.dump",
 }
 #: subcommands that run with one BLAS thread unless the user says otherwise (mschecker/blas.py: the SD graphs)
 ONE_BLAS_THREAD = ("sd",)

@@ -34,8 +34,13 @@ def build_parser(prog: str = "mschecker bisect") -> Parser:
                    help="at most this many model evaluations in the fix search")
     p.add_argument("--budget-seconds", type=_float("--budget-seconds"), default=None,
                    help="stop the fix search after this many seconds (best configuration so far reported)")
-    p.add_argument("--npu-dump", metavar="DIR", help="per-tensor device dumps (<tensor>.npy or .bin + sidecar) "
-                   "used as the NPU side instead of the emulator (localization only)")
+    p.add_argument("--npu-dump", metavar="DIR", help="a device dump folder used as the NPU side instead of the "
+                   "emulator (localization only): ACL/GE dump files, msaccucmp/msprobe .npy conversions, an msprobe "
+                   "dump.json (tensors or statistics only), or <tensor>.npy / .bin + sidecar files; read by content "
+                   "(docs/DEVICE_DUMPS.md)")
+    p.add_argument("--graph-json", metavar="FILE", help="with --npu-dump: the graph JSON `atc --mode=1 --om=m.om "
+                   "--json=m.json` wrote, mapping the device's (fused) ops to ONNX nodes; without it mschecker's own "
+                   "device plan for the profile maps them")
     p.add_argument("--granularity", choices=["node", "op-type"], default="node",
                    help="moves per node (default: the smallest fix) or per op type (OpType:: / [ByOpType] entries)")
     p.add_argument("--no-onnx-check", action="store_true", help="do not build and check the patched ONNX model")
@@ -68,6 +73,8 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     tolerance_rule(args.tolerance)  # a bad tolerance is reported before anything is loaded
     check_out(args.out, json_report=args.json, html_report=args.html)  # before minutes of search, not after
+    if args.graph_json and not args.npu_dump:
+        raise UsageError("--graph-json maps a device dump's ops: give --npu-dump DIR with it")
     options = options_for(knobs_from_args(args))
     profile = apply_knobs(options.pop("profile", None), **options)
     model = load_model(args.model)
@@ -81,7 +88,7 @@ def main(argv: list[str]) -> int:
                               npu_dump=args.npu_dump, check_onnx=not args.no_onnx_check,
                               granularity=args.granularity.replace("-", "_"), progress=progress,
                               cost=args.cost, frontier=args.frontier, choose=args.choose, rescale=args.rescale,
-                              order=args.order)
+                              order=args.order, graph_json=args.graph_json)
     files = write_outputs(result, args.out, json_report=args.json, html_report=args.html,
                           frontier_plot=args.frontier)
     render_console(result, files=files, frontier_table=args.frontier)
