@@ -19,7 +19,7 @@ import onnx
 from ..errors import InputError
 from ..tensorio import safe_filename
 from ..untrusted import plain
-from .mapping import DeviceOpMap, OpIndex, from_graph_json, name_key
+from .mapping import COMPILER_INSERTED, DeviceOpMap, OpIndex, from_graph_json
 from .model import DumpedOp, DumpedTensor, DumpProblem, TensorStats
 from .scan import scan_folder
 
@@ -39,13 +39,14 @@ class DumpCoverage:
     skipped: list[str] = field(default_factory=list)      # files of the folder that are not dumps
     fused_inside: dict[str, str] = field(default_factory=dict)  # tensor -> the fused device op computing it
     statistics_only: list[str] = field(default_factory=list)
+    compiler_inserted: int = 0    # dumped TransData / Cast ops no ONNX node computes (not listed as extra)
 
     def to_dict(self) -> dict:
         return {"folder": self.folder, "kinds": self.kinds, "mapped_by": self.mapped_by,
                 "matched": len(self.matched), "missing": self.missing, "extra": self.extra,
                 "misshaped": self.misshaped, "unreadable": self.unreadable, "skipped": self.skipped[:50],
                 "skipped_count": len(self.skipped), "inside_fused_ops": len(self.fused_inside),
-                "statistics_only": self.statistics_only}
+                "statistics_only": self.statistics_only, "compiler_inserted_ops": self.compiler_inserted}
 
 
 class DeviceDump:
@@ -80,6 +81,9 @@ class DeviceDump:
                 self._put(self.outputs, name, op.outputs[0])
             return
         dev = self.index.find(self._candidates(op))
+        if dev is None and op.op_type in COMPILER_INSERTED:
+            self.coverage.compiler_inserted += 1
+            return
         if dev is None and not any(t.origin for t in op.outputs):
             self.coverage.extra.append(f"{op.name} ({op.op_type or 'op'}): no op of the model or the device map")
             return
@@ -198,6 +202,34 @@ class DeviceDump:
             except layouts.LayoutError as exc:
                 raise DumpProblem(f"{t.source}: {exc}") from None
         return t.load()
+
+
+def graph_outputs(folder, model, names, flag: str = "--referee") -> dict[str, np.ndarray]:
+    """The graph outputs `names` a dump folder holds (another device's run, as a referee), mapped by the dump's
+    own origins and op names; the ones it lacks are left out (the caller lists them)."""
+    from ..graph.loader import LoadedModel, load_model
+
+    proto = model.proto if isinstance(model, LoadedModel) else model if isinstance(model, onnx.ModelProto) \
+        else load_model(model).proto
+    dump = DeviceDump(folder, proto, flag=flag)
+    shapes = _output_shapes(proto)
+    out = {}
+    for name in names:
+        t = dump.outputs.get(name)
+        if t is not None:
+            x = dump._read(name, t, shapes.get(name) or t.shape)
+            if x is not None:
+                out[name] = x
+    return out
+
+
+def _output_shapes(proto: onnx.ModelProto) -> dict[str, tuple]:
+    out = {}
+    for o in proto.graph.output:
+        dims = o.type.tensor_type.shape.dim
+        if all(d.HasField("dim_value") for d in dims):
+            out[o.name] = tuple(int(d.dim_value) for d in dims)
+    return out
 
 
 def stats_gap(dumped: TensorStats, reference: np.ndarray) -> float | None:

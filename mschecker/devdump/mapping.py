@@ -28,6 +28,9 @@ from ..errors import InputError
 from ..untrusted import plain
 
 _NON_WORD = re.compile(r"[^A-Za-z0-9]")
+#: Ops the compiler inserts between the model's ops (layout and dtype conversions): no ONNX node computes them, and
+#: msaccucmp treats the same two types apart (cmp_utils/constant/const_manager.py SPECIAL_OPS_TYPE).
+COMPILER_INSERTED = ("TransData", "Cast")
 
 
 def name_key(name: str) -> str:
@@ -69,7 +72,8 @@ class OpIndex:
         for c in candidates:
             node = self.nodes.get(c) or self.node_keys.get(name_key(c))
             if node is not None:
-                return DeviceOpMap(node.name, node.op_type, (node.name,), list(node.output), list(node.input), "model")
+                return DeviceOpMap(node.name, node.op_type, (node.name,), list(node.output),
+                                   [i for i in node.input if i], "model")
         return None
 
     def tensor_of_origin(self, origin: tuple[str, int]) -> str | None:
@@ -87,7 +91,9 @@ def from_plan(npu_model: onnx.ModelProto, op_type_of=None) -> list[DeviceOpMap]:
         covers = next((list(onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "covers"), None)
         covers = tuple(c.decode() if isinstance(c, bytes) else c for c in covers) if covers else (node.name,)
         op_type = op_type_of(node) if op_type_of else node.op_type
-        out.append(DeviceOpMap(node.name, op_type, covers, list(node.output), list(node.input), "device plan"))
+        # absent optional inputs ("") are not device inputs: a dump numbers the inputs it holds
+        out.append(DeviceOpMap(node.name, op_type, covers, list(node.output), [i for i in node.input if i],
+                               "device plan"))
     return out
 
 

@@ -167,3 +167,52 @@ def test_statistics_gap_on_non_finite_and_empty():
     r = np.ones(4)
     assert stats_gap(TensorStats(max=float("nan")), r) == float("inf")
     assert stats_gap(TensorStats(), r) is None and stats_gap(TensorStats(norm=1.0), np.zeros(0)) is None
+
+
+def _acl(folder, name, op_type, inputs, outputs, origins=()):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{op_type}.{name.replace('/', '_')}.1.0.{len(list(folder.iterdir())) + 100}").write_bytes(
+        acl.encode(OpTensors(name, op_type, list(inputs), list(outputs), list(origins))))
+
+
+def test_several_iterations_are_refused_naming_them(tmp_path, capsys):
+    path, x = _save(tmp_path, _chain_model())
+    y = np.zeros((4, 8), np.float32)
+    for it in ("0", "1"):
+        _acl(tmp_path / "d" / "t" / "0" / "m" / "1" / it, "relu", "Relu", [y], [y])
+    code, out, err = _run(["bisect", "--model", str(path), "--input", str(x), "--tolerance", "1e-2", "--out",
+                           str(tmp_path / "o"), "--npu-dump", str(tmp_path / "d"), "--no-progress"], capsys)
+    assert code == 2 and "several folders" in err and "t/0/m/1/0" in err and "t/0/m/1/1" in err
+
+
+def test_origins_in_the_dump_map_outputs_and_inserted_ops_are_counted_apart(tmp_path):
+    """A device op with a name nothing knows, whose output records its original ONNX op (GE writes it), maps by
+    that; TransData / Cast ops the compiler inserted are counted, not listed as extra."""
+    from mschecker.devdump.evidence import DeviceDump
+
+    model = _chain_model()
+    d = tmp_path / "d"
+    t = np.ones((4, 8), np.float32)
+    _acl(d, "te_fused_17", "MatMulV2", [t], [t], [("add", 0)])
+    _acl(d, "trans_TransData_3", "TransData", [t], [t])
+    _acl(d, "mystery", "Foo", [t], [t])
+    dump = DeviceDump(d, model)
+    assert set(dump.outputs) == {"t_add"} and dump.coverage.compiler_inserted == 1
+    assert len(dump.coverage.extra) == 1 and "mystery" in dump.coverage.extra[0]
+
+
+def test_absent_optional_inputs_do_not_shift_the_dumped_inputs(tmp_path):
+    """A node with an absent optional input in the middle: the dump numbers only the inputs it holds."""
+    from mschecker.devdump.evidence import DeviceDump
+    from mschecker.devdump.mapping import from_plan
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    mx = numpy_helper.from_array(np.float32(1.0), "mx")
+    node = helper.make_node("Clip", ["x", "", "mx"], ["y"], name="clip")
+    model = helper.make_model(helper.make_graph([node], "g", [x], [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, [3])], [mx]), opset_imports=[helper.make_opsetid("", 17)])
+    a = np.array([-1, 0.5, 3], np.float32)
+    _acl(tmp_path / "d", "clip", "ClipByValue", [a, None, np.float32(1.0)], [np.clip(a, None, 1)])
+    dump = DeviceDump(tmp_path / "d", model, device_ops=from_plan(model))
+    assert set(dump.inputs) == {"x", "mx"}
+    np.testing.assert_array_equal(dump.load_input("mx", ()), np.float32(1.0))
