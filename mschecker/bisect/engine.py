@@ -424,7 +424,10 @@ def _check_dump_evidence(folder, analysis: Analysis) -> None:
     why = []
     for name in unjudged:
         note = next((m for m in coverage.misshaped if m.startswith(f"{name}: ")), None) if coverage else None
-        why.append(plain(name) + " " + (f"misshaped ({plain(note[len(name) + 2:])})" if note else "missing"))
+        stats = coverage is not None and name in coverage.statistics_only
+        why.append(plain(name) + " " + (f"misshaped ({plain(note[len(name) + 2:])})" if note else
+                                        "statistics only (they show no error above the tolerance; a pass needs "
+                                        "the tensor)" if stats else "missing"))
     head = "no dumped graph output to judge" if not analysis.outputs else \
         "the dumped outputs pass, but not every graph output was dumped"
     raise InputError(f"--npu-dump {plain(folder)}: {head}: {'; '.join(why)} (a verdict needs a "

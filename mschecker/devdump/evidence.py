@@ -106,18 +106,14 @@ class DeviceDump:
             self._mark_inside(dev)
 
     def _candidates(self, op: DumpedOp) -> list[str]:
+        from . import msprobe, npyfiles
+
         names = [op.name]
-        try:
-            from . import npyfiles
-            names += [c for c in npyfiles.name_candidates(Path(op.source).name) if c not in names] \
-                if op.source.endswith(".npy") else []
-        except (ImportError, AttributeError):
-            pass
-        parts = op.name.split(".")
-        if len(parts) >= 3 and parts[-1] in ("forward", "backward") or (len(parts) >= 4 and parts[-2] == "forward"):
-            core = [p for p in parts[1:] if p not in ("forward", "backward") and not p.isdigit()]
-            names += [".".join(core), ".".join(core[:-1])] if len(core) > 1 else [".".join(core)]
-        return [n for n in names if n]
+        if op.source.endswith(".npy"):
+            names += npyfiles.name_candidates(Path(op.source).name)
+        elif op.source.endswith(".json") or ".json:" in op.source:
+            names += msprobe.name_candidates(op.name)
+        return list(dict.fromkeys(n for n in names if n))
 
     def _put(self, table: dict, name: str, t: DumpedTensor) -> None:
         if name in table:
@@ -193,14 +189,10 @@ class DeviceDump:
     @staticmethod
     def _converted(t: DumpedTensor, shape: tuple) -> np.ndarray:
         """Load; an npy conversion still in a device layout is converted with the model's shape."""
-        from . import layouts
+        from .npyfiles import is_blocked, with_host_shape
 
-        if t.problem and t.loader is not None and t.layout not in ("ND", "") and layouts.is_supported(t.layout):
-            raw = t.loader()
-            try:
-                return layouts.to_host(raw.reshape(-1), t.layout, raw.shape, tuple(shape), dtype=raw.dtype)
-            except layouts.LayoutError as exc:
-                raise DumpProblem(f"{t.source}: {exc}") from None
+        if t.problem and t.loader is not None and is_blocked(t.layout):
+            t = with_host_shape(t, shape)
         return t.load()
 
 

@@ -61,10 +61,8 @@ def scan_folder(folder) -> DumpScan:
 
 
 def _read_msprobe(folder: Path, scan: DumpScan) -> set[Path]:
-    try:
-        from . import msprobe
-    except ImportError:  # pragma: no cover - the module ships with the package
-        return set()
+    from . import msprobe
+
     paths = msprobe.detect(folder)
     if paths:
         before = len(scan.ops)
@@ -85,12 +83,10 @@ def _read_npy(paths: list[Path], scan: DumpScan, folder: Path) -> None:
     "tensor-files": one op per file, named after the tensor)."""
     from ..tensorio import npy_header
 
-    try:
-        from . import npyfiles
-    except ImportError:  # TEMP until npyfiles lands
-        npyfiles = None
+    from . import npyfiles
+
     wanted = set(paths)
-    converted = [p for p in npyfiles.detect(folder) if p in wanted] if paths and npyfiles else []
+    converted = [p for p in npyfiles.detect(folder) if p in wanted] if paths else []
     if converted:
         before = len(scan.ops)
         npyfiles.read(converted, scan)

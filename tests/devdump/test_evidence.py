@@ -216,3 +216,117 @@ def test_absent_optional_inputs_do_not_shift_the_dumped_inputs(tmp_path):
     dump = DeviceDump(tmp_path / "d", model, device_ops=from_plan(model))
     assert set(dump.inputs) == {"x", "mx"}
     np.testing.assert_array_equal(dump.load_input("mx", ()), np.float32(1.0))
+
+
+def test_the_acl_writer_gives_convolutions_the_cube_layouts(tmp_path, capsys):
+    """The bundled default model's Conv: feature maps NC1HWC0, filter FRACTAL_Z, as GE feeds the cube unit; the
+    rest ND; read back, the values are the emulator's (the bisect round trip above)."""
+    from importlib.resources import files
+
+    default = files("mschecker.golden_data") / "default"
+    inputs = f"{default / 'x.bin'},{default / 't.bin'}"
+    code, out, err = _run(["run", "--model", str(default / "model.onnx"), "--input", inputs, "--device", "npu",
+                           "--dump", str(tmp_path / "d"), "--no-progress"], capsys)
+    assert code == 0, err
+    code, out, err = _run(["dump", "inspect", str(tmp_path / "d"), "--json"], capsys)
+    conv = next(op for op in json.loads(out)["op_list"] if op["type"] == "Conv2D")
+    assert conv["outputs"][0]["layout"] == "NC1HWC0"
+    from mschecker.devdump.scan import scan_folder
+
+    op = next(o for o in scan_folder(tmp_path / "d").ops if o.op_type == "Conv2D")
+    assert [t.layout for t in op.inputs] == ["NC1HWC0", "FRACTAL_Z", "ND"]
+    assert op.outputs[0].origin == ("conv", 0)
+
+
+def test_graph_json_origin_output_index_picks_the_nodes_output(tmp_path):
+    """A fused op whose only output is the second output of a covered Split (origin index 1): that tensor."""
+    from mschecker.devdump.mapping import from_graph_json
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    nodes = [helper.make_node("Split", ["x"], ["lo", "hi"], name="split", axis=0, num_outputs=2),
+             helper.make_node("Relu", ["hi"], ["y"], name="relu")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, [2])]), opset_imports=[helper.make_opsetid("", 18)])
+    doc = {"graph": [{"op": [
+        {"name": "x", "type": "Data"},
+        {"name": "split_hi", "type": "SplitD", "input": ["x:0"],
+         "attr": [{"key": "_datadump_original_op_names", "value": {"list": {"s": ["split"]}}}],
+         "output_desc": [{"attr": [{"key": "_datadump_origin_name", "value": {"s": "split"}},
+                                   {"key": "_datadump_origin_output_index", "value": {"i": 1}}]}]},
+        {"name": "relu", "type": "Relu", "input": ["split_hi:0"], "output_desc": [{"attr": []}]}]}]}
+    (tmp_path / "g.json").write_text(json.dumps(doc))
+    ops = {op.name: op for op in from_graph_json(tmp_path / "g.json", model)}
+    assert ops["split_hi"].outputs == ["hi"] and ops["split_hi"].inputs == ["x"]
+    assert ops["relu"].inputs == ["hi"] and ops["relu"].outputs == ["y"] and ops["relu"].covers == ("relu",)
+
+
+@pytest.mark.parametrize("doc", ["{", "[]", '{"graph": 3}', '{"graph": [{"op": [{"name": 1}]}]}'])
+def test_a_graph_json_that_is_not_atcs_is_one_line_exit_2(tmp_path, doc):
+    from mschecker.devdump.mapping import from_graph_json
+    from mschecker.errors import InputError
+
+    (tmp_path / "g.json").write_text(doc)
+    with pytest.raises(InputError) as info:
+        from_graph_json(tmp_path / "g.json", _chain_model())
+    assert "--graph-json" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_device_op_names_match_through_file_name_sanitizing(tmp_path):
+    """A dump names '/blk/conv/Conv' as '_blk_conv_Conv' (file names and msprobe keys hold no '/'): it maps."""
+    from mschecker.devdump.mapping import DeviceOpMap, OpIndex
+
+    index = OpIndex([DeviceOpMap("/blk/conv/Conv", "Conv2D", ("/blk/conv/Conv",), ["t"], ["x"])], _chain_model())
+    assert index.find(["_blk_conv_Conv"]).name == "/blk/conv/Conv"
+    assert index.find(["nothing"]) is None
+
+
+def test_statistics_gap_of_a_pure_shift_is_the_whole_error():
+    r = np.linspace(-1, 1, 25)
+    gap = stats_gap(TensorStats.of(r + 0.5), r)
+    assert gap == pytest.approx(np.linalg.norm(np.full(25, 0.5)), rel=1e-12)   # sqrt(n) * |mean shift|
+
+
+def _msprobe_dump(tmp_path, path, x, mode):
+    from mschecker.bisect.policy import npu_policy
+    from mschecker.devdump import msprobe
+    from mschecker.devdump.writer import emulator_ops
+    from mschecker.graph.executor import Executor
+    from mschecker.graph.loader import load_model
+    from mschecker.npu.knobs import apply_knobs
+
+    loaded = load_model(path)
+    npu = Executor(loaded, npu_policy(apply_knobs("ascend910b")))
+    msprobe.write(tmp_path / "m", emulator_ops(npu, {"x": np.load(x)}, loaded, npu.policy.op_type_of),
+                  summary_mode=mode)
+    return tmp_path / "m"
+
+
+def test_statistics_only_dump_localizes_and_proves_the_failure(tmp_path, capsys):
+    """msprobe statistics (max/min/mean/norm, no tensor files) of the emulator's run: the overflowing LayerNorm is
+    where the bound first crosses the tolerance, and the NaN/large outputs are a proven FAIL (exit 1)."""
+    path, x = _save(tmp_path, M.layernorm_pair())
+    folder = _msprobe_dump(tmp_path, path, x, "statistics")
+    assert not list(folder.rglob("*.npy"))
+    r = bisect_model(path, [Sample("x", {"x": np.load(x)})], tolerance=1e-2, npu_dump=folder)
+    assert r.analysis.dump.kinds == ["msprobe"] and r.verdict == "FAIL"
+    assert r.analysis.first_crossing(1e-2).name == "ln_big"
+    assert set(r.analysis.dump.statistics_only) >= {"y_big"}
+    assert r.analysis.node("ln_big").outputs[0].stats_bound > 1e-2
+
+
+def test_statistics_that_show_nothing_are_no_pass(tmp_path, capsys):
+    path, x = _save(tmp_path, M.layernorm_pair(big=1.0))
+    folder = _msprobe_dump(tmp_path, path, x, "statistics")
+    code, out, err = _run(["bisect", "--model", str(path), "--input", str(x), "--tolerance", "1e-2", "--out",
+                           str(tmp_path / "o"), "--npu-dump", str(folder), "--no-progress"], capsys)
+    assert code == 2 and "statistics only" in err and len(err.strip().splitlines()) == 1
+
+
+def test_msprobe_tensor_dump_gives_the_emulators_errors(tmp_path):
+    path, x = _save(tmp_path, M.layernorm_pair())
+    folder = _msprobe_dump(tmp_path, path, x, "all")
+    sample = [Sample("x", {"x": np.load(x)})]
+    dumped = bisect_model(path, sample, tolerance=1e-2, npu_dump=folder)
+    emulated = bisect_model(path, sample, tolerance=1e-2, check_onnx=False, rescale=False)
+    assert dumped.analysis.dump.kinds == ["msprobe"] and dumped.analysis.dump.missing == []
+    assert {n.name: n.error for n in dumped.analysis.nodes} == {n.name: n.error for n in emulated.analysis.nodes}
