@@ -170,3 +170,31 @@ def test_descriptor_matches_the_public_proto_field_for_field(acl_pb2):
     for name, e in theirs.enum_types_by_name.items():
         assert [(v.name, v.number) for v in e.values] == \
             [(v.name, v.number) for v in ours.enum_types_by_name[name].values], name
+
+
+def _varint(n):
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def _field(number, wire, payload):
+    key = _varint(number << 3 | wire)
+    return key + (_varint(len(payload)) + payload if wire == 2 else payload)
+
+
+def test_hand_made_wire_bytes_read(tmp_path):
+    """A header spelled out byte by byte (protobuf wire format, fields in reverse order, `dim` unpacked: both
+    are legal encodings a writer may choose), then the data: read as written."""
+    shape = _field(1, 0, _varint(2)) + _field(1, 0, _varint(3))               # Shape{dim: 2, dim: 3}, unpacked
+    output = (_field(8, 0, _varint(0)) + _field(6, 0, _varint(12)) + _field(3, 2, shape)
+              + _field(2, 0, _varint(2)) + _field(1, 0, _varint(2)))        # size 12, ND, DT_FLOAT16
+    header = _field(6, 2, "a/[b]".encode()) + _field(3, 2, output) + _field(1, 2, b"2.0")
+    data = np.arange(6, dtype="<f2").tobytes()
+    (tmp_path / "Add.a_b.1.0.5").write_bytes(struct.pack("<Q", len(header)) + header + data)
+    op = acl.read_file(tmp_path / "Add.a_b.1.0.5")
+    assert op.name == "a/[b]" and op.outputs[0].shape == (2, 3) and op.outputs[0].dtype == "float16"
+    np.testing.assert_array_equal(op.outputs[0].load(), np.arange(6, dtype=np.float16).reshape(2, 3))

@@ -330,3 +330,26 @@ def test_msprobe_tensor_dump_gives_the_emulators_errors(tmp_path):
     emulated = bisect_model(path, sample, tolerance=1e-2, check_onnx=False, rescale=False)
     assert dumped.analysis.dump.kinds == ["msprobe"] and dumped.analysis.dump.missing == []
     assert {n.name: n.error for n in dumped.analysis.nodes} == {n.name: n.error for n in emulated.analysis.nodes}
+
+
+def test_msaccucmp_npy_conversion_of_the_acl_dump_maps_through_sanitized_names(tmp_path, capsys):
+    """The ACL dump converted as msaccucmp does (`{dump file}.{input|output}.{i}.{shape}.npy`, op names with '/'
+    made '_' in the file name): it maps to the same ops and gives the emulator's errors."""
+    from mschecker.devdump.scan import scan_folder
+
+    path, x = _save(tmp_path, M.device_gelu_branches())
+    assert _run(["run", "--model", str(path), "--input", str(x), "--device", "npu", "--dump",
+                 str(tmp_path / "d"), "--no-progress"], capsys)[0] == 0
+    npy = tmp_path / "npy"
+    npy.mkdir()
+    for op in scan_folder(tmp_path / "d").ops:
+        stem = op.source.rsplit("/", 1)[-1]
+        for t in op.inputs + op.outputs:
+            a = t.load()
+            np.save(npy / f"{stem}.{t.io}.{t.index}.{'x'.join(map(str, a.shape)) or '1'}.npy", a)
+    assert any("_proj0_MatMul" in p.name for p in npy.iterdir())
+    sample = [Sample("x", {"x": np.load(x)})]
+    dumped = bisect_model(path, sample, tolerance=1e-2, npu_dump=npy)
+    emulated = bisect_model(path, sample, tolerance=1e-2, check_onnx=False, rescale=False)
+    assert dumped.analysis.dump.kinds == ["msaccucmp-npy"] and dumped.analysis.dump.missing == []
+    assert {n.name: n.error for n in dumped.analysis.nodes} == {n.name: n.error for n in emulated.analysis.nodes}
