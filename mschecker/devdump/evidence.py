@@ -66,6 +66,7 @@ class DeviceDump:
         self.inputs: dict[str, DumpedTensor] = {}
         self.op_of_node: dict[str, str] = {}
         produced = {o for n in model.graph.node for o in n.output if o}
+        self.by_file_stem = {safe_filename(t): t for t in produced}
         for op in self.scan.ops:
             self._map(op, produced)
         if not self.outputs:
@@ -74,7 +75,7 @@ class DeviceDump:
     # ----------------------------------------------------------------------------------------------- mapping
     def _map(self, op: DumpedOp, produced: set) -> None:
         if op.op_type == "" and len(op.outputs) == 1 and not op.inputs:  # a plain <tensor>.npy file
-            name = next((t for t in produced if safe_filename(t) == op.name or t == op.name), None)
+            name = op.name if op.name in produced else self.by_file_stem.get(op.name)
             if name is None:
                 self.coverage.extra.append(Path(op.source).name)
             else:
