@@ -158,8 +158,8 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     passes; else the search runs on the model as given).
     `order`: the order the search tries candidates in (bisect.priors: error, priors, cost; default "cost" with
     choose="cost", else "error"). `graph_json`: with `npu_dump`, the graph JSON `atc --mode=1 --json` wrote for
-    the model the device ran: it maps the device's ops to ONNX nodes (else mschecker's own device plan does), and
-    the reference then runs the ONNX graph as given (mschecker.devdump)."""
+    the model the device ran: it maps the device's ops to ONNX nodes (else the dump's own origins and mschecker's
+    device plan do); with a dump the reference runs the ONNX graph as given (mschecker.devdump)."""
     if choose not in ("moves", "cost"):
         raise InputError(f"--choose {choose!r}: moves or cost")
     order = order or ("cost" if choose == "cost" else "error")
@@ -182,7 +182,7 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
         if len(samples) != 1:
             raise InputError(f"--npu-dump {npu_dump}: a dump folder holds one run; give exactly one input set "
                              f"(got {len(samples)})")
-        dump, reference = _device_dump(npu_dump, graph_json, loaded, npu, reference)
+        dump, reference = _device_dump(npu_dump, graph_json, loaded, npu)
     t0 = time.perf_counter()
     analysis = analyse(reference, None if dump else npu, list(samples), rule, dump=dump, progress=progress)
     timings["lockstep_pass"] = time.perf_counter() - t0
@@ -400,17 +400,16 @@ def fusion_of(facts) -> dict[str, str] | None:
     return out
 
 
-def _device_dump(folder, graph_json, loaded: LoadedModel, npu: Executor, reference: Executor):
-    """The dump folder read and mapped (devdump.DeviceDump), and the reference executor the pass compares it
-    with: the graph the plan runs (its fused ops are the device's, per mschecker's fusion passes), or, with atc's
-    graph JSON (the device's own fusion), the ONNX graph as given."""
+def _device_dump(folder, graph_json, loaded: LoadedModel, npu: Executor):
+    """The dump folder read and mapped (devdump.DeviceDump), and the reference executor the pass compares it with:
+    the ONNX graph as given, so that every tensor a device op can write exists whatever the device fused (its
+    fusion is read from atc's graph JSON, from the dump's own origins, else assumed as mschecker's plan models it);
+    a fused device op is then compared against the reference's outputs of the nodes it covers."""
     from ..devdump.evidence import DeviceDump
     from ..devdump.mapping import from_plan
 
-    if graph_json is not None:
-        return DeviceDump(folder, loaded.proto, graph_json=graph_json), reference_executor(loaded)
-    op_type_of = getattr(npu.policy, "op_type_of", None)
-    return DeviceDump(folder, npu.model.proto, device_ops=from_plan(npu.model.proto, op_type_of)), reference
+    plan = None if graph_json is not None else from_plan(npu.model.proto, getattr(npu.policy, "op_type_of", None))
+    return DeviceDump(folder, loaded.proto, device_ops=plan, graph_json=graph_json), reference_executor(loaded)
 
 
 def _check_dump_evidence(folder, analysis: Analysis) -> None:

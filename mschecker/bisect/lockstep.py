@@ -164,7 +164,7 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
     op_type = getattr(npu.policy, "op_type_of", None) if npu is not None else None
     records = [NodeRecord(st.index, st.label, op_type(st.node) if op_type else st.node.op_type,
                           _dump_label(dump, st) if npu is None else npu.steps[k].ctx.description,
-                          st.ctx.description.startswith("host-folded") if npu is None else
+                          (st.folded is not None or st.ctx.description.startswith("host-folded")) if npu is None else
                           npu.steps[k].ctx.description.startswith("host-folded"))
                for k, st in enumerate(steps)]
     by_tensor: dict[str, OutputRecord] = {}
@@ -197,9 +197,11 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
                     recording.take_hidden(nstep.node.name)
             else:
                 hidden = (0, 0)
-                nout = {name: dump.load(name, np.shape(v)) for name, v in rout.items()
-                        if isinstance(v, np.ndarray) and is_float(v.dtype)}
-                own_out = _reference_on_dumps(reference, k, rstep, rargs, dump, chain) if own_error else None
+                # a host-folded node (a constant, shape arithmetic) is no device op: nothing to dump, nothing missing
+                nout = {} if record.folded else {name: dump.load(name, np.shape(v)) for name, v in rout.items()
+                                                 if isinstance(v, np.ndarray) and is_float(v.dtype)}
+                own_out = _reference_on_dumps(reference, k, rstep, rargs, dump, chain) \
+                    if own_error and not record.folded else None
             for name, ref in _float_outputs(rout):
                 rng = ranges.setdefault(name, ReferenceRange())
                 rng.add(ref)

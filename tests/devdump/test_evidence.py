@@ -50,11 +50,25 @@ def test_emulator_acl_dump_read_back_gives_the_emulators_errors(tmp_path, capsys
     emulated = bisect_model(path, sample, tolerance=1e-2, check_onnx=False, rescale=False)
     assert dumped.analysis.dump.missing == [] and dumped.analysis.dump.extra == []
     assert dumped.analysis.dump.kinds == ["acl"] and dumped.analysis.dump.mapped_by == "device plan"
-    got = {n.name: n.error for n in dumped.analysis.nodes}
-    want = {n.name: n.error for n in emulated.analysis.nodes}
-    assert got == want and max(want.values()) > 0
+    _same_errors(dumped, emulated)
+
+
+def _errors_by_tensor(result) -> dict:
+    return {o.tensor: o.error.rel_l2 for n in result.analysis.nodes for o in n.outputs if o.error}
+
+
+def _same_errors(dumped, emulated) -> None:
+    """Every tensor the emulator's pass judged has the same error from the dump, and the tensors inside fused ops
+    are the dump's `inside`, not missing. The reference differs slightly for a fused op: here its covered ONNX
+    nodes in float64, with the graph's fp32 constants (sqrt(2) rounded: 3e-8 relative), there the fused kernel in
+    float64 with exact ones; an error of 4e-4 then moves by ~1e-4 of itself at most (measured 3e-6)."""
+    got, want = _errors_by_tensor(dumped), _errors_by_tensor(emulated)
+    assert want and max(want.values()) > 0
+    assert {t: pytest.approx(e, rel=1e-4, abs=1e-15) for t, e in want.items()} == {t: got[t] for t in want}
+    inside = set(dumped.analysis.dump.fused_inside)
+    assert set(got) - set(want) == set() and not inside & set(want)
     assert {k: v.rel_l2 for k, v in dumped.analysis.outputs.items()} == \
-        {k: v.rel_l2 for k, v in emulated.analysis.outputs.items()}
+        pytest.approx({k: v.rel_l2 for k, v in emulated.analysis.outputs.items()}, rel=1e-4)
 
 
 def _chain_model():
@@ -329,7 +343,7 @@ def test_msprobe_tensor_dump_gives_the_emulators_errors(tmp_path):
     dumped = bisect_model(path, sample, tolerance=1e-2, npu_dump=folder)
     emulated = bisect_model(path, sample, tolerance=1e-2, check_onnx=False, rescale=False)
     assert dumped.analysis.dump.kinds == ["msprobe"] and dumped.analysis.dump.missing == []
-    assert {n.name: n.error for n in dumped.analysis.nodes} == {n.name: n.error for n in emulated.analysis.nodes}
+    _same_errors(dumped, emulated)
 
 
 def test_msaccucmp_npy_conversion_of_the_acl_dump_maps_through_sanitized_names(tmp_path, capsys):
@@ -352,4 +366,5 @@ def test_msaccucmp_npy_conversion_of_the_acl_dump_maps_through_sanitized_names(t
     dumped = bisect_model(path, sample, tolerance=1e-2, npu_dump=npy)
     emulated = bisect_model(path, sample, tolerance=1e-2, check_onnx=False, rescale=False)
     assert dumped.analysis.dump.kinds == ["msaccucmp-npy"] and dumped.analysis.dump.missing == []
-    assert {n.name: n.error for n in dumped.analysis.nodes} == {n.name: n.error for n in emulated.analysis.nodes}
+    assert dumped.analysis.dump.fused_inside  # the GELUs' inner tensors
+    _same_errors(dumped, emulated)
