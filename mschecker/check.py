@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import golden_store
@@ -28,7 +29,8 @@ def golden_tolerance_hint(golden_spec) -> dict | None:
 
 def check_model(model, inputs, golden, rule, *, device: str = "ort", profile: str | None = None,
                 npu_options: dict | None = None, shapes: dict | None = None, dtypes: dict | None = None,
-                topk: int = 10, runner=None, tolerance_from: str = "caller") -> CheckReport:
+                topk: int = 10, runner=None, tolerance_from: str = "caller", referee=None,
+                referee_k: float | None = None, judge: str = "both") -> CheckReport:
     """Run `model` on `inputs`, compare every output with `golden` under `rule`; returns a CheckReport.
 
     device / profile / npu_options: the runner (runners.make_runner; npu_options are npu.knobs.apply_knobs'
@@ -37,6 +39,8 @@ def check_model(model, inputs, golden, rule, *, device: str = "ort", profile: st
     output overrides describe raw golden files. Outputs match goldens by name where the golden set has names,
     else by position; a missing one is an InputError naming the output. tolerance_from says where `rule` came
     from (recorded in the report's meta).
+    referee: a mschecker.referee side (referee.parse_side): the report is then a RefereedReport whose verdict
+    combines both per ``judge`` (referee.combine); referee_k: its k (None: PyTorch's default per output).
     """
     shapes, dtypes = dict(shapes or {}), dict(dtypes or {})
     t0 = time.perf_counter()
@@ -57,6 +61,13 @@ def check_model(model, inputs, golden, rule, *, device: str = "ort", profile: st
     goldens = read_tensors(golden, golden_metas, role="golden")
     tensors = [compare_arrays(outputs[n], goldens[n], rule, name=n, topk=topk) for n in out_names]
     t_cmp = time.perf_counter()
+    verdict = None
+    if referee is not None:
+        from .referee import check_judge, referee_model
+
+        check_judge(judge, "judge")
+        verdict = referee_model(model, feeds, outputs, referee, k=referee_k, reduced=device == "npu",
+                                truth=outputs if device == "reference" else None)
     meta = {
         "model": str(model),
         "model_sha256": file_sha256(model),
@@ -70,7 +81,36 @@ def check_model(model, inputs, golden, rule, *, device: str = "ort", profile: st
         "timings_s": {"load": round(t_load - t0, 4), "read_inputs": round(t_read - t_load, 4),
                       "run": round(t_run - t_read, 4), "compare": round(t_cmp - t_run, 4)},
     }
-    return CheckReport(tensors=tensors, rule=rule, meta=meta)
+    if verdict is None:
+        return CheckReport(tensors=tensors, rule=rule, meta=meta)
+    meta["timings_s"]["referee"] = round(time.perf_counter() - t_cmp, 4)
+    return RefereedReport(tensors=tensors, rule=rule, meta=meta, referee=verdict, judge=judge)
+
+
+@dataclass
+class RefereedReport(CheckReport):
+    """A CheckReport with a referee verdict beside the tolerance one (docs/REFEREE.md). ``passed`` -- the exit
+    code and the JSON's top-level "passed"/"verdict" -- combines the two per ``judge`` (referee.combine), so a
+    script reading the JSON and one reading the exit code agree; ``tolerance_passed`` keeps the tolerance-only
+    verdict, and the JSON adds "tolerance_passed", "judge" and "referee"."""
+
+    referee: object = None
+    judge: str = "both"
+
+    @property
+    def tolerance_passed(self) -> bool:
+        return all(t.passed for t in self.tensors)
+
+    @property
+    def passed(self) -> bool:
+        from .referee import combine
+
+        return combine(self.tolerance_passed, self.referee, self.judge)
+
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        out.update(tolerance_passed=self.tolerance_passed, judge=self.judge, referee=self.referee.to_dict())
+        return out
 
 
 def record_goldens(model, inputs, out, *, device="ort", profile=None, npu_options: dict | None = None, shapes=None,

@@ -111,13 +111,64 @@ def _banner(report: CheckReport) -> Panel:
     style = "bold white on green" if report.passed else "bold white on red"
     head = Text(f" {_verdict(report.passed)} ", style=style)
     head.append(f"  {len(report.tensors) - len(failed)}/{len(report.tensors)} outputs within tolerance")
+    if referee_of(report) is not None:
+        judged = referee_of(report).judged
+        head.append(f", {sum(bool(o.passed) for o in judged)}/{len(judged)} pass the referee")
     body = [head, Text(f"rule: {report.rule.describe()}")]
     for t in failed:
         body.append(Text(plain(f"failed: {t.name} ({', '.join(t.failed_rules)})"), style="red"))
+    body += _referee_lines(report)
     for key, value in report.meta.items():
         body.append(Text(plain(f"{key}: {_meta_value(value)}"), style="dim"))
     return Panel(Group(*body), title="mschecker", border_style="green" if report.passed else "red",
                  box=box.ROUNDED)
+
+
+def referee_of(report):
+    """The report's referee verdict (mschecker.check.RefereedReport), None for a plain CheckReport."""
+    return getattr(report, "referee", None)
+
+
+def referee_summary(report) -> list[str]:
+    """The referee verdict beside the tolerance one, in plain sentences (console banner and HTML)."""
+    v = referee_of(report)
+    if v is None:
+        return []
+    judged = v.judged
+    return [f"tolerance verdict: {_verdict(report.tolerance_passed)}; referee verdict: {_verdict(v.passed)} "
+            f"({sum(bool(o.passed) for o in judged)}/{len(judged)} outputs); the exit code follows "
+            f"{'both' if report.judge == 'both' else 'the ' + report.judge + ' verdict'} (--judge {report.judge})",
+            f"referee: {v.spec} = {v.side}",
+            f"referee rule: {v.describe_rule()}"]
+
+
+def _referee_lines(report) -> list[Text]:
+    v = referee_of(report)
+    if v is None:
+        return []
+    out = [Text(plain(line)) for line in referee_summary(report)]
+    out += [Text(plain(line), style="red") for line in v.failure_reasons()]
+    out += [Text("note: " + plain(n), style="yellow") for n in v.notes]
+    return out
+
+
+def referee_rows(v) -> list[tuple[str, str, str, str, str, str]]:
+    """(output, verdict, err run, err referee, ratio, k) per output (console and HTML)."""
+    label = {True: "PASS", False: "FAIL", None: None}
+    return [(o.name, label[o.passed] or o.status, fmt_num(o.err_npu, ".4g"), fmt_num(o.err_referee, ".4g"),
+             fmt_num(o.ratio, ".3g"), fmt_num(o.k, "g")) for o in v.outputs]
+
+
+def referee_table(v) -> Table:
+    tab = Table(title="referee: RMSE against float64", box=box.SIMPLE_HEAVY, title_justify="left", pad_edge=False)
+    tab.add_column("output", overflow="fold", min_width=16)
+    tab.add_column("referee", no_wrap=True)
+    for col in ("err run", "err referee", "ratio", "k"):
+        tab.add_column(col, justify="right", overflow="fold")
+    for name, verdict, *rest in referee_rows(v):
+        style = "green" if verdict == "PASS" else "bold red" if verdict == "FAIL" else "yellow"
+        tab.add_row(Text(plain(name)), Text(verdict, style=style), *rest)
+    return tab
 
 
 def _meta_value(value) -> str:
@@ -182,6 +233,8 @@ def _detail(t: TensorComparison) -> Group:
 
 def _renderables(report: CheckReport, details=None) -> list:
     out = [_banner(report), _summary_table(report)]
+    if referee_of(report) is not None:
+        out.append(referee_table(referee_of(report)))
     out.extend(_detail(t) for t in _detail_tensors(report, details))
     return out
 
@@ -258,6 +311,7 @@ def render_html(report: CheckReport) -> str:
     p.append(f'<div class="banner {cls}">{_verdict(report.passed)}: '
              f"{len(report.tensors) - len(failed)}/{len(report.tensors)} outputs within tolerance</div>")
     p.append(f"<p>Rule: <code>{_h(report.rule.describe())}</code></p>")
+    p += _referee_html(report)
     if report.meta:
         p.append('<table><tr><th class="l">meta</th><th class="l">value</th></tr>')
         for k, v in report.meta.items():
@@ -303,6 +357,23 @@ def render_html(report: CheckReport) -> str:
             p.append("</table>")
     p.append("</body></html>\n")
     return "\n".join(p)
+
+
+def _referee_html(report) -> list[str]:
+    v = referee_of(report)
+    if v is None:
+        return []
+    p = [f"<p>{_h(line)}</p>" for line in referee_summary(report)]
+    p += [f'<p class="bad">{_h(line)}</p>' for line in v.failure_reasons()]
+    p += [f'<p class="nf">note: {_h(n)}</p>' for n in v.notes]
+    p.append('<h2>Referee</h2><table><tr><th class="l">output</th><th class="l">referee</th><th>err run</th>'
+             "<th>err referee</th><th>ratio</th><th>k</th></tr>")
+    for name, verdict, *rest in referee_rows(v):
+        cls = "ok" if verdict == "PASS" else "bad" if verdict == "FAIL" else "nf"
+        p.append(f'<tr><td class="l">{_h(name)}</td><td class="l"><span class="{cls}">{_h(verdict)}</span></td>'
+                 + "".join(f"<td>{_h(x)}</td>" for x in rest) + "</tr>")
+    p.append("</table>")
+    return p
 
 
 def write_html(report: CheckReport, path) -> None:

@@ -4,8 +4,11 @@ Why in-process and not `mschecker ...` per cell: a subprocess per cell pays the 
 onnxruntime imports (~3 s here) again for every cell, and its result would have to be parsed back from text.
 The worker imports once and calls the same functions the commands call:
 - check:   mschecker.check.check_model (the check command's library entry point) on model + inputs +
-           goldens; golden directories are verified on load (mschecker.golden_store.load).
-- sd:      mschecker.sd.check.run_check (the `mschecker sd` check: float64 reference vs emulated NPU).
+           goldens; golden directories are verified on load (mschecker.golden_store.load). With a ``referee``
+           (mschecker.referee) the cell also records ``<output>.referee_ratio`` (err run / err referee against
+           float64) and ``referee_pass`` (1 or 0), and its status follows ``judge`` (default both).
+- sd:      mschecker.sd.check.run_check (the `mschecker sd` check: float64 reference vs emulated NPU); with a
+           ``referee``, ``<stage output>.referee_ratio`` and ``referee_pass`` as for check cells.
 - kernels: mschecker.kernel_suite.run_suite for one kernel (every variant, every planted bug).
 
 Isolation comes from the engine instead: a cell that raises becomes a `crashed` record here (the campaign goes
@@ -185,8 +188,10 @@ def _run_check(p: dict, *, fingerprints: bool = False) -> dict:
     recording = None
     if fingerprints and p["device"] in ("reference", "npu") and hasattr(runner, "run_captured"):
         runner = recording = _RecordingRunner(runner)
+    referee = _referee_side(p)
     report = check_model(p["model"], p["inputs"], p["golden"], rule, device=p["device"], profile=p["profile"],
-                         runner=runner, topk=p["topk"])
+                         runner=runner, topk=p["topk"], referee=referee, referee_k=p.get("referee_k"),
+                         judge=p.get("judge", "both"))
     metrics = {}
     for t in report.tensors:
         for m in CHECK_METRICS:
@@ -195,14 +200,29 @@ def _run_check(p: dict, *, fingerprints: bool = False) -> dict:
                 metrics[f"{t.name}.{m}"] = float(v)
     failing = [t for t in report.tensors if not t.passed]
     reason = "; ".join(f"{t.name}: {', '.join(t.failed_rules) or 'failed'}" for t in failing)
+    verdict = getattr(report, "referee", None)
+    if verdict is not None:
+        metrics.update(verdict.metrics())
+        if report.judge != "tolerance":  # the reason says why the status is what it is
+            reason = "; ".join(([reason] if reason else []) + verdict.failure_reasons())
     out = {"status": STATUS_PASS if report.passed else STATUS_FAIL, "reason": reason, "metrics": metrics,
            "detail": {"rule": report.rule.to_dict() if hasattr(report.rule, "to_dict") else str(report.rule),
-                      "timings_s": report.meta.get("timings_s"), "runner": report.meta.get("runner")},
+                      "timings_s": report.meta.get("timings_s"), "runner": report.meta.get("runner"),
+                      **({"referee": verdict.to_dict()} if verdict is not None else {})},
            "profile_hash": profile_hash(p["profile"], options) if p["device"] == "npu" else None,
            "model_sha256": report.meta.get("model_sha256")}
     if recording is not None and recording.recorded is not None:
         out["fingerprints"] = recording.recorded
     return out
+
+
+def _referee_side(p: dict):
+    """The cell's referee side (mschecker.referee.parse_side of its ``referee`` param), None without one."""
+    if "referee" not in p:
+        return None
+    from ..referee import parse_side
+
+    return parse_side(p["referee"], flag="referee")
 
 
 # ------------------------------------------------------------------------------------------------------ sd
@@ -357,7 +377,8 @@ def _run_sd(p: dict, *, fingerprints: bool = True) -> dict:
                       profile=p["profile"], npu_options=p["npu_options"], stage_options=p["stage_options"],
                       psnr_min=p["psnr_min"], search_fix=p["search_fix"], weights_seed=p["weights_seed"],
                       generation=p.get("generation"), force_upcast=p.get("force_upcast", "config"),
-                      on_tensor=recorder)
+                      on_tensor=recorder, referee=_referee_side(p), referee_k=p.get("referee_k"),
+                      judge=p.get("judge", "both"))
     m = check.metrics
     metrics = {"image_psnr_db": float(m.psnr_db), "image_ssim": float(m.ssim),
                "nonfinite_outputs": float(len(m.nonfinite_outputs))}
@@ -375,6 +396,9 @@ def _run_sd(p: dict, *, fingerprints: bool = True) -> dict:
               "fix": check.fix.cli_flags() if check.fix else None,
               "image_size": check.settings["image_size"], "images": check.settings["images"],
               "notes": check.settings["notes"]}
+    if check.referee is not None:
+        metrics.update(check.referee.metrics())
+        detail["referee"] = check.referee.to_dict()
     out = {"status": STATUS_PASS if check.passed else STATUS_FAIL, "reason": "; ".join(check.failure_reasons()),
            "metrics": metrics, "detail": detail,
            "profile_hash": profile_hash(p["profile"], p["npu_options"], p["stage_options"]),

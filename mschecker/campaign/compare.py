@@ -45,7 +45,7 @@ from .fingerprints import Moved, first_moved_node
 from .history import BLIP, MIN_SERIES, STEADY, STEP, HistoryJudgement, Series, judge_series, load_series
 from .store import CellRecord, Store
 
-HIGHER_IS_BETTER = ("psnr_db", "ssim", "cosine", "snr_db", "caught")
+HIGHER_IS_BETTER = ("psnr_db", "ssim", "cosine", "snr_db", "caught", "referee_pass")
 WORSE, SAME, BETTER = "worse", "same", "better"
 CHANGED, NEW, MISSING, NO_BASELINE = "changed", "new", "missing", "no baseline"
 MACHINE = "machine"

@@ -11,10 +11,11 @@ Layout (docs/CAMPAIGN.md has the reference):
     [campaign]  name (required), baseline ("previous" | a run id), timeout_s, repeats, ship_files,
                 expected (an expected-results file, relative to the campaign file: mschecker.campaign.expected)
     [compare]   allow = {metric = allowed worsening}, metrics = [judged metric patterns]
-    [[check]]   name, timeout_s, model, inputs, golden, devices, profiles, npu_options, tolerance, topk
+    [[check]]   name, timeout_s, model, inputs, golden, devices, profiles, npu_options, tolerance, topk,
+                referee, referee_k, judge
     [[sd]]      name, timeout_s, preset | pipelines, prompts, seeds, sizes, negative_prompts, steps, scheduler,
                 guidance_scale, guidance_rescale, eta, num_images_per_prompt, force_upcast, profiles,
-                npu_options, stage_options, psnr_min, search_fix, weights_seed
+                npu_options, stage_options, psnr_min, search_fix, weights_seed, referee, referee_k, judge
     [[kernels]] name, timeout_s, kernels, examples
 
 Paths are relative to the campaign file's folder. Cell keys are built from the block name and the matrix
@@ -61,14 +62,18 @@ _NPU_OPTION_KEYS = {"precision_mode": str, "precision_mode_v2": str, "keep_dtype
                     "bracket": str}
 _TOLERANCE_KEYS = {"tolerance": (int, float), "atol": (int, float), "rtol": (int, float), "ulp": int,
                    "cosine": (int, float)}
+# mschecker.referee: a second low-precision run as the yardstick (docs/REFEREE.md); a cell's params carry them only
+# when given, so a block without them keeps its cells' spec_hash.
+_REFEREE_KEYS = {"referee": str, "referee_k": (int, float), "judge": str}
 _BLOCK_KEYS = {
     "check": {"name": str, "timeout_s": (int, float), "model": str, "inputs": (str, list), "golden": str,
-              "devices": list, "profiles": list, "npu_options": dict, "tolerance": dict, "topk": int},
+              "devices": list, "profiles": list, "npu_options": dict, "tolerance": dict, "topk": int,
+              **_REFEREE_KEYS},
     "sd": {"name": str, "timeout_s": (int, float), "preset": str, "pipelines": list, "prompts": list, "seeds": list,
            "sizes": list, "negative_prompts": list, "steps": int, "scheduler": str, "guidance_scale": (int, float),
            "guidance_rescale": (int, float), "eta": (int, float), "num_images_per_prompt": int,
            "force_upcast": str, "profiles": list, "npu_options": dict, "stage_options": dict,
-           "psnr_min": (int, float), "search_fix": bool, "weights_seed": int},
+           "psnr_min": (int, float), "search_fix": bool, "weights_seed": int, **_REFEREE_KEYS},
     "kernels": {"name": str, "timeout_s": (int, float), "kernels": list, "examples": int},
 }
 _REQUIRED = {"check": ("name", "model", "inputs", "golden"), "sd": ("name", "prompts"), "kernels": ("name",)}
@@ -206,6 +211,8 @@ def parse_campaign(raw: dict, path: Path) -> CampaignSpec:
                 raise InputError(f"{label}: another [[{kind}]] block has the same name")
             names.add((kind, block["name"]))
             block = _VALIDATE[kind](dict(block), label, base)
+            if kind in ("check", "sd"):
+                _validate_referee(block, label)
             block["timeout_s"] = _timeout(block, timeout, label)
             spec.blocks.append((kind, block))
     if not spec.blocks:
@@ -415,6 +422,34 @@ def _validate_sd(block: dict, where: str, base: Path) -> dict:
     return block
 
 
+def _validate_referee(block: dict, where: str) -> None:
+    """referee / referee_k / judge checked by mschecker.referee's own parsers (the flags' rules). A folder of
+    outputs (dir:) is refused: cells run on workers that are shipped the model, inputs and goldens only."""
+    from ..referee import check_judge, check_k, parse_side
+
+    if "referee" not in block:
+        for key in ("referee_k", "judge"):
+            if key in block:
+                raise InputError(f"{where}: {key} needs referee")
+        return
+    try:
+        side = parse_side(block["referee"], flag="referee")
+        if not hasattr(side, "prepare"):
+            raise InputError(f"referee {block['referee']!r}: a folder of outputs is not shipped to the workers; "
+                             "give ort-fp16 or ort:<ExecutionProvider>")
+        block["referee"] = side.spec
+        if "referee_k" in block:
+            block["referee_k"] = check_k(block["referee_k"], "referee_k")
+        if "judge" in block:
+            check_judge(block["judge"], "judge")
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+
+
+def _referee_params(block: dict) -> dict:
+    return {k: block[k] for k in _REFEREE_KEYS if k in block}
+
+
 def _validate_kernels(block: dict, where: str, base: Path) -> dict:
     from ..kernel_suite import resolve_kernels
 
@@ -448,7 +483,7 @@ def _expand_check(block: dict, repeats: int) -> list[Cell]:
             params = {"model": block["model"], "inputs": block["inputs"], "golden": block["golden"],
                       "device": device, "profile": profile,
                       "npu_options": block["npu_options"] if device == "npu" else {},
-                      "tolerance": block["tolerance"], "topk": block["topk"]}
+                      "tolerance": block["tolerance"], "topk": block["topk"], **_referee_params(block)}
             key = cell_key(block["name"], coords)
             out += [Cell(key, "check", block["name"], coords, params, device in BIT_EXACT_DEVICES, device, r,
                          block["timeout_s"]) for r in _repeats(device, repeats)]
@@ -494,6 +529,7 @@ def _expand_sd(block: dict, repeats: int) -> list[Cell]:
             params["generation"] = generation
         if block.get("force_upcast", "config") != "config":
             params["force_upcast"] = block["force_upcast"]
+        params.update(_referee_params(block))
         out.append(Cell(cell_key(block["name"], coords), "sd", block["name"], coords, params, True, "npu",
                         0, block["timeout_s"]))
     return out

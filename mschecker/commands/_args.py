@@ -247,3 +247,46 @@ def bounded_float(flag: str, lo: float, hi: float):
             raise argparse.ArgumentTypeError(f"{flag} expects a number in ({lo:g}, {hi:g}], got {_short(text)}")
         return value
     return conv
+
+
+def add_referee_args(p: argparse.ArgumentParser) -> None:
+    """--referee SIDE, --referee-k K, --judge (mschecker.referee; docs/REFEREE.md): the check, sd and campaign
+    commands' peer-as-referee verdict beside the tolerance one."""
+    from ..referee import JUDGES, K_MAX, K_MIN, SIDE_FORMS
+
+    g = p.add_argument_group("referee", "judge the run relative to a second low-precision run, as PyTorch's "
+                             "compiler accuracy check does: err(run vs float64) <= k * err(referee vs float64) + "
+                             "1e-5, err = RMSE (docs/REFEREE.md)")
+    g.add_argument("--referee", metavar="SIDE", help=f"the referee run: {SIDE_FORMS} (a folder of <output>.npy)")
+    g.add_argument("--referee-k", type=_referee_k, metavar="K",
+                   help=f"the multiplier k in [{K_MIN:g}, {K_MAX:g}] (default: PyTorch's, 3 for fp16/bf16/NPU runs "
+                        "and outputs under 1000 elements, else 2)")
+    g.add_argument("--judge", choices=JUDGES, default=None,
+                   help="which verdict sets the exit code when --referee is given: both (default: fail if either "
+                        "fails), tolerance or referee (the other is still reported)")
+
+
+def _referee_k(text):
+    from ..referee import check_k
+
+    try:
+        return check_k(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def referee_from_args(args, *, runnable: bool = False):
+    """(side or None, k or None, judge) from --referee/--referee-k/--judge; UsageError naming the flag for a bad
+    side, or for --referee-k / --judge without --referee. ``runnable``: the side must run models (sd's stages),
+    not be a folder of outputs."""
+    from ..referee import parse_side
+
+    if args.referee is None:
+        for flag, value in (("--referee-k", args.referee_k), ("--judge", args.judge)):
+            if value is not None:
+                raise UsageError(f"{flag} needs --referee")
+        return None, None, "both"
+    side = parse_side(args.referee)
+    if runnable and not hasattr(side, "prepare"):
+        side.runner(None)  # a folder referee says why it cannot run stages (UsageError naming --referee)
+    return side, args.referee_k, args.judge or "both"

@@ -1,14 +1,17 @@
 """`mschecker [check] --model M --input I --golden G [tolerance flags]`: run a model and compare with goldens.
 
-Exit 0 when every output is within tolerance, 1 on a mismatch, 2 on bad input (raised as InputError).
+Exit 0 when every output is within tolerance, 1 on a mismatch, 2 on bad input (raised as InputError). With
+--referee SIDE the referee verdict (mschecker.referee: err(run vs float64) <= k * err(referee vs float64)) is
+reported beside the tolerance verdict and, by default (--judge both), a failure of either exits 1.
 The check itself is mschecker.check.check_model (the library entry point); `main` only parses and renders.
 Without tolerance flags, a golden directory's manifest hint is used, else ToleranceRule's documented default.
 """
 from __future__ import annotations
 
 from ..check import check_model, golden_tolerance_hint
-from ._args import (ELEMENTWISE_FLAGS, Parser, _int, add_device_args, add_override_args, add_tolerance_args,
-                    check_writable, npu_knobs, parse_dtypes, parse_shapes, tolerance_given, tolerance_rule)
+from ._args import (ELEMENTWISE_FLAGS, Parser, _int, add_device_args, add_override_args, add_referee_args,
+                    add_tolerance_args, check_writable, npu_knobs, parse_dtypes, parse_shapes, referee_from_args,
+                    tolerance_given, tolerance_rule)
 
 
 def tolerance_source(args, hint) -> str:
@@ -31,6 +34,7 @@ def build_parser(prog: str = "mschecker") -> Parser:
     add_override_args(p)
     add_device_args(p)
     p.add_argument("--topk", type=_int("--topk"), default=10, help="worst elements to report per output (default 10)")
+    add_referee_args(p)
     add_report_args(p)
     return p
 
@@ -78,8 +82,10 @@ def main(argv: list[str]) -> int:
     check_report_paths(args)
     shapes, dtypes = parse_shapes(args.shape), parse_dtypes(args.dtype)
     profile, npu_options = npu_knobs(args)
+    referee, referee_k, judge = referee_from_args(args)  # a bad side: one line, before the model runs
     hint = golden_tolerance_hint(args.golden)
     report = check_model(args.model, args.input, args.golden, tolerance_rule(args, hint=hint), device=args.device,
                          profile=profile, npu_options=npu_options, shapes=shapes, dtypes=dtypes, topk=args.topk,
-                         tolerance_from=tolerance_source(args, hint))
+                         tolerance_from=tolerance_source(args, hint), referee=referee, referee_k=referee_k,
+                         judge=judge)
     return emit_report(report, args)

@@ -16,9 +16,11 @@ error-per-step plot, each side's image (<side>.image.npy: float32 HWC in [0, 1])
 
 Exit code: 0 when the NPU image, on the profile and options as given, has PSNR >= --psnr-min against the
 reference and every stage output is finite; 1 otherwise (also when a fix was found: the fix is a suggestion,
-re-run with its flags to gate on it); 2 on bad input. The default run (small preset, 10 DDIM steps, ascend910b)
-exits 1 on purpose: SD's VAE GroupNorm statistics overflow fp16 on that profile, which the report names and
-whose fix it verifies.
+re-run with its flags to gate on it); 2 on bad input. With --referee SIDE (ort-fp16, ort:<EP>) a third pipeline
+run on that side judges every stage output and the image relative to float64 (mschecker.sd.referee); the exit
+code then follows --judge (default both: either verdict failing exits 1). The default run (small preset, 10 DDIM
+steps, ascend910b) exits 1 on purpose: SD's VAE GroupNorm statistics overflow fp16 on that profile, which the
+report names and whose fix it verifies.
 
 Default --psnr-min 30 dB: Polygraphy's PSNR default and the lower end of the image-level bars peers use
 (docs/NUMERICS.md §9: Polygraphy >= 30 dB, Apple's Core ML SD port > 35 dB between implementations). The
@@ -38,7 +40,7 @@ from ..npu.knobs import DEFAULT_PROFILE, add_npu_arguments, knobs_from_args
 from ..sd.folder import FORCE_UPCAST, NUM_IMAGES_MAX, PROMPTS_MAX, SIZE_MAX, XL_STAGES
 from ..sd.presets import PRESET_NAMES
 from ..sd.scheduler import SCHEDULERS
-from ._args import Parser, check_writable, check_writable_dir
+from ._args import Parser, add_referee_args, check_writable, check_writable_dir, referee_from_args
 
 DEFAULT_PROMPT = "a photo of an astronaut riding a horse on the moon"
 SEED_MAX = 2**32 - 1  # numpy.random.RandomState(seed), as diffusers' ONNX pipeline draws the initial noise
@@ -97,6 +99,7 @@ def build_parser() -> Parser:
                         "re-runs, a coarser fix)")
     p.add_argument("--out", default="sd_out", help="folder for the PNGs and arrays (default ./sd_out)")
     p.add_argument("--json", metavar="PATH", help="write the full result as JSON")
+    add_referee_args(p)
     return p
 
 
@@ -207,6 +210,7 @@ def main(argv: list[str]) -> int:
     if args.tokenizer:
         raise UsageError("--tokenizer goes with --save-pipeline (a pipeline folder brings its own tokenizer/)")
     sides = parse_sides(args.sides)
+    referee, referee_k, judge = referee_from_args(args, runnable=True)  # before minutes of work
     knobs = knobs_from_args(args, XL_STAGES)
     common = dict(knobs.pop(None))
     profile = common.pop("profile", DEFAULT_PROFILE)
@@ -241,7 +245,8 @@ def main(argv: list[str]) -> int:
                           seed=args.seed, guidance_scale=args.guidance_scale, sides=sides, profile=profile,
                           npu_options=common, stage_options=per_stage, psnr_min=args.psnr_min,
                           search_fix=not args.no_fix, initial_latents=latents, fix_by=args.fix_by,
-                          progress=progress, generation=generation, force_upcast=args.force_upcast)
+                          progress=progress, generation=generation, force_upcast=args.force_upcast,
+                          referee=referee, referee_k=referee_k, judge=judge)
     render_console(check, console)
     paths = write_outputs(check, out)
     print(f"wrote {len(paths)} files to {out}: " + ", ".join(p.name for p in paths if p.suffix == ".png"))

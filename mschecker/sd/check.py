@@ -298,6 +298,8 @@ class SDCheck:
     hidden_overflow: NodeEvent | None = None   # found by the inf_nan probe of a saturation-mode run
     divergence: NodeEvent | None = None        # first node far from the reference (failures without overflow)
     pipeline: SDPipeline | None = None
+    referee: object = None                     # mschecker.referee.RefereeVerdict with --referee (sd/referee.py)
+    judge: str = "both"                        # which verdicts set ``passed`` when there is a referee
 
     @property
     def sides(self) -> tuple[str, str]:
@@ -305,20 +307,38 @@ class SDCheck:
         return tuple(self.settings.get("sides", ("reference", "npu")))
 
     @property
-    def passed(self) -> bool:
+    def tolerance_passed(self) -> bool:
+        """The image rule on the profile as given: finite stage outputs and PSNR >= psnr_min (what the fix
+        search works on; the referee verdict is not something a fix is searched for)."""
         return not self.metrics.nonfinite_outputs and self.metrics.psnr_db >= self.psnr_min
+
+    @property
+    def passed(self) -> bool:
+        """The exit code's verdict: the image rule, combined with the referee's per ``judge`` when there is one
+        (mschecker.referee.combine)."""
+        from ..referee import combine
+
+        return combine(self.tolerance_passed, self.referee, self.judge)
 
     @property
     def fix(self) -> FixAttempt | None:
         """The fix search's recommendation (a passing attempt)."""
         return next((f for f in self.fixes if f.chosen), None)
 
-    def failure_reasons(self) -> list[str]:
+    def image_reasons(self) -> list[str]:
+        """Why the image rule (tolerance_passed) failed; empty when it passed."""
         m, out = self.metrics, []
         if m.nonfinite_outputs:
             out.append("NaN/inf in " + ", ".join(m.nonfinite_outputs))
         if not m.psnr_db >= self.psnr_min:
             out.append(f"image PSNR {m.psnr_db:.2f} dB < {self.psnr_min:g} dB")
+        return out
+
+    def failure_reasons(self) -> list[str]:
+        """The image rule's reasons, and the referee's when it counts (``judge`` other than "tolerance")."""
+        out = self.image_reasons()
+        if self.referee is not None and self.judge != "tolerance":
+            out += self.referee.failure_reasons()
         return out
 
     def to_dict(self) -> dict:
@@ -335,6 +355,8 @@ class SDCheck:
             "divergence": self.divergence.to_dict() if self.divergence else None,
             "fix_attempts": [f.to_dict() for f in self.fixes],
             "fix": self.fix.to_dict() if self.fix else None, "timings_s": self.timings,
+            **({"tolerance_passed": self.tolerance_passed, "judge": self.judge, "referee": self.referee.to_dict()}
+               if self.referee is not None else {}),
         }
 
 
@@ -398,7 +420,8 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
               search_fix: bool = True, weights_seed: int = 0, initial_latents=None, fix_by: str = "node",
               progress: Callable[[str, str, int | None], None] | None = None, generation: dict | None = None,
               force_upcast: str = "config",
-              on_tensor: Callable[[str, int | None, object, str, np.ndarray], None] | None = None) -> SDCheck:
+              on_tensor: Callable[[str, int | None, object, str, np.ndarray], None] | None = None,
+              referee=None, referee_k: float | None = None, judge: str = "both") -> SDCheck:
     """Baseline run (``sides[0]``), judged run (``sides[1]``, captured), per-stage metrics, and -- when the
     judged side is the NPU and fails -- the overflow probes and the fix search. ``pipeline`` defaults to the
     bundled ``preset`` (DDIM unless ``scheduler`` says otherwise); ``scheduler`` overrides its scheduler class.
@@ -411,7 +434,9 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     ``on_tensor(stage, step, node, output_name, value)`` (optional) sees every tensor the judged side's run
     produces (its capture hook, as Tracker.on_tensor sees them; ``step`` is the UNet step, 0-based, None for the
     other stages), and nothing of the baseline run, the localization or the fix search's reruns; an "ort" judged
-    side has no per-node capture, so it is never called."""
+    side has no per-node capture, so it is never called.
+    ``referee`` (a runnable mschecker.referee side), ``referee_k``, ``judge``: a third run on the referee side,
+    judged stage by stage against the float64 run (mschecker.sd.referee); ``judge`` combines the verdicts."""
     if len(sides) != 2 or sides[0] == sides[1] or any(s not in SIDES for s in sides):
         raise InputError(f"--sides {','.join(sides)}: give two different sides among {', '.join(SIDES)}")
     if pipeline is None:
@@ -455,12 +480,14 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
                 "initial_latents": "given" if initial_latents is not None else f"RandomState({seed}).randn",
                 "stage_costs": {side: {st: c.to_dict() for st, c in run.costs.items()}
                                 for side, run in ((base_side, reference), (judged_side, npu))}}
-    check = SDCheck(settings, psnr_min, reference, npu, metrics, tracker, timings, pipeline=pipeline)
+    check = SDCheck(settings, psnr_min, reference, npu, metrics, tracker, timings, pipeline=pipeline, judge=judge)
+    if referee is not None:
+        _attach_referee(check, referee, referee_k, common, profile, options, announce)
     if judged_side != "npu":
         return check
     event = tracker.first_nonfinite or tracker.first_saturated
     located = None
-    if search_fix and not check.passed and event is None:
+    if search_fix and not check.tolerance_passed and event is None:
         t0 = time.perf_counter()
         stage = suspect_stage(metrics)
         located = locate(stage, check, profile, options)
@@ -469,12 +496,32 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
         else:
             check.divergence = event = located.event
         timings["locate"] = time.perf_counter() - t0
-    if search_fix and not check.passed and event is not None:
+    if search_fix and not check.tolerance_passed and event is not None:
         t0 = time.perf_counter()
         check.fixes = find_fix(check, event, common, profile, options, announce,
                                located if located is not None and located.stage == event.stage else None, fix_by)
         timings["fix_search"] = time.perf_counter() - t0
     return check
+
+
+def _attach_referee(check: SDCheck, side, k, common: dict, profile: str, options: dict[str, dict], announce) -> None:
+    """check.referee: the referee pipeline judged against the float64 run -- the check's own when one of its
+    sides is the reference, else a float64 run made here."""
+    from ..referee import check_judge
+    from .referee import referee_pipeline
+
+    check_judge(check.judge, "judge")
+    t0 = time.perf_counter()
+    base, judged = check.sides
+    truth = check.reference if base == "reference" else check.npu if judged == "reference" else None
+    if truth is None:
+        tracker = Tracker(announce("reference (referee's truth)"))
+        truth = run_pipeline(make_stage_runner=per_stage_factory(side_devices("reference", profile, options),
+                                                                 tracker, capture=False), **common)
+    progress = announce(f"referee {side.spec}")
+    check.referee = referee_pipeline(side, common, check.npu, truth, k=k, reduced=judged == "npu",
+                                     begin=(lambda stage: progress(stage, None)) if progress else None)
+    check.timings["referee"] = time.perf_counter() - t0
 
 
 def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_options: dict[str, dict] | None,

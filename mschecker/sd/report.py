@@ -89,12 +89,15 @@ def verdict_lines(check: SDCheck) -> list[str]:
     t, lines = check.tracker, []
     prof = side_label(check, check.sides[1])
     lines += [f"note: {n}" for n in check.settings.get("notes", ())]
-    if check.passed:
-        lines.append(f"PASS: {prof} image PSNR {check.metrics.psnr_db:.2f} dB >= {check.psnr_min:g} dB, SSIM "
+    lines += referee_lines(check)
+    word = "PASS" if check.referee is None else "image rule PASS"
+    if check.tolerance_passed:
+        lines.append(f"{word}: {prof} image PSNR {check.metrics.psnr_db:.2f} dB >= {check.psnr_min:g} dB, SSIM "
                      f"{check.metrics.ssim:.4f}, every stage output finite")
     else:
-        lines.append(f"FAIL: {prof}: " + "; ".join(check.failure_reasons()))
-    if t.first_nonfinite and check.passed and t.first_nan is None:
+        lines.append(("FAIL" if check.referee is None else "image rule FAIL") + f": {prof}: "
+                     + "; ".join(check.image_reasons()))
+    if t.first_nonfinite and check.tolerance_passed and t.first_nan is None:
         # e.g. the -inf of a causal attention mask (TorchScript CLIP exports): inside the graph, by design
         lines.append("note: an inf inside the graph that reached no stage output (an attention mask?): "
                      + t.first_nonfinite.describe())
@@ -170,11 +173,29 @@ def explain(op_type: str) -> str:
     return _EXPLANATIONS.get(op_type, "")
 
 
+def referee_lines(check: SDCheck) -> list[str]:
+    """The verdict of a check with --referee first (PASS/FAIL: both verdicts, which one sets the exit code), then
+    the referee's side, rule and failures; empty without a referee."""
+    v = check.referee
+    if v is None:
+        return []
+    word = {True: "PASS", False: "FAIL"}
+    lines = [f"{word[check.passed]}: image rule {word[check.tolerance_passed]}, referee {word[v.passed]} "
+             f"({sum(bool(o.passed) for o in v.judged)}/{len(v.judged)} stage outputs); the exit code follows "
+             f"--judge {check.judge}",
+             f"referee: {v.spec} = {v.side}", f"referee rule: {v.describe_rule()}"]
+    return lines + v.failure_reasons()
+
+
 def render_console(check: SDCheck, console=None) -> None:
     from rich.console import Console
 
+    from ..check_report import referee_table
+
     console = console or Console()
     console.print(stage_table(check))
+    if check.referee is not None:
+        console.print(referee_table(check.referee))
     for line in verdict_lines(check):
         style = "bold green" if line.startswith("PASS") else "bold red" if line.startswith("FAIL") else None
         console.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
