@@ -258,8 +258,38 @@ def patched_onnx(model: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.ModelProt
                                                      max_finite_val=float(half.max), keep_io_types=True,
                                                      node_block_list=sorted(fp32_nodes))
     fixed = _fuse_round_trips(_restore_fp32_weights(_retarget_casts(converted), original), fp32_nodes)
-    return _fp32_outputs(fixed, {o.name for o in model.graph.output
-                                 if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT})
+    return _inner_readers_before_output_casts(_fp32_outputs(fixed, {
+        o.name for o in model.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}), fp32_nodes)
+
+
+def _inner_readers_before_output_casts(proto: onnx.ModelProto, fp32_nodes: set[str]) -> onnx.ModelProto:
+    """A graph output that nodes inside the graph also read (golden/default's Softmax reads the output "logits")
+    is fp32 for the files while its fp16 readers need fp16: keep_io_types leaves them reading the fp32 name and
+    onnxruntime refuses the model ("Type (tensor(float16)) of output arg ... does not match expected type
+    (tensor(float))"). Such readers read the fp16 value the output is cast from, or, when a node kept in fp32
+    produces it, a Cast of it to fp16; nodes kept in fp32 (`fp32_nodes`) go on reading the fp32 output."""
+    graph = proto.graph
+    fp32_outputs = {o.name for o in graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+    fp16 = {v.name for v in graph.value_info if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
+    producer = {o: n for n in graph.node for o in n.output}
+    readers = [n for n in graph.node if n.name not in fp32_nodes]
+    source: dict[str, str] = {}
+    for name in fp32_outputs:
+        if not any(name in n.input for n in readers):
+            continue
+        cast = producer.get(name)
+        to = next((a.i for a in cast.attribute if a.name == "to"), None) if cast is not None else None
+        if cast is not None and cast.op_type == "Cast" and to == onnx.TensorProto.FLOAT and cast.input[0] in fp16:
+            source[name] = cast.input[0]
+        elif cast is not None:
+            source[name] = f"{name}__fp16"
+            graph.node.insert(list(graph.node).index(cast) + 1, onnx.helper.make_node(
+                "Cast", [name], [source[name]], name=f"{name}__to_fp16", to=onnx.TensorProto.FLOAT16))
+    for n in readers:
+        for i, name in enumerate(n.input):
+            if name in source:
+                n.input[i] = source[name]
+    return proto
 
 
 def _fp32_outputs(model: onnx.ModelProto, fp32_outputs: set[str]) -> onnx.ModelProto:
