@@ -54,17 +54,16 @@ def read_header(path: Path) -> tuple[object, int, int]:
     return msg, HEADER_LENGTH.size + length, size
 
 
-def op_type_from_name(path: Path, op_name: str) -> str:
+def op_type_from_name(path: Path) -> str:
     """The op type: the file name's first field (`{op_type}.{op_name}...`); "" when the name is not in that form."""
-    stem = path.name
-    head, dot, _ = stem.partition(".")
-    return head if dot and head and head != op_name else ""
+    head, dot, _ = path.name.partition(".")
+    return head if dot else ""
 
 
 def read_file(path: Path, order: int = 0) -> DumpedOp:
     """The dumped op of one ACL dump file; its tensors load lazily (DumpedTensor.load)."""
     msg, data_at, size = read_header(path)
-    op = DumpedOp(msg.op_name or path.name, op_type_from_name(path, msg.op_name), order=order, source=str(path))
+    op = DumpedOp(msg.op_name or path.name, op_type_from_name(path), order=order, source=str(path))
     offset = data_at
     for io, tensors in (("input", msg.input), ("output", msg.output)):
         for i, t in enumerate(tensors):

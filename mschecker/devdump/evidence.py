@@ -56,7 +56,7 @@ class DeviceDump:
     def __init__(self, folder, model: onnx.ModelProto, *, device_ops: list[DeviceOpMap] | None = None,
                  graph_json=None, flag: str = "--npu-dump"):
         self.folder, self.flag = Path(folder), flag
-        self.scan = scan_folder(folder)
+        self.scan = scan_folder(folder, flag)
         ops = from_graph_json(graph_json, model) if graph_json else (device_ops or [])
         self.index = OpIndex(ops, model)
         self.coverage = DumpCoverage(str(folder), list(self.scan.kinds),

@@ -80,7 +80,7 @@ def inspect_folder(folder, *, model=None, graph_json=None, profile="ascend910b")
     """The folder read (scan.scan_folder), and with `model` mapped as `bisect --npu-dump` maps it. InputError
     (exit 2) when the folder holds no dump at all, or nothing of the model."""
     if model is None:
-        scan = scan_folder(folder)
+        scan = scan_folder(folder, "dump inspect")
         if not scan.ops:
             from ..errors import InputError
             from ..untrusted import plain

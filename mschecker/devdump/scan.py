@@ -21,7 +21,7 @@ MAX_DEPTH = 50
 MAX_FILES = 1_000_000
 
 
-def _walk(folder: Path, scan: DumpScan) -> list[Path]:
+def _walk(folder: Path, scan: DumpScan, flag: str) -> list[Path]:
     files: list[Path] = []
     for root, dirs, names in os.walk(folder, followlinks=False):
         depth = len(Path(root).relative_to(folder).parts)
@@ -35,18 +35,19 @@ def _walk(folder: Path, scan: DumpScan) -> list[Path]:
                 continue
             files.append(path)
             if len(files) > MAX_FILES:
-                raise InputError(f"--npu-dump {plain(folder)}: more than {MAX_FILES} files; point at one "
+                raise InputError(f"{flag} {plain(folder)}: more than {MAX_FILES} files; point at one "
                                  "iteration's folder")
     return files
 
 
-def scan_folder(folder) -> DumpScan:
-    """Every dumped op the folder holds (model.DumpScan). InputError when the folder is not a readable directory."""
+def scan_folder(folder, flag: str = "--npu-dump") -> DumpScan:
+    """Every dumped op the folder holds (model.DumpScan). InputError, naming `flag`, when the folder is not a
+    readable directory or holds several runs."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise InputError(f"--npu-dump {plain(folder)}: not a directory")
+        raise InputError(f"{flag} {plain(folder)}: not a directory")
     scan = DumpScan(str(folder))
-    files = _walk(folder, scan)
+    files = _walk(folder, scan, flag)
     claimed = _read_msprobe(folder, scan)
     npy = [p for p in files if p.suffix.lower() == ".npy" and p not in claimed and "dump_tensor_data" not in p.parts]
     sidecars = {p for p in files if p.name.endswith(".bin.json")}
@@ -55,7 +56,7 @@ def scan_folder(folder) -> DumpScan:
               and p not in raw]
     _read_npy(npy, scan, folder)
     _read_raw(raw, scan)
-    _read_acl([p for p in others if acl.is_candidate(p)], scan, folder)
+    _read_acl([p for p in others if acl.is_candidate(p)], scan, folder, flag)
     scan.ops.sort(key=lambda op: op.order)
     return scan
 
@@ -131,7 +132,7 @@ def _npy_loader(path: Path):
     return load
 
 
-def _read_acl(paths: list[Path], scan: DumpScan, folder: Path) -> None:
+def _read_acl(paths: list[Path], scan: DumpScan, folder: Path, flag: str) -> None:
     found: list[tuple[Path, DumpedOp]] = []
     for p in paths:
         try:
@@ -145,7 +146,7 @@ def _read_acl(paths: list[Path], scan: DumpScan, folder: Path) -> None:
         found.append((p, op))
     if not found:
         return
-    _refuse_several_runs(found, folder)
+    _refuse_several_runs(found, folder, flag)
     for i, (p, op) in enumerate(sorted(found, key=lambda f: _timestamp(f[0]))):
         op.order = i
         scan.ops.append(op)
@@ -158,12 +159,12 @@ def _timestamp(path: Path) -> tuple[int, str]:
     return (int(tail), path.name) if tail.isdigit() else (0, path.name)
 
 
-def _refuse_several_runs(found: list[tuple[Path, DumpedOp]], folder: Path) -> None:
+def _refuse_several_runs(found: list[tuple[Path, DumpedOp]], folder: Path, flag: str) -> None:
     dirs_of: dict[str, set[Path]] = defaultdict(set)
     for p, op in found:
         dirs_of[op.name].add(p.parent)
     repeated = [d for d in dirs_of.values() if len(d) > 1]
     if repeated:
         shown = sorted({str(x.relative_to(folder)) for d in repeated for x in d})[:4]
-        raise InputError(f"--npu-dump {plain(folder)}: holds the same ops in several folders (several iterations "
+        raise InputError(f"{flag} {plain(folder)}: holds the same ops in several folders (several iterations "
                          f"or devices: {', '.join(plain(s) for s in shown)}); point at one of them")
