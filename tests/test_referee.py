@@ -245,7 +245,7 @@ def test_dir_referee_without_any_output_is_bad_input(tmp_path):
 
 
 def test_device_dump_reader_hook_is_asked_first(tmp_path, monkeypatch):
-    """mschecker.devdump.load_graph_outputs plugs in through graph_output_reader; outputs it lacks fall back
+    """The device-dump reader plugs in through graph_output_reader; outputs it lacks fall back
     to <name>.npy."""
     asked = []
 

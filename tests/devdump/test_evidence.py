@@ -368,3 +368,22 @@ def test_msaccucmp_npy_conversion_of_the_acl_dump_maps_through_sanitized_names(t
     assert dumped.analysis.dump.kinds == ["msaccucmp-npy"] and dumped.analysis.dump.missing == []
     assert dumped.analysis.dump.fused_inside  # the GELUs' inner tensors
     _same_errors(dumped, emulated)
+
+
+def test_another_devices_acl_dump_is_a_referee(tmp_path, capsys):
+    """`--referee dir:DUMP`: the graph outputs of an ACL dump folder (here the emulator's, as another device's)
+    are read through the dump reader, each output judged against them."""
+    from importlib.resources import files
+
+    default = files("mschecker.golden_data") / "default"
+    inputs = f"{default / 'x.bin'},{default / 't.bin'}"
+    model = str(default / "model.onnx")
+    assert _run(["run", "--model", model, "--input", inputs, "--device", "npu", "--dump", str(tmp_path / "d"),
+                 "--no-progress"], capsys)[0] == 0
+    code, out, err = _run(["--model", model, "--input", inputs, "--golden", str(default / "expected"),
+                           "--device", "npu", "--tolerance", "1e-2", "--referee", f"dir:{tmp_path / 'd'}",
+                           "--json", str(tmp_path / "r.json")], capsys)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    outputs = doc["referee"]["outputs"]
+    assert code == 0, err
+    assert outputs and all(o["status"] == "pass" for o in outputs), outputs  # the same values: allclose
