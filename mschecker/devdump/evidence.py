@@ -70,7 +70,7 @@ class DeviceDump:
         for op in self.scan.ops:
             self._map(op, produced)
         if not self.outputs:
-            self._refuse(model)
+            self._refuse()
 
     # ----------------------------------------------------------------------------------------------- mapping
     def _map(self, op: DumpedOp, produced: set) -> None:
@@ -118,7 +118,7 @@ class DeviceDump:
 
     def _put(self, table: dict, name: str, t: DumpedTensor) -> None:
         if name in table:
-            self.coverage.extra.append(f"{t.source}: a second dump of {plain(name)} (the first is used)")
+            self.coverage.extra.append(f"{t.source}: a second dump of {name} (the first is used)")
         else:
             table[name] = t
 
@@ -130,7 +130,7 @@ class DeviceDump:
                 if o and o not in outs:
                     self.coverage.fused_inside.setdefault(o, dev.name)
 
-    def _refuse(self, model) -> None:
+    def _refuse(self) -> None:
         seen = len(self.scan.ops)
         what = (f"{seen} dumped ops, none of them maps to the model "
                 f"(first: {', '.join(plain(op.name) for op in self.scan.ops[:3])})") if seen else \

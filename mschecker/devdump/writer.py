@@ -14,6 +14,7 @@ Both are written into a temporary folder beside DIR and renamed into place: all 
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -94,7 +95,12 @@ def _write_acl(folder: Path, ops: Iterable[OpTensors], model_name: str) -> Path:
     parent = folder.parent
     created = fsio.make_directory(parent)
     stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
-    tmp = parent / f".{folder.name}.{stamp}.{int(time.time() * 1e6) % 10**6}.tmp"
+    try:
+        tmp = parent / f".{folder.name}.{uuid.uuid4().hex[:12]}.tmp"  # beside the target: the rename is atomic
+        tmp.mkdir()
+    except OSError as exc:
+        fsio.remove_directories(created)
+        raise InputError(f"--dump {plain(folder)}: {fsio.os_reason(exc)}") from None
     leaf = tmp / stamp / "0" / fsio.safe_component(model_name, "model") / "1" / "0"
     try:
         leaf.mkdir(parents=True)

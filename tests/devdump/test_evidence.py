@@ -17,6 +17,7 @@ from mschecker.cli import main
 from mschecker.devdump import acl
 from mschecker.devdump.evidence import stats_gap
 from mschecker.devdump.model import OpTensors, TensorStats
+from mschecker.errors import InputError
 
 from ..bisect import models as M
 
@@ -387,3 +388,25 @@ def test_another_devices_acl_dump_is_a_referee(tmp_path, capsys):
     outputs = doc["referee"]["outputs"]
     assert code == 0, err
     assert outputs and all(o["status"] == "pass" for o in outputs), outputs  # the same values: allclose
+
+
+def test_a_full_disk_mid_dump_leaves_nothing_and_is_one_line(tmp_path, monkeypatch):
+    """The third file fails with ENOSPC: InputError naming --dump and the reason; no target, no temp folder."""
+    import errno
+
+    from mschecker.devdump import writer
+
+    real = acl.encode
+    calls = []
+
+    def encode(op, layouts_of=None, **kw):
+        calls.append(op.name)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(op, layouts_of, **kw)
+    monkeypatch.setattr(acl, "encode", encode)
+    ops = [OpTensors(f"op{i}", "Add", [np.ones(2, np.float32)], [np.ones(2, np.float32)]) for i in range(5)]
+    with pytest.raises(InputError) as info:
+        writer.write_dump(tmp_path / "d", ops, fmt="acl")
+    assert "--dump" in str(info.value) and "No space left" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
