@@ -182,7 +182,7 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
     for si, sample in enumerate(samples):
         sample_out: dict[str, ErrorStats] = {}
         kept: dict[str, np.ndarray] = {}
-        chain = _Chain(steps, reference) if npu is None else None
+        chain = _Chain(steps) if npu is None else None
         ref_walk = reference.walk(sample.feeds)
         npu_walk = npu.walk(sample.feeds) if npu is not None else None
         for k, (rstep, rargs, rout) in enumerate(ref_walk):
@@ -261,21 +261,25 @@ class _Chain:
     ONNX nodes it covers, not against a value that already carries the error it inherited. Tensors are dropped
     after their last reader, as the executors do."""
 
-    def __init__(self, steps, reference: Executor):
+    def __init__(self, steps):
         self.values: dict[str, np.ndarray] = {}
-        self.last_use: dict[str, int] = {}
+        last_use: dict[str, int] = {}
         for k, st in enumerate(steps):
             for n in st.inputs:
                 if n:
-                    self.last_use[n] = k
-        self.outputs = set(reference.output_names)
+                    last_use[n] = k
+        self.last_use = last_use
+        self.frees: dict[int, list[str]] = {}
+        for n, k in last_use.items():
+            self.frees.setdefault(k, []).append(n)
 
-    def keep(self, k: int, own: dict | None, dumped: dict) -> None:
+    def keep(self, k: int, own: dict | None, dumped: set) -> None:
+        """After node k: keep its reference outputs that have no dump and a later reader; drop what k read last."""
         for name, v in (own or {}).items():
-            if dumped.get(name) is None and isinstance(v, np.ndarray) and self.last_use.get(name, -1) > k:
+            if name not in dumped and isinstance(v, np.ndarray) and self.last_use.get(name, -1) > k:
                 self.values[name] = v
-        for name in [n for n, last in self.last_use.items() if last == k and n in self.values]:
-            del self.values[name]
+        for name in self.frees.get(k, ()):
+            self.values.pop(name, None)
 
 
 def _reference_on_dumps(reference: Executor, k: int, step, rargs, dump: DeviceDump, chain: _Chain) -> dict | None:
@@ -292,7 +296,7 @@ def _reference_on_dumps(reference: Executor, k: int, step, rargs, dump: DeviceDu
         any_dumped |= d is not None
         inputs[n] = d if d is not None else a
     own = reference.run_node(k, inputs) if any_dumped else None
-    chain.keep(k, own, {o: (o in dump.outputs) or None for o in step.outputs if o})
+    chain.keep(k, own, {o for o in step.outputs if o and o in dump.outputs})
     return own
 
 

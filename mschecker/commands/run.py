@@ -124,30 +124,13 @@ def _check_dump(args) -> None:
 
 
 def _run_and_dump(runner, feeds, args):
-    """One walk of the executor writes the dump and collects the graph outputs (no second run)."""
-    from ..devdump.writer import emulator_ops, write_dump
-    from ..graph.loader import load_model
-
-    executor = runner.executor
-    wanted = set(executor.output_names)
-    outputs: dict = {}
-
-    def ops():
-        for op in emulator_ops(executor, feeds, load_model(args.model),
-                               getattr(executor.policy, "op_type_of", None)):
-            outputs.update((n, v) for n, v in zip(op.output_names, op.outputs) if n in wanted)
-            yield op
-    where = write_dump(args.dump, ops(), fmt=args.dump_format, model_name=_model_name(args.model))
-    missing = [n for n in executor.output_names if n not in outputs]
-    if missing:  # graph outputs computed on the host (folded) or fed through: the plain run gives them
-        outputs = runner.run(feeds)
-    return {n: outputs[n] for n in executor.output_names}, where
-
-
-def _model_name(path) -> str:
     from pathlib import Path
 
-    return Path(str(path)).stem
+    from ..devdump.writer import run_and_dump
+    from ..graph.loader import load_model
+
+    return run_and_dump(runner, feeds, load_model(args.model), args.dump, fmt=args.dump_format,
+                        model_name=Path(args.model).stem)
 
 
 def _run_with_progress(runner, feeds, show: bool):

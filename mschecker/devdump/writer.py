@@ -45,6 +45,24 @@ def emulator_ops(executor, feeds, source, op_type_of=None) -> Iterator[OpTensors
                         [produced[o] for o in names], [covers_of.get(o) for o in names], names)
 
 
+def run_and_dump(runner, feeds, source, folder, *, fmt: str, model_name: str = "model") -> tuple[dict, Path]:
+    """One walk of a graph runner's executor writes the dump and collects the graph outputs (no second run, unless
+    a graph output is no device op's: a host-folded constant or an input fed through). Returns (outputs, the
+    folder holding the files)."""
+    executor = runner.executor
+    wanted = set(executor.output_names)
+    outputs: dict = {}
+
+    def ops():
+        for op in emulator_ops(executor, feeds, source, getattr(executor.policy, "op_type_of", None)):
+            outputs.update((n, v) for n, v in zip(op.output_names, op.outputs) if n in wanted)
+            yield op
+    where = write_dump(folder, ops(), fmt=fmt, model_name=model_name)
+    if any(n not in outputs for n in executor.output_names):
+        outputs = runner.run(feeds)
+    return {n: outputs[n] for n in executor.output_names}, where
+
+
 def _covers_table(source) -> dict[str, tuple[str, int]]:
     """Tensor -> (ONNX node, output index) for every node of the ONNX graph the plan was made from (a fused op's
     outputs are its last covered node's outputs under the same tensor names)."""
