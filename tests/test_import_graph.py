@@ -34,21 +34,51 @@ def _targets(module: str, is_package: bool, node) -> list[str]:
     return [target] + [f"{target}.{a.name}" for a in node.names]
 
 
-def import_graph() -> dict[str, dict[str, int]]:
+def _imports(tree, local_only: bool):
+    """Import statements of a module; with local_only, only those inside a function."""
+    if not local_only:
+        yield from (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
+        return
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield from (n for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
+def import_graph(local_only: bool = False) -> dict[str, dict[str, int]]:
     """module -> {imported mschecker module: line of the first such import}."""
     mods = _modules()
     graph: dict[str, dict[str, int]] = {m: {} for m in mods}
     for module, path in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                continue
+        for node in _imports(tree, local_only):
             for target in _targets(module, path.name == "__init__.py", node):
                 while target and target not in mods:  # `from pkg.mod import name`: the module is pkg.mod
                     target = target.rpartition(".")[0]
                 if target and target != module:
                     graph[module].setdefault(target, node.lineno)
     return graph
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: `mschecker.X` for anything under a subpackage X, else `mschecker` (the flat
+    infrastructure modules)."""
+    parts = module.split(".")
+    if len(parts) >= 2 and (PACKAGES["mschecker"] / parts[1]).is_dir() or ".".join(parts[:2]) in PACKAGES:
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def package_graph(graph: dict[str, dict[str, int]]) -> dict[str, dict[str, str]]:
+    """package -> {imported package: 'module:line' of one import that makes the edge}."""
+    out: dict[str, dict[str, str]] = {}
+    for module, targets in graph.items():
+        src = package_of(module)
+        out.setdefault(src, {})
+        for target, line in targets.items():
+            dst = package_of(target)
+            if dst != src:
+                out[src].setdefault(dst, f"{module}:{line}")
+    return out
 
 
 def find_cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
