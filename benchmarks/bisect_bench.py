@@ -149,14 +149,14 @@ def child_memory(name, mode, folder):
     t0 = time.perf_counter()
     if mode == "emulator":
         from mschecker.graph.executor import Executor
-        from mschecker.npu import NpuPolicy
+        from mschecker.npu.policy import NpuPolicy
         Executor(str(path), NpuPolicy("ascend910b")).run(feeds)
     elif mode == "lockstep":
         from mschecker.bisect import Sample
         from mschecker.bisect.engine import _plan, tolerance_rule
         from mschecker.bisect.lockstep import analyse
         from mschecker.graph.loader import load_model
-        from mschecker.npu import load_profile
+        from mschecker.npu.profile import load_profile
         ref, npu = _plan(load_model(path), load_profile("ascend910b"))
         analyse(ref, npu, [Sample("s", feeds)], tolerance_rule(1e-2))
     else:

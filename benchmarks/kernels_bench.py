@@ -51,8 +51,8 @@ from pathlib import Path
 import numpy as np
 
 from mschecker.dtypes import round_to
-from mschecker.kernelcheck import as_tuple, check_case
-from mschecker.registry import Case, get_kernel, registry
+from mschecker.kernels.check import as_tuple, check_case
+from mschecker.kernels.registry import Case, get_kernel, registry
 
 RESULTS = Path(__file__).resolve().parent / "results" / "kernels_bench.json"
 

@@ -3,7 +3,7 @@
 The plugin loads in every pytest run where mschecker is installed (entry point pytest11), so its cost is paid by
 unrelated suites. Measured in one run, against peers:
 
-* import: ``python -c "import mschecker.pytest_plugin"`` vs ``python -c "import pytest"`` (the plugin's own import
+* import: ``python -c "import mschecker.testing.pytest_plugin"`` vs ``python -c "import pytest"`` (the plugin's own import
   cost is the difference; it must not pull in numpy, hypothesis or rich);
 * pytest: a generated suite of --tests trivial tests, ``pytest -p no:mschecker`` vs ``pytest`` (plugin loaded);
   ratio of best-of --repeats wall times. Target: ratio <= 1.05 (the plugin adds under 5% to a plain suite).
@@ -63,9 +63,9 @@ def main() -> int:
         timed(base, tmp, env)  # warm-up: writes the bytecode caches
         imports = {
             "import_pytest": best([py, "-c", "import pytest"], tmp, env, args.repeats),
-            "import_plugin": best([py, "-c", "import pytest, mschecker.pytest_plugin"], tmp, env, args.repeats),
+            "import_plugin": best([py, "-c", "import pytest, mschecker.testing.pytest_plugin"], tmp, env, args.repeats),
         }
-        heavy = subprocess.run([py, "-c", "import sys, mschecker.pytest_plugin; print(sorted(m for m in "
+        heavy = subprocess.run([py, "-c", "import sys, mschecker.testing.pytest_plugin; print(sorted(m for m in "
                                 "('numpy', 'hypothesis', 'rich') if m in sys.modules))"],
                                cwd=tmp, env=env, capture_output=True, text=True, check=True).stdout.strip()
         without = best(base + ["-p", "no:mschecker"], tmp, env, args.repeats)

@@ -111,7 +111,7 @@ def worker_real(name: str, rounds: int) -> dict:
     import onnxruntime as ort
     from onnx.reference import ReferenceEvaluator
 
-    from mschecker.runners import make_runner
+    from mschecker.modelcheck.runners import make_runner
 
     folder = REAL_SD / name
     model = onnx.load(str(folder / "model.onnx"))

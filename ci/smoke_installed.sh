@@ -40,7 +40,7 @@ from pathlib import Path
 
 import mschecker
 from mschecker import golden_data, native
-from mschecker.kernel_golden import GOLDEN_ROOT, load_kernel_goldens
+from mschecker.kernels.goldens import GOLDEN_ROOT, load_kernel_goldens
 
 repo, site = Path(sys.argv[1]).resolve(), Path(mschecker.__file__).resolve().parent
 assert repo not in site.parents, f"mschecker imported from the checkout: {site}"

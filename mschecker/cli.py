@@ -19,9 +19,9 @@ import os
 import sys
 import warnings
 
-from .blas import pin_one_thread
-from .heap import keep_freed_memory
-from .errors import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, ExecutionError,
+from mschecker.blas import pin_one_thread
+from mschecker.heap import keep_freed_memory
+from mschecker.errors import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, ExecutionError,
                      InputError, KnobNote, caused_by_interrupt)
 
 SUBCOMMANDS = {
@@ -45,7 +45,7 @@ TRACEBACK_FLAG = "--traceback"
 
 def _say(message: str) -> None:
     """One line on stderr: untrusted text made inert (control characters escaped), never more than one line."""
-    from .untrusted import plain
+    from mschecker.untrusted import plain
 
     try:
         print(f"mschecker: {plain(message)}", file=sys.stderr, flush=True)
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # an OS fault on a path some reader did not translate: still about the user's files
         if exc.filename is None:
             return _internal(exc, show_traceback)
-        from .fsio import os_reason
+        from mschecker.fsio import os_reason
 
         _say(f"error: {exc.filename}: {os_reason(exc)}")
         return EXIT_BAD_INPUT
@@ -215,7 +215,7 @@ def _silence_stdout() -> None:
 def _print_version() -> int:
     """The version, which compiled fast paths are active (a missing one only slows runs down: native.py) and the
     machine facts (mschecker/machine.py)."""
-    from . import __version__, machine, native
+    from mschecker import __version__, machine, native
 
     print(f"mschecker {__version__}")
     for name, state in native.status().items():

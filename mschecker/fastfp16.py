@@ -48,7 +48,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import native
+from mschecker import native
 
 #: Optional compiled loops (mschecker/_fastfp16.c, loaded by mschecker/native.py); without them numpy computes the
 #: same bits.

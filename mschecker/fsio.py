@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, BinaryIO
 
-from .errors import InputError
+from mschecker.errors import InputError
 
 TEMP_SUFFIX = ".tmp"
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from .errors import InputError
+from mschecker.errors import InputError
 
 def _syntax_line(exc: Exception) -> str:
     text = str(exc).strip().splitlines()
@@ -45,7 +45,7 @@ def parse_toml(text: str, where: str) -> Any:
 
 def load_json_file(path, what: str) -> Any:
     """Read (regular file, UTF-8) and parse a JSON file; every failure is one InputError naming `what` and path."""
-    from .fsio import read_text
+    from mschecker.fsio import read_text
 
     return parse_json(read_text(path, what), f"{what} {path}")
 
@@ -286,7 +286,7 @@ def validate(value, spec: Spec, where: str):
 
 # ------------------------------------------------------------------------------------------------- shared specs
 def _known_dtype(name: str) -> str | None:
-    from .dtypes import resolve_dtype
+    from mschecker.dtypes import resolve_dtype
 
     try:
         resolve_dtype(name)

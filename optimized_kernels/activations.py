@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference import elementary as em
+from mschecker.reference import elementary as em
 
-from ..fastfp16 import lut_unary
+from mschecker.fastfp16 import lut_unary
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)

@@ -23,11 +23,11 @@ import functools
 
 import numpy as np
 
-from ..reference import elementary as em
+from mschecker.reference import elementary as em
 
-from ..fastfp16 import astype
-from ..reference.attention import causal_keep, default_scale
-from .softmax import softmax_fp16_fp32acc, softmax_fp16_nomax, softmax_fp32
+from mschecker.fastfp16 import astype
+from mschecker.reference.attention import causal_keep, default_scale
+from mschecker.optimized_kernels.softmax import softmax_fp16_fp32acc, softmax_fp16_nomax, softmax_fp32
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)

@@ -10,7 +10,7 @@ zero-padded), one fp32 scale per block:
 - asymmetric ("asym"): s = (max x_b - min x_b) / 15, q = clip(round((x - min) / s), 0, 15), x_hat = min + q * s;
   uses all 16 codes, better for one-signed data (post-SiLU/GELU activations), but 0 is not exact.
 Either way round-to-nearest gives |x_hat - x| <= s / 2 per element (plus fp32 arithmetic and the fp16 output
-rounding, see mschecker/kernel_entries/bitpack.py). An all-zero block gets s = 1 (codes encode exact zeros).
+rounding, see mschecker/kernels/entries/bitpack.py). An all-zero block gets s = 1 (codes encode exact zeros).
 
 Planted bug: unpack4_bug_nibble_order reads the nibbles of each word in reverse order.
 """

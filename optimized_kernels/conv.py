@@ -31,10 +31,10 @@ import functools
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from ..dtypes import bfloat16
-from ..reference.conv import (PATCH_CHUNK_BYTES, check_conv_args, conv_output_size, fill_patches, is_pointwise,
+from mschecker.dtypes import bfloat16
+from mschecker.reference.conv import (PATCH_CHUNK_BYTES, check_conv_args, conv_output_size, fill_patches, is_pointwise,
                               workspace)
-from ..fastfp16 import as_f32, to_f16
+from mschecker.fastfp16 import as_f32, to_f16
 
 
 def _geometry(x, w, strides, pads, dilations, group):

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import bfloat16
-from ..reference.conv import check_conv_args, conv_transpose_output_size
-from .conv import conv2d_fp16_fp32acc
+from mschecker.dtypes import bfloat16
+from mschecker.reference.conv import check_conv_args, conv_transpose_output_size
+from mschecker.optimized_kernels.conv import conv2d_fp16_fp32acc
 
 
 def _scatter(x, w, b, strides, pads, dilations, group, output_padding, out):

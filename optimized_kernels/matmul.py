@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import bfloat16
-from ..reference.linalg import gemm_operands
-from ..fastfp16 import ORT_MIN_ELEMS, as_f32, astype, fast_fp16, to_f16, to_f16_into, to_f32
+from mschecker.dtypes import bfloat16
+from mschecker.reference.linalg import gemm_operands
+from mschecker.fastfp16 import ORT_MIN_ELEMS, as_f32, astype, fast_fp16, to_f16, to_f16_into, to_f32
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)

@@ -18,8 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..fastfp16 import f16_arith, fast_fp16, fp16_running_sum
-from ..reference import elementary as em
+from mschecker.fastfp16 import f16_arith, fast_fp16, fp16_running_sum
+from mschecker.reference import elementary as em
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference import elementary as em
+from mschecker.reference import elementary as em
 
-from .activations import _accurate, _limits
-from ..fastfp16 import lut_unary
+from mschecker.optimized_kernels.activations import _accurate, _limits
+from mschecker.fastfp16 import lut_unary
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from .reductions import _as_rows
+from mschecker.optimized_kernels.reductions import _as_rows
 
 
 def _running_product(rows: np.ndarray, acc: np.dtype) -> np.ndarray:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .matmul import BF16, F16, F32, _acc_fp32, _round
+from mschecker.optimized_kernels.matmul import BF16, F16, F32, _acc_fp32, _round
 
 
 def _fused(x, ws, bs, storage, order=(0, 1, 2)):

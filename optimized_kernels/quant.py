@@ -11,7 +11,7 @@ Calibration of the clipping threshold t_n (scale s_n = t_n / 127, codes q = clip
   bins for activation histograms of millions of values; a weight tensor has K*N values, so we use 512 bins
   (4x fewer candidates, 0.1 s). A column has only K values, too few for a histogram, so the calibration pools
   the tensor: T = kl_threshold(w) and t_n = min(max|w_n|, T) (outlier channels clipped, quiet ones keep minmax).
-  Clipped weights err by |w| - 127 s_n, which the contract adds (mschecker/kernel_entries/quant.py).
+  Clipped weights err by |w| - 127 s_n, which the contract adds (mschecker/kernels/entries/quant.py).
 
 dequant_gemm: w_hat = q * s rounded to fp16 (the cube unit takes fp16 operands), y = x @ w_hat with fp32
 accumulation, rounded once to fp16.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference import elementary as em
+from mschecker.reference import elementary as em
 
 QMAX = 127
 

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..fastfp16 import fp16_running_sum
+from mschecker.fastfp16 import fp16_running_sum
 
 BLOCK = 128
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference import elementary as em
+from mschecker.reference import elementary as em
 
-from ..dtypes import bfloat16
+from mschecker.dtypes import bfloat16
 
-from ..threads import for_row_blocks
-from ..fastfp16 import astype, fast_fp16, fp16_running_sum, running_sum_f32, to_f16, to_f32
+from mschecker.threads import for_row_blocks
+from mschecker.fastfp16 import astype, fast_fp16, fp16_running_sum, running_sum_f32, to_f16, to_f32
 
 
 def _shifted_softmax(x: np.ndarray, axis: int, compute: np.dtype, out: np.dtype) -> np.ndarray:

@@ -11,7 +11,7 @@ tiles comes from (Barabasz et al., ACM TOMS 46(4), 2020). Only 3x3 kernels, stri
 any groups); anything else raises ValueError.
 
 `winograd_conv2d(..., matrices=...)` accepts other matrices so a planted bug (a wrong transform entry) and the
-componentwise error bound (the same algorithm on |B|, |G|, |A| in float64, mschecker/kernel_entries/conv.py) reuse it.
+componentwise error bound (the same algorithm on |B|, |G|, |A| in float64, mschecker/kernels/entries/conv.py) reuse it.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..reference.conv import check_conv_args
+from mschecker.reference.conv import check_conv_args
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from . import elementary
-from .exp64 import exp64, exp64_numpy, run_elementwise
+from mschecker.reference import elementary
+from mschecker.reference.exp64 import exp64, exp64_numpy, run_elementwise
 
 SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
 GELU_TANH_CUBIC = 0.044715

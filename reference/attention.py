@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .softmax import softmax
+from mschecker.reference.softmax import softmax
 
 
 def default_scale(d: int, scale=None) -> float:

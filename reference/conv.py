@@ -29,7 +29,7 @@ import threading
 
 import numpy as np
 
-from . import winograd64
+from mschecker.reference import winograd64
 
 #: Largest patch-matrix chunk of the float64 reference (bytes): big enough that a chunk is a full SD feature
 #: map (K*OH*OW*8 = 2880*2048*8 = 47 MB for a 320-channel 3x3 conv at 32x32, batch 2), small enough that a VAE

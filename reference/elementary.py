@@ -48,7 +48,7 @@ import math
 
 import numpy as np
 
-from .exp64 import NUMPY_BLOCK, exp64, fast_module
+from mschecker.reference.exp64 import NUMPY_BLOCK, exp64, fast_module
 
 #: expm1's polynomial range: |x| < 0.7 (see the module docstring for the split's error budget).
 EXPM1_POLY_MAX = 0.7

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .activations import _limits
-from .elementary import expm1_64 as expm1, log1p_64 as log1p, tanh_64 as tanh
-from .exp64 import exp64
+from mschecker.reference.activations import _limits
+from mschecker.reference.elementary import expm1_64 as expm1, log1p_64 as log1p, tanh_64 as tanh
+from mschecker.reference.exp64 import exp64
 
 #: ONNX's attribute defaults, as the schema stores them (FLOAT attributes are fp32 values).
 ELU_ALPHA = 1.0

@@ -8,7 +8,7 @@ One fixed evaluation order, so the reference gives the same bits on every CPU an
    starting from +0, and the lanes combine as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Error bound:
    |s - sum e| <= gamma_{ceil(n/8) + 3} * sum e (all terms >= 0), i.e. 1.6e-14 relative for n = 1024 keys:
    ten orders of magnitude below fp16's unit roundoff (4.9e-4) and far below fp32's (6e-8), so irrelevant for the
-   contracts it anchors (mschecker/kernel_entries/softmax.py). The lanes are what lets the C loop vectorize.
+   contracts it anchors (mschecker/kernels/entries/softmax.py). The lanes are what lets the C loop vectorize.
 4. y = e / s (one correctly rounded division per element).
 A NaN sum (the row holds a NaN or +inf, or is all -inf: an all-masked attention row) gives a row of np.nan.
 
@@ -23,7 +23,7 @@ import numpy as np
 from mschecker import native
 from mschecker.threads import for_row_blocks
 
-from .exp64 import exp64_numpy, fast_module
+from mschecker.reference.exp64 import exp64_numpy, fast_module
 
 SUM_LANES = 8  # LANES in mschecker/_fastref.c (checked at import); a power of two (the pairwise combine below)
 native.load("_fastref", LANES=SUM_LANES)

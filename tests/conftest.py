@@ -7,7 +7,7 @@ before numpy loads, on x86-64 CPUs with AVX2; explicit user settings win.
 
 COLUMNS is unset (pytest-xdist sets it to 80 in its workers).
 
-Hypothesis profiles come from mschecker.hypothesis_profiles: `ci` (derandomized, default here) and `thorough`.
+Hypothesis profiles come from mschecker.testing.hypothesis_profiles: `ci` (derandomized, default here) and `thorough`.
 Choose with MSCHECKER_HYPOTHESIS_PROFILE=thorough or `pytest --mschecker-hypothesis-profile=thorough`.
 """
 import os
@@ -34,6 +34,6 @@ _pin_blas()
 # read names in tables) would see them cut under -n but not without it. The suite runs as a CI log would: unset.
 os.environ.pop("COLUMNS", None)
 
-from mschecker.hypothesis_profiles import load_profile  # noqa: E402  (after the BLAS pin: it may import numpy)
+from mschecker.testing.hypothesis_profiles import load_profile  # noqa: E402  (after the BLAS pin: it may import numpy)
 
 load_profile(default="ci")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mschecker import golden_store
+from mschecker.tensors import golden_store
 
 ROOT = Path(__file__).resolve().parents[1]
 D = ROOT / "golden" / "default"

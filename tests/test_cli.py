@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from mschecker import golden_store
+from mschecker.tensors import golden_store
 from mschecker.commands._args import parse_dtypes, parse_shapes
-from mschecker.check import check_model, golden_tolerance_hint
+from mschecker.modelcheck.check import check_model, golden_tolerance_hint
 from mschecker.compare import ToleranceRule
 from mschecker.errors import InputError, UsageError
-from mschecker.runners import OrtRunner, make_runner
-from mschecker.tensormeta import TensorMeta, apply_overrides
-from mschecker.tensorio import write_tensor
+from mschecker.modelcheck.runners import OrtRunner, make_runner
+from mschecker.tensors.meta import TensorMeta, apply_overrides
+from mschecker.tensors.io import write_tensor
 
 ROOT = Path(__file__).resolve().parents[1]
 D = ROOT / "golden" / "default"

@@ -70,6 +70,6 @@ def test_example_fails_readably_with_the_planted_bug(tmp_path):
 
 
 def test_example_golden_directory_verifies():
-    from mschecker import golden_store
+    from mschecker.tensors import golden_store
 
     assert golden_store.verify(PROJECT / "tests" / "golden") == []

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mschecker import golden_store
+from mschecker.tensors import golden_store
 from mschecker.dtypes import bfloat16
 from mschecker.errors import InputError
 

@@ -1,4 +1,4 @@
-"""Golden sets under a writer that dies (mschecker/golden_store.py: "the manifest is the commit point ... a writer
+"""Golden sets under a writer that dies (mschecker/tensors/golden_store.py: "the manifest is the commit point ... a writer
 killed at any point leaves at most .npy files no manifest names"), and the damaged set that `record --update`
 must repair.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mschecker import golden_store
+from mschecker.tensors import golden_store
 
 OLD = {"a": np.arange(4, dtype=np.float32), "b": np.full(3, 2.5, np.float32), "c": np.array([1, 2], np.int64)}
 NEW = {"a": np.arange(4, dtype=np.float32) + 10, "b": np.full(3, 2.5, np.float32),  # b: the same content
@@ -30,7 +30,8 @@ THIRD = {"a": np.zeros(4, np.float32), "e": np.arange(3, dtype=np.float64)}
 _CHILD = textwrap.dedent("""
     import os, resource, signal, sys
     import numpy as np
-    from mschecker import golden_store, fsio
+    from mschecker import fsio
+    from mschecker.tensors import golden_store
     directory, mode, arg = sys.argv[1], sys.argv[2], int(sys.argv[3])
     new = {"a": np.arange(4, dtype=np.float32) + 10, "b": np.full(3, 2.5, np.float32),
            "c": np.array([7, 8], np.int64), "d": np.ones(2, np.float16)}

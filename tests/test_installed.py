@@ -19,7 +19,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from mschecker import golden_data
 from mschecker.commands.demo import DEFAULT_DIR
-from mschecker.kernel_golden import GOLDEN_ROOT
+from mschecker.kernels.goldens import GOLDEN_ROOT
 from mschecker.sd.goldens import GOLDEN_DIR
 
 ROOT = Path(__file__).resolve().parents[1]

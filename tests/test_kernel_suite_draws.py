@@ -1,5 +1,5 @@
 """`mschecker kernels` draws the same cases in every process and writes nothing into the current directory
-(mschecker.kernel_suite.reproducible_draws): hypothesis' local-constants pool and its .hypothesis/ cache made
+(mschecker.kernels.suite.reproducible_draws): hypothesis' local-constants pool and its .hypothesis/ cache made
 the cases depend on which local modules were loaded and on the install mode."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import textwrap
 
 import numpy as np
 
-from mschecker.kernel_suite import kernel_cases
-from mschecker.registry import get_kernel
+from mschecker.kernels.suite import kernel_cases
+from mschecker.kernels.registry import get_kernel
 
 # Integers and floats a kernel strategy could draw as shapes, seeds or values; hypothesis would mix them in.
 _CONSTANTS_MODULE = "MAGIC = [" + ", ".join(str(60_000 + 7 * i) for i in range(400)) + "]\n" + \

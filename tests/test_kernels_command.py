@@ -9,9 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from mschecker import cli, kernel_suite, registry as reg
-from mschecker.kernel_suite import VERDICT_CAUGHT, VERDICT_FAIL, VERDICT_MISSED, VERDICT_PASS, run_suite
-from mschecker.registry import KernelInfo, Variant, get_kernel
+from mschecker import cli
+from mschecker.kernels import suite as kernel_suite
+from mschecker.kernels import registry as reg
+from mschecker.kernels.suite import VERDICT_CAUGHT, VERDICT_FAIL, VERDICT_MISSED, VERDICT_PASS, run_suite
+from mschecker.kernels.registry import KernelInfo, Variant, get_kernel
 
 
 def test_suite_on_a_real_kernel():
@@ -122,7 +124,7 @@ def test_an_import_error_inside_mschecker_stays_internal(tmp_path, monkeypatch, 
 
     ns: dict = {}
     exec(compile("def _planted_broken_import():\n    import mschecker_internal_missing_xyz\n",
-                 testing.__file__, "exec"), ns)  # code that lives, for the traceback, in mschecker/testing.py
+                 testing.__file__, "exec"), ns)  # code that lives, for the traceback, in mschecker/testing/asserts.py
     monkeypatch.setattr(testing, "_planted_broken_import", ns["_planted_broken_import"], raising=False)
     name = _user_module(tmp_path, monkeypatch, "callsmschecker",
                         "import mschecker.testing\nmschecker.testing._planted_broken_import()\n")

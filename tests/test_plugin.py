@@ -16,9 +16,9 @@ import pytest
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from mschecker import strategies as S
+from mschecker.kernels import strategies as S
 from mschecker.dtypes import unit_roundoff
-from mschecker.registry import Contract, registry
+from mschecker.kernels.registry import Contract, registry
 from mschecker.testing import (CheckFailure, assert_close_to_reference, assert_matches_golden, check_kernel,
                                check_planted_bugs, planted_bug, register_user_kernel, unregister_user_kernel)
 
@@ -148,7 +148,7 @@ def test_check_kernel_fails_with_the_minimal_case_report():
 
 
 def test_check_kernel_runs_the_golden_cases_first():
-    from mschecker.registry import Case
+    from mschecker.kernels.registry import Case
 
     long_row = Case((np.ones(3000),), {}, "3000 ones")  # fp16 running sum stalls at 2048
     register_user_kernel("test_user_sum_sq_golden", reference=_sum_sq, variants={"fp16_fp16acc": _sum_sq_fp16acc},
@@ -243,7 +243,7 @@ def test_golden_dir_option_and_ini(pytester):
 
 
 def test_assert_matches_golden_outside_pytest(tmp_path, monkeypatch):
-    from mschecker import runstore
+    from mschecker.testing import runstore
 
     monkeypatch.setattr(runstore, "_ACTIVE", [])  # as in a script: no pytest run to defer updates to
     x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
@@ -354,7 +354,7 @@ def test_xdist_workers_merge_into_one_report_and_one_golden_manifest(pytester):
 # ---------------------------------------------------------------------------------------------------------------
 
 def test_plugin_import_is_cheap():
-    code = ("import sys, mschecker.pytest_plugin; "
+    code = ("import sys, mschecker.testing.pytest_plugin; "
             "print(sorted(m for m in ('numpy', 'hypothesis', 'rich', 'mschecker.compare') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -407,7 +407,7 @@ def test_unknown_profile_is_a_usage_error(pytester):
 
 
 def test_bf16_golden_round_trip_and_damage_detection(tmp_path, monkeypatch):
-    from mschecker import runstore
+    from mschecker.testing import runstore
     from mschecker.dtypes import bfloat16
 
     monkeypatch.setattr(runstore, "_ACTIVE", [])
@@ -423,7 +423,7 @@ def test_bf16_golden_round_trip_and_damage_detection(tmp_path, monkeypatch):
 
 def test_worker_golden_conflict_is_refused(tmp_path):
     """Two xdist workers recording different tensors under one name: the controller writes nothing there."""
-    from mschecker.runstore import RunSession
+    from mschecker.testing.runstore import RunSession
 
     target, staging = tmp_path / "golden", tmp_path / "staging"
     controller = RunSession(target, update_golden=True, staging_dir=staging)

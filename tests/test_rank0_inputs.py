@@ -15,9 +15,9 @@ from onnx import TensorProto, helper
 
 from mschecker.cli import main as cli_main
 from mschecker.graph.loader import from_proto, load_model
-from mschecker.runners import make_runner
-from mschecker.tensorio import read_tensor, write_tensor
-from mschecker.tensorsets import read_tensors
+from mschecker.modelcheck.runners import make_runner
+from mschecker.tensors.io import read_tensor, write_tensor
+from mschecker.tensors.sets import read_tensors
 
 DEVICES = [("ort", None), ("reference", None), ("npu", "ascend910b")]
 
@@ -116,7 +116,7 @@ def test_run_command_feeds_rank0_inputs_end_to_end(device, model_path, tmp_path,
     rc = cli_main(["run", "--model", str(model_path), "--input", str(d), "--device", device,
                    "--save-outputs", str(out), "--no-progress"])
     assert rc == 0, capsys.readouterr()
-    from mschecker import golden_store
+    from mschecker.tensors import golden_store
 
     np.testing.assert_array_equal(golden_store.load(out)["y"], EXPECTED)
 

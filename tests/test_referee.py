@@ -1,4 +1,4 @@
-"""The referee verdict (mschecker.referee): PyTorch's rule on hand-computed RMSEs, the sides, and `mschecker
+"""The referee verdict (mschecker.modelcheck.referee): PyTorch's rule on hand-computed RMSEs, the sides, and `mschecker
 --referee` end to end on the bundled demo model (golden/default: logits and probs, 1x10 each)."""
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from mschecker import golden_store, referee
-from mschecker.check import RefereedReport, check_model
+from mschecker.tensors import golden_store
+from mschecker.modelcheck import referee
+from mschecker.modelcheck.check import RefereedReport, check_model
 from mschecker.compare import ToleranceRule
 from mschecker.errors import InputError, UsageError
-from mschecker.referee import (FAIL, NO_VALUE, NOT_JUDGED, PASS, SLACK, DirSide, OrtFp16Side, OrtProviderSide,
+from mschecker.modelcheck.referee import (FAIL, NO_VALUE, NOT_JUDGED, PASS, SLACK, DirSide, OrtFp16Side, OrtProviderSide,
                                ProviderRunner, check_k, combine, default_k, judge_output, parse_side, rmse)
-from mschecker.runners import OrtRunner
+from mschecker.modelcheck.runners import OrtRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 D = ROOT / "golden" / "default"
@@ -221,7 +222,7 @@ def test_bf16_npu_fails_the_referee_that_the_tolerance_lets_pass():
 def test_dir_referee_reads_npy_and_golden_dirs_and_lists_missing(tmp_path):
     fp16 = parse_side("ort-fp16")
     by_lib = check_model(MODEL, INPUTS, EXPECTED, LOOSE, device="npu", referee=fp16)
-    from mschecker.tensorsets import read_tensors
+    from mschecker.tensors.sets import read_tensors
 
     runner = fp16.runner(str(MODEL))
     outs = runner.run(read_tensors(INPUTS, runner.inputs()))
@@ -259,8 +260,8 @@ def test_device_dump_reader_hook_is_asked_first(tmp_path, monkeypatch):
     assert asked == [(tmp_path, ["logits", "probs"])]
     # zeros and a flat 0.1 are far worse than the NPU: a poor referee passes anything (why it must be a real run)
     assert [o.status for o in report.referee.outputs] == [PASS, PASS]
-    from mschecker.runners import make_runner
-    from mschecker.tensorsets import read_tensors
+    from mschecker.modelcheck.runners import make_runner
+    from mschecker.tensors.sets import read_tensors
 
     ref = make_runner(str(MODEL), device="reference")
     truth = ref.run(read_tensors(INPUTS, ref.inputs()))

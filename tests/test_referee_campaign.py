@@ -1,4 +1,4 @@
-"""Campaign cells with a referee (mschecker.referee): the settings, their validation, the recorded metrics, and
+"""Campaign cells with a referee (mschecker.modelcheck.referee): the settings, their validation, the recorded metrics, and
 unchanged keys and spec hashes for blocks without them."""
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mschecker.referee import parse_side, rmse
+from mschecker.modelcheck.referee import parse_side, rmse
 from mschecker.sd.check import run_check
 
 STAGES = ["text_embeddings", "latents_final", "decoded", "image"]

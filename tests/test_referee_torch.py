@@ -1,4 +1,4 @@
-"""Parity with PyTorch: mschecker.referee.judge_output against torch._dynamo.utils.same(ref, res, fp64_ref,
+"""Parity with PyTorch: mschecker.modelcheck.referee.judge_output against torch._dynamo.utils.same(ref, res, fp64_ref,
 equal_nan=True) -- the benchmark runner's call for non-fp32 runs -- on random tensors around the boundary
 err(res) = k * err(ref).
 
@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from mschecker.referee import judge_output
+from mschecker.modelcheck.referee import judge_output
 
 _TORCH_SIDE = r"""
 import json, sys

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from mschecker.compare import CheckReport, ToleranceRule, compare_arrays
 from mschecker.errors import InputError
-from mschecker.check_report import render_console, render_html, render_text, write_html, write_json
+from mschecker.modelcheck.report import render_console, render_html, render_text, write_html, write_json
 
 ANSI = re.compile(r"\x1b\[")
 SCHEMA_DOC = Path(__file__).resolve().parents[1] / "docs" / "REPORT_SCHEMA.md"
@@ -129,7 +129,7 @@ def test_writes_are_atomic_and_fail_cleanly(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("crash while rendering")
 
-    monkeypatch.setattr("mschecker.check_report.render_html", boom)
+    monkeypatch.setattr("mschecker.modelcheck.report.render_html", boom)
     with pytest.raises(RuntimeError):
         write_html(make_report(), tmp_path / "r.html")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"] and path.read_text() == "old"

@@ -1,4 +1,4 @@
-"""mschecker.strategies: values are exact in their format, options are honoured, and each adversarial family
+"""mschecker.kernels.strategies: values are exact in their format, options are honoured, and each adversarial family
 really produces the hazard its docstring names (measured on a fixed, derandomized sample of draws).
 
 Hazard thresholds are stated per test; they are properties of the arithmetic (fp16 max 65504, spacing 2 above
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.extra import numpy as hnp
 
-from mschecker import strategies as S
+from mschecker.kernels import strategies as S
 from mschecker.dtypes import bfloat16, float_format, round_to
 
 FP16_MAX = 65504.0

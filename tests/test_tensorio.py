@@ -13,10 +13,10 @@ from onnx import numpy_helper
 
 from mschecker.dtypes import bfloat16
 from mschecker.errors import InputError
-from mschecker.tensormeta import TensorMeta
+from mschecker.tensors.meta import TensorMeta
 from mschecker.fsio import atomic_write
-from mschecker.tensorio import read_polygraphy_json, read_tensor, resolve_shape, safe_filename, write_tensor
-from mschecker.tensorsets import read_tensors
+from mschecker.tensors.io import read_polygraphy_json, read_tensor, resolve_shape, safe_filename, write_tensor
+from mschecker.tensors.sets import read_tensors
 
 DTYPES = [np.dtype(np.float32), np.dtype(np.float16), bfloat16, np.dtype(np.int64), np.dtype(np.uint8)]
 

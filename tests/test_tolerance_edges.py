@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mschecker.compare import ToleranceRule, compare_arrays
-from mschecker.kernelcheck import check_output
+from mschecker.kernels.check import check_output
 
 
 @pytest.fixture(params=["numpy", "compiled"], autouse=True)

@@ -7,7 +7,7 @@ broadcast Add of a per-channel embedding (input `t`, like a diffusion timestep e
 tokens, LayerNormalization, an erf-GELU written out as ONNX opset-17 ops, MatMul + bias, ReduceMean over tokens and
 Softmax. Two inputs (x: 1x3x16x16, t: 1x8) exercise msame's comma list; two outputs (logits, probs) exercise
 output matching. Weights and inputs come from a fixed seed, so the model and input bytes are reproducible; the
-goldens are whatever onnxruntime computes and are written through mschecker.golden_store (refused without --update).
+goldens are whatever onnxruntime computes and are written through mschecker.tensors.golden_store (refused without --update).
 Tests never run this on the committed files.
 """
 from __future__ import annotations
@@ -79,9 +79,9 @@ def build_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
 def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     from mschecker.commands.demo import GOLDEN, INPUTS, MODEL
-    from mschecker.check import record_goldens
+    from mschecker.modelcheck.check import record_goldens
     from mschecker.fsio import atomic_write_bytes
-    from mschecker.tensorio import write_tensor
+    from mschecker.tensors.io import write_tensor
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "golden" / "default"))

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from mschecker.errors import InputError
-from mschecker.kernel_golden import GOLDEN_ROOT, write_kernel_goldens
+from mschecker.kernels.goldens import GOLDEN_ROOT, write_kernel_goldens
 
 
 def main(argv=None) -> int:

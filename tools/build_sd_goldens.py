@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mschecker import golden_store
+from mschecker.tensors import golden_store
 from mschecker.errors import InputError
 from mschecker.sd.goldens import GOLDEN_DIR, compute_pinned
 

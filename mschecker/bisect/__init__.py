@@ -6,8 +6,8 @@ clamps recorded), lockstep (the streamed side-by-side pass), search (moves and g
 islands and Cast points), writers (ATC files, profile, patched ONNX), report (table, plot, JSON, HTML).
 Documentation and the JSON schema: docs/BISECT.md.
 """
-from .engine import BisectResult, bisect_model, tolerance_rule
-from .samples import Sample, read_samples
-from .search import Budget, FixConfig
+from mschecker.bisect.engine import BisectResult, bisect_model, tolerance_rule
+from mschecker.bisect.samples import Sample, read_samples
+from mschecker.bisect.search import Budget, FixConfig
 
 __all__ = ["BisectResult", "Budget", "FixConfig", "Sample", "bisect_model", "read_samples", "tolerance_rule"]

@@ -23,22 +23,22 @@ from typing import Callable, Sequence
 import numpy as np
 import onnx
 
-from ..compare import ToleranceRule
-from ..errors import InputError
-from ..untrusted import plain
-from ..graph.executor import Executor, node_label
-from ..graph.loader import LoadedModel, load_model
-from ..graph.policy import KernelUnavailable
-from ..npu.knobs import apply_knobs
-from ..npu import NumericsProfile
-from ..npu.fixes import OP_TYPE_PREFIX, op_facts
-from .lockstep import Analysis, NodeRecord, analyse, reference_executor
-from .policy import npu_policy
-from .priors import ORDERS, Ordering, move_seconds, node_priors, order_candidates
-from .samples import Sample, check_same_shapes
-from .search import LAYER_OPS, Budget, BudgetExhausted, Evaluation, Evaluator, FixConfig, ModelEvaluator, \
+from mschecker.compare import ToleranceRule
+from mschecker.errors import InputError
+from mschecker.untrusted import plain
+from mschecker.graph.executor import Executor, node_label
+from mschecker.graph.loader import LoadedModel, load_model
+from mschecker.graph.policy import KernelUnavailable
+from mschecker.npu.knobs import apply_knobs
+from mschecker.npu.profile import NumericsProfile
+from mschecker.npu.fixes import OP_TYPE_PREFIX, op_facts
+from mschecker.bisect.lockstep import Analysis, NodeRecord, analyse, reference_executor
+from mschecker.bisect.policy import npu_policy
+from mschecker.bisect.priors import ORDERS, Ordering, move_seconds, node_priors, order_candidates
+from mschecker.bisect.samples import Sample, check_same_shapes
+from mschecker.bisect.search import LAYER_OPS, Budget, BudgetExhausted, Evaluation, Evaluator, FixConfig, ModelEvaluator, \
     SearchResult, high_precision_capable, members, op_type_of, rank_candidates, search
-from .writers import OnnxCheck, Recommendation, check_with_onnxruntime, patched_onnx, written_profile
+from mschecker.bisect.writers import OnnxCheck, Recommendation, check_with_onnxruntime, patched_onnx, written_profile
 
 Progress = Callable[[str, int, int | None], None]
 EXIT_CODES = {"PASS": 0, "FIXED": 0, "FAIL": 1}
@@ -201,7 +201,7 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
             return result
         if result.rescale.model is not None and not result.rescale.refused:
             # exact, yet not enough alone: the moves are searched on the rescaled model, what atc will compile
-            from ..graph.loader import from_proto
+            from mschecker.graph.loader import from_proto
 
             inner = bisect_model(from_proto(result.rescale.model, loaded.path.parent), samples, profile=base,
                                  tolerance=tolerance, budget=budget, check_onnx=check_onnx, granularity=granularity,
@@ -218,8 +218,8 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     facts = op_facts(npu)
     coster = None
     if cost_model is not None:
-        from ..npu.cost import shapes_of
-        from .frontier import Coster
+        from mschecker.npu.cost import shapes_of
+        from mschecker.bisect.frontier import Coster
 
         coster = Coster(loaded, base, facts, shapes_of(analysis, npu, samples[0].feeds), cost_model)
     evaluator = ModelEvaluator(loaded, base, list(samples), analysis, rule, budget, progress, facts=facts)
@@ -289,7 +289,7 @@ class RescaleOutcome:
         return self.passed or self.combined
 
     def to_dict(self) -> dict:
-        from ..compare import json_float
+        from mschecker.compare import json_float
 
         rep = self.report
         return {"tensors": self.tensors, "k": self.k, "factor": 2.0 ** -self.k if self.k else None,
@@ -304,8 +304,8 @@ def try_rescale(loaded: LoadedModel, analysis: Analysis, base: NumericsProfile, 
     """The rescale of every tensor whose reference values exceed fp16's range (the activations the format cannot
     hold): planned (bisect.rescale), proven equal on the float64 reference, run on the emulated device on every
     input set and judged like any configuration."""
-    from .rescale import apply_rescale, choose_k, plan_rescale, prove
-    from .stats import ErrorStats
+    from mschecker.bisect.rescale import apply_rescale, choose_k, plan_rescale, prove
+    from mschecker.bisect.stats import ErrorStats
 
     limit = float(np.finfo(np.float16).max)
     big = {o.tensor: o.reference.peak for n in analysis.nodes for o in n.outputs if o.reference.peak > limit}
@@ -353,7 +353,7 @@ def _cost_model(base, cost_file, npu: Executor):
     if not base.device:
         raise InputError(f"profile {base.name} models no chip: pricing a fix (--cost, --frontier, --choose cost) "
                          "needs a device profile (ascend910b, ascend310p)")
-    from ..npu.cost import CostModel, load_cost_file
+    from mschecker.npu.cost import CostModel, load_cost_file
 
     measured = load_cost_file(cost_file) if cost_file is not None else None
     model = CostModel(base.device, measured=measured)
@@ -379,7 +379,7 @@ def _ordering(ranked: list[str], order: str, analysis: Analysis, npu: Executor, 
 def _by_cost(result: BisectResult, coster) -> FixConfig | None:
     """Every evaluated configuration priced (frontier.Frontier into result.frontier); the cheapest passing one,
     or None when none passed. The count-minimal fix's cost is kept for the report."""
-    from .frontier import cheapest, frontier
+    from mschecker.bisect.frontier import cheapest, frontier
 
     result.frontier = frontier(result.search.log, coster)
     if result.search.recommended is not None:
@@ -405,8 +405,8 @@ def _device_dump(folder, graph_json, loaded: LoadedModel, npu: Executor):
     the ONNX graph as given, so that every tensor a device op can write exists whatever the device fused (its
     fusion is read from atc's graph JSON, from the dump's own origins, else assumed as mschecker's plan models it);
     a fused device op is then compared against the reference's outputs of the nodes it covers."""
-    from ..devdump.evidence import DeviceDump
-    from ..devdump.mapping import from_plan
+    from mschecker.devdump.evidence import DeviceDump
+    from mschecker.devdump.mapping import from_plan
 
     plan = None if graph_json is not None else from_plan(npu.model.proto, getattr(npu.policy, "op_type_of", None))
     return DeviceDump(folder, loaded.proto, device_ops=plan, graph_json=graph_json), reference_executor(loaded)
@@ -456,7 +456,7 @@ def _attribute(evaluator: Evaluator, config: FixConfig) -> list[Attribution]:
 def _onnx_names(npu: Executor) -> dict[str, tuple[str, ...]]:
     """Node name in the graph the NPU runs -> the ONNX nodes it stands for: a fused device op (a device
     profile's graph, npu.fusion) covers several ONNX nodes under a name the ONNX model does not have."""
-    from ..npu.policy import covered_names
+    from mschecker.npu.policy import covered_names
 
     return {st.label: covered_names(st.node) for st in npu.steps}
 
@@ -468,7 +468,7 @@ def _patched_check(loaded: LoadedModel, config: FixConfig, samples, analysis, ru
     smallest prefix of the own-error ranking that onnxruntime also needs in fp32 is added (binary search, at most
     ceil(log2 n) + 1 more runs) and listed as `extra_fp32`: the file meets the tolerance where it will be run.
     `onnx_names`: the ONNX nodes each analysed node stands for (_onnx_names; a name maps to itself by default)."""
-    from .writers import serialize
+    from mschecker.bisect.writers import serialize
 
     def in_onnx(names) -> set[str]:
         return {o for n in names for o in (onnx_names or {}).get(n, (n,))}

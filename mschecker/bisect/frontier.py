@@ -13,8 +13,8 @@ import io
 import math
 from dataclasses import dataclass, field
 
-from ..compare import json_float
-from .search import Evaluation, FixConfig
+from mschecker.compare import json_float
+from mschecker.bisect.search import Evaluation, FixConfig
 
 
 class Coster:
@@ -27,8 +27,8 @@ class Coster:
     def cost(self, config: FixConfig):
         """The configuration's npu.cost.Cost (per op and per Cast)."""
         if config not in self._cache:
-            from ..npu.plan import _PlanOnly
-            from .policy import npu_policy
+            from mschecker.npu.plan import _PlanOnly
+            from mschecker.bisect.policy import npu_policy
 
             executor = _PlanOnly(self.model, npu_policy(config.profile(self.base, self.facts)))
             self._cache[config] = self.cost_model.configuration_cost(executor, self.shapes)

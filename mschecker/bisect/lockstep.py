@@ -20,15 +20,15 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..compare import ToleranceRule, json_float
-from ..errors import InputError
-from ..graph.executor import Executor
-from ..dtypes import is_float
-from ..graph.policy import ReferencePolicy
-from ..devdump.evidence import DeviceDump, DumpCoverage, stats_gap
-from .policy import RecordingNpuPolicy
-from .samples import Sample
-from .stats import LOW_HEADROOM, ErrorStats, Headroom, ReferenceRange, is_overflow
+from mschecker.compare import ToleranceRule, json_float
+from mschecker.errors import InputError
+from mschecker.graph.executor import Executor
+from mschecker.dtypes import is_float
+from mschecker.graph.policy import ReferencePolicy
+from mschecker.devdump.evidence import DeviceDump, DumpCoverage, stats_gap
+from mschecker.bisect.policy import RecordingNpuPolicy
+from mschecker.bisect.samples import Sample
+from mschecker.bisect.stats import LOW_HEADROOM, ErrorStats, Headroom, ReferenceRange, is_overflow
 
 Progress = Callable[[str, int, int | None], None]  # (what, done, total)
 

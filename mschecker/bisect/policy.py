@@ -12,8 +12,9 @@ from collections import Counter
 
 import numpy as np
 
-from ..graph.policy import NodeContext, saturate
-from ..npu import NpuPolicy, NumericsProfile
+from mschecker.graph.policy import NodeContext, saturate
+from mschecker.npu.policy import NpuPolicy
+from mschecker.npu.profile import NumericsProfile
 
 
 class RecordingNpuPolicy(NpuPolicy):

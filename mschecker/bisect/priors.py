@@ -38,8 +38,8 @@ from typing import Mapping
 
 import numpy as np
 
-from ..compare import json_float
-from ..npu.fixes import OP_TYPE_PREFIX
+from mschecker.compare import json_float
+from mschecker.npu.fixes import OP_TYPE_PREFIX
 
 ORDERS = ("error", "priors", "cost")
 DATA_MAX = 512.0

@@ -18,13 +18,13 @@ import math
 import warnings
 from pathlib import Path
 
-from ..compare import json_float
-from ..fsio import write_file_set
-from ..untrusted import plain, plot_text
-from .engine import BisectResult
-from .islands import islands
-from .search import members
-from .writers import FILES, fix_files
+from mschecker.compare import json_float
+from mschecker.fsio import write_file_set
+from mschecker.untrusted import plain, plot_text
+from mschecker.bisect.engine import BisectResult
+from mschecker.bisect.islands import islands
+from mschecker.bisect.search import members
+from mschecker.bisect.writers import FILES, fix_files
 
 SCHEMA_VERSION = 1
 PLOT_FILE = "error_by_depth.png"
@@ -41,8 +41,8 @@ def _islands(result: BisectResult):
     rec = result.recommendation
     if rec is None or not rec.config.keep_dtype:
         return []
-    from ..graph.loader import load_model
-    from .policy import npu_policy
+    from mschecker.graph.loader import load_model
+    from mschecker.bisect.policy import npu_policy
 
     if not Path(result.model).is_file():
         return []
@@ -131,7 +131,7 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
     from rich.table import Table
     from rich.text import Text
 
-    from ..console import make_console
+    from mschecker.console import make_console
 
     console = console or make_console()  # outside a terminal: wide, no escapes (names and numbers never cut)
     a, s = result.analysis, result.search
@@ -414,13 +414,13 @@ def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_
     data[PLOT_FILE] = png
     files["plot"] = str(out / PLOT_FILE)
     if result.rescale is not None and result.rescale.used:
-        from .writers import serialize
+        from mschecker.bisect.writers import serialize
 
         data[RESCALED_FILE] = serialize(result.rescale.model)
         data[RESCALE_REPORT] = ("\n".join(result.rescale.report.lines()) + "\n").encode("utf-8")
         files["rescaled_model"], files["rescale_report"] = str(out / RESCALED_FILE), str(out / RESCALE_REPORT)
     if frontier_plot and result.frontier is not None:
-        from .frontier import frontier_png
+        from mschecker.bisect.frontier import frontier_png
 
         chosen = next((p for p in result.frontier.points if result.recommendation is not None
                        and p.config == result.recommendation.config), None)

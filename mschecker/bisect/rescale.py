@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..errors import InputError
+from mschecker.errors import InputError
 
 FP16_MAX = 65504.0
 # the device's TBE LayerNorm rounds its (fp32) variance through fp16: the stream's RMS must stay below sqrt(65504)
@@ -472,8 +472,8 @@ def apply_rescale(model: onnx.ModelProto, plan: RescalePlan) -> onnx.ModelProto:
 
 # --------------------------------------------------------------------------------------------------- proof
 def _reference_outputs(model: onnx.ModelProto, feeds) -> dict[str, np.ndarray]:
-    from ..graph.executor import Executor
-    from ..graph.policy import ReferencePolicy
+    from mschecker.graph.executor import Executor
+    from mschecker.graph.policy import ReferencePolicy
 
     return {k: np.asarray(v, np.float64) for k, v in Executor(model, ReferencePolicy()).run(feeds).items()}
 

@@ -2,7 +2,7 @@
 
 A sample is one feed dict (graph input name -> array). Several samples make the bisection judge a fix on every
 one of them (a fix found on one input and failing on another is no fix). Sources: each `--input` spec is one set
-as `mschecker.tensorsets.read_tensors` reads it (comma list, directory, .npz, Polygraphy JSON); a directory that
+as `mschecker.tensors.sets.read_tensors` reads it (comma list, directory, .npz, Polygraphy JSON); a directory that
 holds no tensor file but subdirectories is a folder of sets, one per subdirectory, in name order.
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from ..tensorsets import read_tensors
+from mschecker.errors import InputError
+from mschecker.tensors.sets import read_tensors
 
 
 @dataclass(frozen=True)

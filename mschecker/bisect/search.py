@@ -44,15 +44,15 @@ from typing import Callable
 
 import numpy as np
 
-from ..compare import ToleranceRule
-from ..graph.executor import Executor
-from ..dtypes import is_float
-from ..npu import NumericsProfile
-from ..npu.fixes import OP_TYPE_PREFIX, moved_profile, op_facts
-from .lockstep import Analysis
-from .policy import RecordingNpuPolicy, npu_policy
-from .samples import Sample
-from .stats import ErrorStats, Headroom, is_overflow
+from mschecker.compare import ToleranceRule
+from mschecker.graph.executor import Executor
+from mschecker.dtypes import is_float
+from mschecker.npu.profile import NumericsProfile
+from mschecker.npu.fixes import OP_TYPE_PREFIX, moved_profile, op_facts
+from mschecker.bisect.lockstep import Analysis
+from mschecker.bisect.policy import RecordingNpuPolicy, npu_policy
+from mschecker.bisect.samples import Sample
+from mschecker.bisect.stats import ErrorStats, Headroom, is_overflow
 
 # the layer ops, by ONNX op type and by the Ascend IR op type a device profile reports them under (device_table)
 LAYER_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose", "BatchMatMulV2", "MatMulV2", "Conv2D", "Conv2DTranspose")
@@ -125,7 +125,7 @@ class Evaluation:
     detail: object = None    # what a specialised evaluator measured besides (the SD check: its stage metrics)
 
     def to_dict(self) -> dict:
-        from ..compare import json_float
+        from mschecker.compare import json_float
         return {"purpose": self.purpose, "changes": self.config.changes, "config": self.config.to_dict(),
                 "passed": self.passed, "worst_rel_l2": json_float(self.worst_rel_l2),
                 "failing_outputs": self.failing_outputs, "overflow_nodes": self.overflow_nodes[:20],

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compare import ToleranceRule, compare_arrays, json_float
-from ..dtypes import dtype_name, float_format
-from ..fastfp16 import fast_fp16
+from mschecker.compare import ToleranceRule, compare_arrays, json_float
+from mschecker.dtypes import dtype_name, float_format
+from mschecker.fastfp16 import fast_fp16
 
 
 _F16 = np.dtype(np.float16)

@@ -3,13 +3,13 @@
 Why in-process and not `mschecker ...` per cell: a subprocess per cell pays the interpreter, numpy, onnx and
 onnxruntime imports (~3 s here) again for every cell, and its result would have to be parsed back from text.
 The worker imports once and calls the same functions the commands call:
-- check:   mschecker.check.check_model (the check command's library entry point) on model + inputs +
-           goldens; golden directories are verified on load (mschecker.golden_store.load). With a ``referee``
-           (mschecker.referee) the cell also records ``<output>.referee_ratio`` (err run / err referee against
+- check:   mschecker.modelcheck.check.check_model (the check command's library entry point) on model + inputs +
+           goldens; golden directories are verified on load (mschecker.tensors.golden_store.load). With a ``referee``
+           (mschecker.modelcheck.referee) the cell also records ``<output>.referee_ratio`` (err run / err referee against
            float64) and ``referee_pass`` (1 or 0), and its status follows ``judge`` (default both).
 - sd:      mschecker.sd.check.run_check (the `mschecker sd` check: float64 reference vs emulated NPU); with a
            ``referee``, ``<stage output>.referee_ratio`` and ``referee_pass`` as for check cells.
-- kernels: mschecker.kernel_suite.run_suite for one kernel (every variant, every planted bug).
+- kernels: mschecker.kernels.suite.run_suite for one kernel (every variant, every planted bug).
 
 Isolation comes from the engine instead: a cell that raises becomes a `crashed` record here (the campaign goes
 on), a cell that runs past its timeout has its worker restarted by the engine, a worker that dies is recorded
@@ -56,9 +56,9 @@ import time
 import traceback
 from pathlib import Path
 
-from ..errors import InputError
-from ..machine import MACHINE_FACTS, cpu_model, machine_facts  # noqa: F401  (MACHINE_FACTS: the store's columns)
-from .spec import Cell
+from mschecker.errors import InputError
+from mschecker.machine import MACHINE_FACTS, cpu_model, machine_facts  # noqa: F401  (MACHINE_FACTS: the store's columns)
+from mschecker.campaign.spec import Cell
 
 STATUS_PASS, STATUS_FAIL, STATUS_CRASHED, STATUS_TIMEOUT, STATUS_KILLED = "pass", "fail", "crashed", "timeout", "killed"
 FINISHED = (STATUS_PASS, STATUS_FAIL)      # a resumed run skips these; the others are run again
@@ -118,7 +118,7 @@ def versions() -> dict:
     import numpy
     import onnxruntime
 
-    from .. import __version__
+    from mschecker import __version__
 
     return {"mschecker": __version__, "onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__,
             "python": platform.python_version(), "cpu": cpu_model(), "host": platform.node()}
@@ -139,11 +139,11 @@ def profile_hash(profile: str | None, options: dict, stage_options: dict | None 
     preset file edited between runs shows up even when its name did not change."""
     if profile is None:
         return None
-    from ..npu.knobs import apply_knobs
+    from mschecker.npu.knobs import apply_knobs
 
     if stage_options is None:
         return _sha256_json(apply_knobs(profile, **options).to_dict())
-    from ..sd.check import stage_npu_options
+    from mschecker.sd.check import stage_npu_options
 
     per_stage = stage_npu_options(options, stage_options)
     return _sha256_json({s: apply_knobs(profile, **o).to_dict() for s, o in per_stage.items()})
@@ -155,7 +155,7 @@ class _RecordingRunner:
     run_captured: the same bits as run(), with the capture hook). Everything else goes to the runner."""
 
     def __init__(self, runner):
-        from .fingerprints import Recorder
+        from mschecker.campaign.fingerprints import Recorder
 
         self._runner = runner
         self.recorder: Recorder | None = Recorder(runner.executor)
@@ -177,9 +177,9 @@ def _run_check(p: dict, *, fingerprints: bool = False) -> dict:
     """fingerprints: record per-node fingerprints (graph executor devices only; see the module docstring)."""
     from types import SimpleNamespace
 
-    from ..commands._args import tolerance_rule
-    from ..check import check_model, golden_tolerance_hint
-    from ..runners import make_runner
+    from mschecker.commands._args import tolerance_rule
+    from mschecker.modelcheck.check import check_model, golden_tolerance_hint
+    from mschecker.modelcheck.runners import make_runner
 
     flags = SimpleNamespace(**{k: p["tolerance"].get(k) for k in ("tolerance", "atol", "rtol", "ulp", "cosine")})
     rule = tolerance_rule(flags, hint=golden_tolerance_hint(p["golden"]))
@@ -217,10 +217,10 @@ def _run_check(p: dict, *, fingerprints: bool = False) -> dict:
 
 
 def _referee_side(p: dict):
-    """The cell's referee side (mschecker.referee.parse_side of its ``referee`` param), None without one."""
+    """The cell's referee side (mschecker.modelcheck.referee.parse_side of its ``referee`` param), None without one."""
     if "referee" not in p:
         return None
-    from ..referee import parse_side
+    from mschecker.modelcheck.referee import parse_side
 
     return parse_side(p["referee"], flag="referee")
 
@@ -231,8 +231,8 @@ def sd_models_sha256(preset: str, weights_seed: int) -> str | None:
     """sha256 over the generated stage graphs (once per worker and preset; SDXL's text_encoder_2 after the
     three SD stages). None for graphs past protobuf's 2 GB (sd15): they are a function of (preset, weights_seed,
     mschecker version), recorded anyway."""
-    from ..sd.modelfile import fits_protobuf
-    from ..sd.pipeline import STAGES, SDModels
+    from mschecker.sd.modelfile import fits_protobuf
+    from mschecker.sd.pipeline import STAGES, SDModels
 
     models = SDModels.build(preset, weights_seed)
     h = hashlib.sha256()
@@ -259,7 +259,7 @@ def _folder_models_sha256(folder: str, stamp: tuple) -> str:
 
 def pipeline_models_sha256(folder: str) -> str:
     """What the model_sha256 of a pipeline-folder cell hashes: every file under its stage folders' model dirs."""
-    from ..sd.folder import XL_STAGES
+    from mschecker.sd.folder import XL_STAGES
 
     root = Path(folder)
     files = sorted(p for stage in XL_STAGES if (root / stage).is_dir() for p in (root / stage).rglob("*")
@@ -285,7 +285,7 @@ class SDFingerprints:
     number of times than given records nothing (record() is None): its "last" step would be mislabelled."""
 
     def __init__(self, graph_inputs: dict[str, set[str]], unet_steps: int | None = None):
-        from .fingerprints import Recorder
+        from mschecker.campaign.fingerprints import Recorder
 
         self._recorder_type = Recorder
         self._graph_inputs = graph_inputs
@@ -339,7 +339,7 @@ class SDFingerprints:
     def record(self) -> dict | None:
         """The record's fingerprints ({"names", "data"}), None when nothing was recorded or the UNet ran another
         number of steps than announced."""
-        from .fingerprints import pack
+        from mschecker.campaign.fingerprints import pack
 
         self._flush_step()
         if not self.entries or (self.unet_steps is not None and self.steps_seen != self.unet_steps):
@@ -354,9 +354,9 @@ def sd_graph_inputs(pipeline) -> dict[str, set[str]]:
 
 def _run_sd(p: dict, *, fingerprints: bool = True) -> dict:
     """fingerprints: record the judged (NPU) run's per-node fingerprints (SDFingerprints)."""
-    from ..sd.bundled import bundled_pipeline
-    from ..sd.check import run_check
-    from ..sd.folder import SDPipeline
+    from mschecker.sd.bundled import bundled_pipeline
+    from mschecker.sd.check import run_check
+    from mschecker.sd.folder import SDPipeline
 
     if p.get("pipeline"):
         pipeline = SDPipeline.from_folder(p["pipeline"])
@@ -364,7 +364,7 @@ def _run_sd(p: dict, *, fingerprints: bool = True) -> dict:
         pipeline = bundled_pipeline(p.get("preset") or "small", p["weights_seed"], p["scheduler"] or "ddim")
     recorder = None
     if fingerprints:
-        from ..sd.folder import make_scheduler_for
+        from mschecker.sd.folder import make_scheduler_for
 
         eta = (p.get("generation") or {}).get("eta", 0.0)
         try:  # run_pipeline evaluates the UNet once per timestep of this scheduler
@@ -426,8 +426,8 @@ class KernelFingerprints:
         self._groups: dict[str, set[str]] = {}           # kernel -> its strategies and "golden"
 
     def __call__(self, kernel: str, variant: str, case, outputs: tuple) -> None:
-        from ..registry import get_kernel
-        from .fingerprints import FingerprintSum
+        from mschecker.kernels.registry import get_kernel
+        from mschecker.campaign.fingerprints import FingerprintSum
 
         if kernel not in self._groups:
             self._groups[kernel] = {*get_kernel(kernel).strategies, "golden"}
@@ -440,7 +440,7 @@ class KernelFingerprints:
             self._sums[key].add(out)
 
     def record(self) -> dict:
-        from .fingerprints import NodeFingerprint, pack
+        from mschecker.campaign.fingerprints import NodeFingerprint, pack
 
         entries = [NodeFingerprint(node, k, acc.result()) for (node, k), acc in self._sums.items()]
         return {"names": [e.key for e in entries], "data": pack(entries).tobytes()}
@@ -448,7 +448,7 @@ class KernelFingerprints:
 
 def _run_kernels(p: dict, *, fingerprints: bool = True) -> dict:
     """fingerprints: record the variants' outputs' fingerprints (KernelFingerprints)."""
-    from ..kernel_suite import run_suite
+    from mschecker.kernels.suite import run_suite
 
     recorder = KernelFingerprints() if fingerprints else None
     report = run_suite([p["kernel"]], p["examples"], on_outputs=recorder)

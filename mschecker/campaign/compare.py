@@ -38,12 +38,12 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from ..errors import InputError
-from .cells import FINISHED, STATUS_FAIL, STATUS_PASS
-from .expected import Expectation, ExpectedResults
-from .fingerprints import Moved, first_moved_node
-from .history import BLIP, MIN_SERIES, STEADY, STEP, HistoryJudgement, Series, judge_series, load_series
-from .store import CellRecord, Store
+from mschecker.errors import InputError
+from mschecker.campaign.cells import FINISHED, STATUS_FAIL, STATUS_PASS
+from mschecker.campaign.expected import Expectation, ExpectedResults
+from mschecker.campaign.fingerprints import Moved, first_moved_node
+from mschecker.campaign.history import BLIP, MIN_SERIES, STEADY, STEP, HistoryJudgement, Series, judge_series, load_series
+from mschecker.campaign.store import CellRecord, Store
 
 HIGHER_IS_BETTER = ("psnr_db", "ssim", "cosine", "snr_db", "caught", "referee_pass")
 WORSE, SAME, BETTER = "worse", "same", "better"

@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..errors import InputError
-from .cells import FINISHED, STATUS_CRASHED, machine_facts, run_cell, versions
-from .compare import SAME, WORSE, allowance, judge_metric, judged
-from .spec import Cell, parse_campaign
-from .store import CellRecord, Store
+from mschecker.errors import InputError
+from mschecker.campaign.cells import FINISHED, STATUS_CRASHED, machine_facts, run_cell, versions
+from mschecker.campaign.compare import SAME, WORSE, allowance, judge_metric, judged
+from mschecker.campaign.spec import Cell, parse_campaign
+from mschecker.campaign.store import CellRecord, Store
 
 BASE, RUN, BOTH, NEITHER = "base", "run", "both", "neither"
 # Recorded but never a cause: the host name differs between any two machines.
@@ -245,7 +245,7 @@ def _now_values(ctx: Context, ev: Evaluation | None) -> dict[str, str | None]:
     now.update({k: (None if v is None else str(v)) for k, v in machine_facts().items()})
     model = Path(ctx.cell.params.get("model", "")) if ctx.cell.kind == "check" else None
     if model is not None and model.is_file():
-        from ..fsio import file_sha256
+        from mschecker.fsio import file_sha256
 
         now["model_sha256"] = file_sha256(model)
     elif ev is not None:
@@ -348,7 +348,7 @@ def check_overlay_cache(cache) -> Path:
     the first re-run, so a bad folder costs no work)."""
     import os
 
-    from ..fsio import os_reason
+    from mschecker.fsio import os_reason
 
     path = Path(cache)
     try:
@@ -408,7 +408,7 @@ def worker_main() -> None:
     import json
     import sys
 
-    from .spec import cell_from_dict
+    from mschecker.campaign.spec import cell_from_dict
 
     job = json.loads(sys.stdin.read())
     cell = cell_from_dict(job["cell"])
@@ -623,7 +623,7 @@ def bisect_model_repo(ctx: Context, repo, rel: str | None = None,
 # ------------------------------------------------------------------------------------------------------- driver
 def _profile_now(cell: Cell) -> str | None:
     """The profile hash this environment resolves for the cell (the profile file as it is now)."""
-    from .cells import profile_hash
+    from mschecker.campaign.cells import profile_hash
 
     p = cell.params
     if cell.kind == "check":

@@ -45,9 +45,9 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import InputError
-from .cells import FINISHED, STATUS_CRASHED, STATUS_KILLED, STATUS_TIMEOUT, one_line, run_cell, worker_files_root
-from .spec import Cell, cell_from_dict
+from mschecker.errors import InputError
+from mschecker.campaign.cells import FINISHED, STATUS_CRASHED, STATUS_KILLED, STATUS_TIMEOUT, one_line, run_cell, worker_files_root
+from mschecker.campaign.spec import Cell, cell_from_dict
 
 TOPIC = "mschecker-campaign-start"
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -68,7 +68,7 @@ def _task(cell_data: dict, run_id: str, files_id: str, bundle: str | None, blobs
     """Runs on a worker: announce the start (for the timeout), materialize shipped files, run the cell."""
     from distributed import get_worker
 
-    from .shipping import materialize
+    from mschecker.campaign.shipping import materialize
 
     worker = get_worker()
     cell = cell_from_dict(cell_data)
@@ -198,8 +198,8 @@ class DaskEngine:
         Called before `run` and before the store is created or the run begun: an unreadable file is bad input.
         The paths were checked when the campaign was validated (check_cell_files: the graph loader's external-data
         rule, regular files only); they are checked again here, as they are read (mschecker.fsio.read_bytes)."""
-        from ..fsio import read_bytes
-        from .shipping import bundle_digest, check_cell_files, file_digest
+        from mschecker.fsio import read_bytes
+        from mschecker.campaign.shipping import bundle_digest, check_cell_files, file_digest
 
         for cell in cells:
             if cell.kind != "check":

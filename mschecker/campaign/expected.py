@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..errors import InputError
-from ..untrusted import plain
+from mschecker.errors import InputError
+from mschecker.untrusted import plain
 
 STATUSES = ("fail", "flaky")
 # A file of more than this many entries is no list of known failures (and a hostile one would fill memory).

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import is_float
+from mschecker.dtypes import is_float
 
 # One node output's fingerprint, packed (little-endian, no padding): 20 bytes.
 FP_DTYPE = np.dtype([("norm", "<f4"), ("maxabs", "<f4"), ("nonfinite", "<u4"), ("hash", "<u8")])

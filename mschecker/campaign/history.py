@@ -35,8 +35,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from ..errors import InputError
-from .store import RUN_FINISHED, Store
+from mschecker.errors import InputError
+from mschecker.campaign.store import RUN_FINISHED, Store
 
 # --history N: at least 2 runs (one run has no spread: that is the baseline comparison); at most HISTORY_MAX,
 # over a year and a half of nightlies: the load is linear in N (30 runs x 500 cells: docs/CAMPAIGN.md) and a

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import InputError
-from .cells import FINISHED, STATUS_FAIL, run_cell
-from .compare import Comparison, cell_status, compare_runs
-from .engine import DaskEngine, EngineConfig
-from .spec import BASELINE_PREVIOUS, CampaignSpec, Cell
-from .store import RUN_FINISHED, RUN_INTERRUPTED, Store
+from mschecker.errors import InputError
+from mschecker.campaign.cells import FINISHED, STATUS_FAIL, run_cell
+from mschecker.campaign.compare import Comparison, cell_status, compare_runs
+from mschecker.campaign.engine import DaskEngine, EngineConfig
+from mschecker.campaign.spec import BASELINE_PREVIOUS, CampaignSpec, Cell
+from mschecker.campaign.store import RUN_FINISHED, RUN_INTERRUPTED, Store
 
 EXIT_PASS, EXIT_FAIL, EXIT_INCOMPLETE = 0, 1, 3
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")

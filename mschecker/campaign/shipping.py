@@ -13,7 +13,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from ..errors import InputError
+from mschecker.errors import InputError
 
 
 def _external_tensors(graph):
@@ -40,7 +40,7 @@ def model_files(model: Path) -> list[Path]:
     input (exit 2) before a cluster starts or a store is written."""
     from onnx.external_data_helper import uses_external_data
 
-    from ..graph.loader import read_model_proto, safe_external_path
+    from mschecker.graph.loader import read_model_proto, safe_external_path
 
     proto = read_model_proto(model)
     out = [model]
@@ -56,10 +56,10 @@ def model_files(model: Path) -> list[Path]:
 
 def tensor_files(spec: Path) -> list[Path]:
     """A tensor spec's files: a directory's files (recursively), or the file and its sidecar JSONs (`x.bin.json`,
-    `x.json`: mschecker.tensorio.sidecar_for reads either). Each is checked with stat before anything reads it
+    `x.json`: mschecker.tensors.io.sidecar_for reads either). Each is checked with stat before anything reads it
     (mschecker.fsio.check_readable: a regular file, never a FIFO, socket or device), and a directory's entry
     must not resolve (through a symlink) outside the directory: InputError naming the file."""
-    from ..fsio import check_readable
+    from mschecker.fsio import check_readable
 
     if spec.is_dir():
         root = spec.resolve()

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..commands._args import COUNT_MAX, ULP_MAX
-from ..errors import InputError
-from .shipping import check_cell_files
+from mschecker.commands._args import COUNT_MAX, ULP_MAX
+from mschecker.errors import InputError
+from mschecker.campaign.shipping import check_cell_files
 
 DEVICES = ("ort", "reference", "npu")
 # Devices whose results are bit-for-bit reproducible (the graph executor's float64 reference and emulated NPU
@@ -62,7 +62,7 @@ _NPU_OPTION_KEYS = {"precision_mode": str, "precision_mode_v2": str, "keep_dtype
                     "bracket": str}
 _TOLERANCE_KEYS = {"tolerance": (int, float), "atol": (int, float), "rtol": (int, float), "ulp": int,
                    "cosine": (int, float)}
-# mschecker.referee: a second low-precision run as the yardstick (docs/REFEREE.md); a cell's params carry them only
+# mschecker.modelcheck.referee: a second low-precision run as the yardstick (docs/REFEREE.md); a cell's params carry them only
 # when given, so a block without them keeps its cells' spec_hash.
 _REFEREE_KEYS = {"referee": str, "referee_k": (int, float), "judge": str}
 _BLOCK_KEYS = {
@@ -218,7 +218,7 @@ def parse_campaign(raw: dict, path: Path) -> CampaignSpec:
     if not spec.blocks:
         raise InputError(f"{where}: declares no cells (add a [[check]], [[sd]] or [[kernels]] block)")
     if "expected" in head:  # read and matched against the cells now: a typo in a key is found before any run
-        from .expected import load_expected
+        from mschecker.campaign.expected import load_expected
 
         spec.expected = Path(_path(head["expected"], base, f"{where}: [campaign]", "expected"))
         try:
@@ -300,7 +300,7 @@ def _path(value: str, base: Path, where: str, key: str) -> str:
 
 
 def _profiles(block: dict, where: str) -> list[str]:
-    from ..npu import load_profile
+    from mschecker.npu.profile import load_profile
 
     profiles = _list_of(block, "profiles", str, where, ["ascend910b"])
     for j, name in enumerate(profiles):
@@ -314,7 +314,7 @@ def _profiles(block: dict, where: str) -> list[str]:
 def _npu_options(block: dict, key: str, where: str, table=None) -> dict:
     table = block.get(key, {}) if table is None else table
     _known(table, _NPU_OPTION_KEYS, f"{where}: {key}")
-    from ..npu.knobs import apply_knobs
+    from mschecker.npu.knobs import apply_knobs
 
     try:  # the options are checked by the code that will apply them, on the default preset
         apply_knobs("ascend910b", **table)
@@ -342,7 +342,7 @@ def _validate_check(block: dict, where: str, base: Path) -> dict:
     block["npu_options"] = _npu_options(block, "npu_options", where)
     tol = block.get("tolerance", {})
     _known(tol, _TOLERANCE_KEYS, f"{where}: tolerance")
-    from ..compare import ToleranceRule
+    from mschecker.compare import ToleranceRule
 
     try:
         ToleranceRule.from_args(**tol)
@@ -360,9 +360,9 @@ def _validate_check(block: dict, where: str, base: Path) -> dict:
 
 
 def _validate_sd(block: dict, where: str, base: Path) -> dict:
-    from ..sd.folder import FORCE_UPCAST, NUM_IMAGES_MAX, SIZE_MAX, XL_STAGES
-    from ..sd.presets import PRESET_NAMES
-    from ..sd.scheduler import SCHEDULERS, make_scheduler
+    from mschecker.sd.folder import FORCE_UPCAST, NUM_IMAGES_MAX, SIZE_MAX, XL_STAGES
+    from mschecker.sd.presets import PRESET_NAMES
+    from mschecker.sd.scheduler import SCHEDULERS, make_scheduler
 
     if "pipelines" in block:  # diffusers ONNX folders, an axis; read by path on the workers (GBs: not shipped)
         if "preset" in block:
@@ -423,9 +423,9 @@ def _validate_sd(block: dict, where: str, base: Path) -> dict:
 
 
 def _validate_referee(block: dict, where: str) -> None:
-    """referee / referee_k / judge checked by mschecker.referee's own parsers (the flags' rules). A folder of
+    """referee / referee_k / judge checked by mschecker.modelcheck.referee's own parsers (the flags' rules). A folder of
     outputs (dir:) is refused: cells run on workers that are shipped the model, inputs and goldens only."""
-    from ..referee import check_judge, check_k, parse_side
+    from mschecker.modelcheck.referee import check_judge, check_k, parse_side
 
     if "referee" not in block:
         for key in ("referee_k", "judge"):
@@ -451,7 +451,7 @@ def _referee_params(block: dict) -> dict:
 
 
 def _validate_kernels(block: dict, where: str, base: Path) -> dict:
-    from ..kernel_suite import resolve_kernels
+    from mschecker.kernels.suite import resolve_kernels
 
     names = _list_of(block, "kernels", str, where, []) if "kernels" in block else []  # none listed: all
     try:

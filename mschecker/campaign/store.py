@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..errors import InputError
-from .cells import MACHINE_FACTS
-from .spec import Cell
+from mschecker.errors import InputError
+from mschecker.campaign.cells import MACHINE_FACTS
+from mschecker.campaign.spec import Cell
 
 
 def _v1(db: sqlite3.Connection) -> None:
@@ -353,7 +353,7 @@ class Store:
     def begin_run(self, run_id: str, campaign: str, spec: dict, spec_sha256: str, engine: dict) -> bool:
         """Create the run, or mark an existing one as running again (resume). Returns True when resuming.
         InputError when the id belongs to another campaign."""
-        from .. import __version__
+        from mschecker import __version__
 
         existing = self.run(run_id, missing_ok=True)
         if existing is not None and existing.campaign != campaign:
@@ -416,7 +416,7 @@ class Store:
     @_guarded
     def finished(self, run_id: str) -> dict[str, str]:
         """{task key: spec_hash} of the cells of `run_id` that finished (pass or fail): a resume skips them."""
-        from .cells import FINISHED
+        from mschecker.campaign.cells import FINISHED
 
         rows = self.db.execute(f"SELECT cell_key, repeat, spec_hash FROM cells WHERE run_id=? AND status IN "
                                f"({','.join('?' * len(FINISHED))})", (run_id, *FINISHED))
@@ -477,7 +477,7 @@ class Store:
             self.db.execute("DELETE FROM fingerprints WHERE run_id=? AND cell_key=? AND repeat=?", sample)
         new = None
         if fps:
-            from .fingerprints import FP_DTYPE, digest, encode_names
+            from mschecker.campaign.fingerprints import FP_DTYPE, digest, encode_names
 
             names, data = list(fps["names"]), bytes(fps["data"])
             if len(data) != len(names) * FP_DTYPE.itemsize:
@@ -643,7 +643,7 @@ class Store:
         (numpy array of fingerprints.FP_DTYPE, or its bytes). One transaction."""
         import numpy as np
 
-        from .fingerprints import FP_DTYPE
+        from mschecker.campaign.fingerprints import FP_DTYPE
 
         data = array.astype(FP_DTYPE, copy=False).tobytes() if isinstance(array, np.ndarray) else bytes(array)
         self._write(self._put_fingerprints, run_id, cell_key, repeat, {"names": names, "data": data})
@@ -656,7 +656,7 @@ class Store:
             return None
         import numpy as np
 
-        from .fingerprints import FP_DTYPE, decode_names
+        from mschecker.campaign.fingerprints import FP_DTYPE, decode_names
 
         sql = ("SELECT g.names, g.count, d.data FROM fingerprints f JOIN fp_graphs g ON g.graph_id=f.graph_id "
                "JOIN fp_data d ON d.data_id=f.data_id WHERE f.run_id=? AND f.cell_key=?")
@@ -687,7 +687,7 @@ class Store:
             return {}
         import numpy as np
 
-        from .fingerprints import FP_DTYPE, decode_names
+        from mschecker.campaign.fingerprints import FP_DTYPE, decode_names
 
         graphs: dict[int, list[str]] = {}
         out = {}

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dtypes import resolve_dtype
-from ..errors import EXIT_CODES_HELP, UsageError
-from ..npu.knobs import add_npu_arguments, knobs_from_args, npu_flags_given, options_for
-from ..runners import DEVICES
+from mschecker.dtypes import resolve_dtype
+from mschecker.errors import EXIT_CODES_HELP, UsageError
+from mschecker.npu.knobs import add_npu_arguments, knobs_from_args, npu_flags_given, options_for
+from mschecker.modelcheck.runners import DEVICES
 
 
 class Parser(argparse.ArgumentParser):
@@ -53,7 +53,7 @@ def tolerance_given(args) -> bool:
 def tolerance_rule(args, hint: dict | None = None):
     """The ToleranceRule from the flags; without elementwise flags, `hint` (a golden manifest's tolerance) supplies
     the element rule when there is one."""
-    from ..compare import ToleranceRule
+    from mschecker.compare import ToleranceRule
 
     elementwise = any(getattr(args, k) is not None for k in ELEMENTWISE_FLAGS)
     hinted = None if elementwise else ToleranceRule.from_hint(hint, cosine=args.cosine)
@@ -174,7 +174,7 @@ def check_writable(path, flag: str) -> Path:
     import os
     import tempfile
 
-    from ..fsio import check_write_target, os_reason
+    from mschecker.fsio import check_write_target, os_reason
 
     path = Path(path)
     if os.path.isdir(path):
@@ -205,7 +205,7 @@ def check_writable_dir(path, flag: str) -> Path:
     import os
     import tempfile
 
-    from ..fsio import os_reason
+    from mschecker.fsio import os_reason
 
     path = Path(path)
     if os.path.lexists(path) and not os.path.isdir(path):
@@ -250,9 +250,9 @@ def bounded_float(flag: str, lo: float, hi: float):
 
 
 def add_referee_args(p: argparse.ArgumentParser) -> None:
-    """--referee SIDE, --referee-k K, --judge (mschecker.referee; docs/REFEREE.md): the check, sd and campaign
+    """--referee SIDE, --referee-k K, --judge (mschecker.modelcheck.referee; docs/REFEREE.md): the check, sd and campaign
     commands' peer-as-referee verdict beside the tolerance one."""
-    from ..referee import JUDGES, K_MAX, K_MIN, SIDE_FORMS
+    from mschecker.modelcheck.referee import JUDGES, K_MAX, K_MIN, SIDE_FORMS
 
     g = p.add_argument_group("referee", "judge the run relative to a second low-precision run, as PyTorch's "
                              "compiler accuracy check does: err(run vs float64) <= k * err(referee vs float64) + "
@@ -267,7 +267,7 @@ def add_referee_args(p: argparse.ArgumentParser) -> None:
 
 
 def _referee_k(text):
-    from ..referee import check_k
+    from mschecker.modelcheck.referee import check_k
 
     try:
         return check_k(text)
@@ -279,7 +279,7 @@ def referee_from_args(args, *, runnable: bool = False):
     """(side or None, k or None, judge) from --referee/--referee-k/--judge; UsageError naming the flag for a bad
     side, or for --referee-k / --judge without --referee. ``runnable``: the side must run models (sd's stages),
     not be a folder of outputs."""
-    from ..referee import parse_side
+    from mschecker.modelcheck.referee import parse_side
 
     if args.referee is None:
         for flag, value in (("--referee-k", args.referee_k), ("--judge", args.judge)):

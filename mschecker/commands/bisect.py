@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..bisect.priors import ORDERS
-from ..graph.loader import load_model
-from ..npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
-from ..tensormeta import apply_overrides, tensor_meta
-from ..errors import InputError, UsageError
-from ._args import Parser, _float, _int, add_override_args, check_writable_dir, parse_dtypes, parse_shapes
+from mschecker.bisect.priors import ORDERS
+from mschecker.graph.loader import load_model
+from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
+from mschecker.tensors.meta import apply_overrides, tensor_meta
+from mschecker.errors import InputError, UsageError
+from mschecker.commands._args import Parser, _float, _int, add_override_args, check_writable_dir, parse_dtypes, parse_shapes
 
 
 def build_parser(prog: str = "mschecker bisect") -> Parser:
@@ -67,8 +67,8 @@ def build_parser(prog: str = "mschecker bisect") -> Parser:
 
 
 def main(argv: list[str]) -> int:
-    from ..bisect import Budget, bisect_model, read_samples, tolerance_rule
-    from ..bisect.report import render_console, write_outputs
+    from mschecker.bisect import Budget, bisect_model, read_samples, tolerance_rule
+    from mschecker.bisect.report import render_console, write_outputs
 
     args = build_parser().parse_args(argv)
     tolerance_rule(args.tolerance)  # a bad tolerance is reported before anything is loaded
@@ -101,8 +101,8 @@ def check_out(out, *, json_report: bool = False, html_report: bool = False) -> N
     for that file)."""
     from pathlib import Path
 
-    from ..bisect.report import output_targets
-    from ..fsio import check_write_target
+    from mschecker.bisect.report import output_targets
+    from mschecker.fsio import check_write_target
 
     folder = check_writable_dir(out, "--out")
     if not Path(folder).is_dir():
@@ -125,7 +125,7 @@ class _progress:
             return None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-        from ..console import make_console
+        from mschecker.console import make_console
 
         self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), transient=True, console=make_console(stderr=True))

@@ -33,8 +33,8 @@ import sys
 
 from rich.console import Console
 
-from ..errors import UsageError
-from ._args import COUNT_MAX, Parser, bounded_float, bounded_int, check_writable
+from mschecker.errors import UsageError
+from mschecker.commands._args import COUNT_MAX, Parser, bounded_float, bounded_int, check_writable
 
 DEFAULT_STORE = "mschecker-campaign.sqlite"
 ACTIONS = ("run", "compare", "history", "export", "bisect", "prune")
@@ -51,7 +51,7 @@ CONNECT_TIMEOUT_MAX_S = 3600.0
 
 
 def _judging_args(p: Parser) -> None:
-    from ..campaign.history import HISTORY_MAX, HISTORY_MIN
+    from mschecker.campaign.history import HISTORY_MAX, HISTORY_MIN
 
     p.add_argument("--history", type=bounded_int("--history", HISTORY_MIN, HISTORY_MAX), metavar="N",
                    help=f"judge each cell against the last N finished runs of the campaign ({HISTORY_MIN}.."
@@ -95,14 +95,14 @@ def run_main(argv: list[str]) -> int:
         check_writable(args.json, "--json")
     if args.scheduler and args.workers:
         raise UsageError("--workers sizes the local cluster; it cannot be combined with --scheduler")
-    from ..campaign.engine import EngineConfig
-    from ..campaign.compare import judge_run_against_history
-    from ..campaign.history import check_store_holds_window
-    from ..campaign.report import render_comparison, render_expected, render_run, to_json
-    from ..campaign.runner import run_campaign
-    from ..campaign.spec import load_campaign
-    from ..campaign.store import Store
-    from ..fsio import atomic_write_text
+    from mschecker.campaign.engine import EngineConfig
+    from mschecker.campaign.compare import judge_run_against_history
+    from mschecker.campaign.history import check_store_holds_window
+    from mschecker.campaign.report import render_comparison, render_expected, render_run, to_json
+    from mschecker.campaign.runner import run_campaign
+    from mschecker.campaign.spec import load_campaign
+    from mschecker.campaign.store import Store
+    from mschecker.fsio import atomic_write_text
 
     spec = load_campaign(args.file)
     expected = _expected_for_run(spec, args)
@@ -118,7 +118,7 @@ def run_main(argv: list[str]) -> int:
         if args.history:
             judge_run_against_history(store, summary, args.history)
     if summary.comparison is not None and expected is not None:
-        from ..campaign.compare import apply_expected as apply
+        from mschecker.campaign.compare import apply_expected as apply
 
         apply(summary.comparison, expected, strict=args.strict_expected)
     if summary.comparison is not None:
@@ -127,7 +127,7 @@ def run_main(argv: list[str]) -> int:
         console.print(f"baseline: {summary.baseline_note}", highlight=False)
     if summary.comparison is None and expected is not None:
         render_expected(summary.statuses, expected, console)
-    from ..campaign.compare import run_exit_code
+    from mschecker.campaign.compare import run_exit_code
 
     code = run_exit_code(summary, expected, args.strict_expected)
     if args.keep_fingerprints and code != 3:  # an incomplete run is resumed, not housekept
@@ -135,7 +135,7 @@ def run_main(argv: list[str]) -> int:
     if args.json:
         data = summary.to_dict()
         data["exit_code"] = code
-        from ..campaign.report import dumps
+        from mschecker.campaign.report import dumps
 
         atomic_write_text(args.json, dumps(data))
     print(f"run id: {summary.run_id} (store {args.store})")
@@ -145,7 +145,7 @@ def run_main(argv: list[str]) -> int:
 
 
 def _keep_fingerprints_arg(p: Parser, help_: str, **kw) -> None:
-    from ..campaign.store import KEEP_FINGERPRINTS_MAX
+    from mschecker.campaign.store import KEEP_FINGERPRINTS_MAX
 
     p.add_argument("--keep-fingerprints", type=bounded_int("--keep-fingerprints", 1, KEEP_FINGERPRINTS_MAX),
                    metavar="N", help=help_, **kw)
@@ -154,9 +154,9 @@ def _keep_fingerprints_arg(p: Parser, help_: str, **kw) -> None:
 def _prune_after_run(store_path, summary, keep_last: int) -> None:
     """--keep-fingerprints N of `campaign run`: prune, keeping the run's baseline too. The run and its verdict
     are stored already: a prune that cannot write (store locked, disk full) is one warning line, not a failure."""
-    from ..campaign.store import Store
-    from ..errors import InputError
-    from ..untrusted import plain
+    from mschecker.campaign.store import Store
+    from mschecker.errors import InputError
+    from mschecker.untrusted import plain
 
     try:
         with Store.open(store_path) as store:
@@ -169,7 +169,7 @@ def _prune_after_run(store_path, summary, keep_last: int) -> None:
 
 def _expected_for_run(spec, args):
     """--expected FILE (overrides [campaign] expected), read and matched against the campaign's cells."""
-    from ..campaign.expected import load_expected
+    from mschecker.campaign.expected import load_expected
 
     if args.expected:
         expected = load_expected(args.expected)
@@ -197,7 +197,7 @@ def incomplete_line(summary) -> str:
 
 
 def _say_incomplete(summary) -> None:
-    from ..untrusted import plain
+    from mschecker.untrusted import plain
 
     try:
         sys.stdout.flush()
@@ -254,12 +254,12 @@ def compare_main(argv: list[str]) -> int:
             check_writable(value, f"--{flag}")
     if args.strict_expected and not args.expected:
         raise UsageError("--strict-expected needs --expected FILE")
-    from ..campaign.compare import compare_runs
-    from ..campaign.compare import apply_expected as apply
-    from ..campaign.expected import load_expected
-    from ..campaign.report import render_comparison, to_json, write_html
-    from ..campaign.store import Store
-    from ..fsio import atomic_write_text
+    from mschecker.campaign.compare import compare_runs
+    from mschecker.campaign.compare import apply_expected as apply
+    from mschecker.campaign.expected import load_expected
+    from mschecker.campaign.report import render_comparison, to_json, write_html
+    from mschecker.campaign.store import Store
+    from mschecker.fsio import atomic_write_text
 
     expected = load_expected(args.expected) if args.expected else None
     with Store.open(args.store) as store:
@@ -284,8 +284,8 @@ def history_main(argv: list[str]) -> int:
     p.add_argument("--campaign", metavar="NAME", help="only this campaign's runs")
     p.add_argument("--last", type=bounded_int("--last", 1, COUNT_MAX), default=20, metavar="N", help="how many runs (default 20)")
     args = p.parse_args(argv)
-    from ..campaign.report import render_history
-    from ..campaign.store import Store
+    from mschecker.campaign.report import render_history
+    from mschecker.campaign.store import Store
 
     with Store.open(args.store) as store:
         render_history(store, store.runs(args.campaign, limit=args.last), _console())
@@ -305,9 +305,9 @@ def prune_main(argv: list[str]) -> int:
                    help="then VACUUM: shrink the file now (it rewrites the whole file: time, up to twice its size "
                         "on disk meanwhile, the store locked; without it the freed pages are reused by later runs)")
     args = p.parse_args(argv)
-    from ..campaign.store import Store
-    from ..errors import InputError
-    from ..untrusted import plain
+    from mschecker.campaign.store import Store
+    from mschecker.errors import InputError
+    from mschecker.untrusted import plain
 
     with Store.open(args.store) as store:
         for flag, value, check in [("--campaign", args.campaign, lambda: store.check_campaign(args.campaign)),
@@ -335,7 +335,7 @@ def export_main(argv: list[str]) -> int:
     _store_arg(p)
     args = p.parse_args(argv)
     check_writable(args.path, "PATH")
-    from ..campaign.store import Store
+    from mschecker.campaign.store import Store
 
     with Store.open(args.store) as store:
         store.run(args.run)
@@ -371,12 +371,12 @@ def bisect_main(argv: list[str]) -> int:
         check_writable(args.json, "--json")
     from pathlib import Path
 
-    from ..campaign.culprit import investigate
-    from ..campaign.store import Store
-    from ..fsio import atomic_write_text
+    from mschecker.campaign.culprit import investigate
+    from mschecker.campaign.store import Store
+    from mschecker.fsio import atomic_write_text
 
     if not Path(args.store).is_file():
-        from ..errors import InputError
+        from mschecker.errors import InputError
 
         raise InputError(f"store {args.store}: not found")
     with Store.open(args.store) as store, _RerunProgress() as progress:
@@ -385,7 +385,7 @@ def bisect_main(argv: list[str]) -> int:
                              overlay_cache=args.overlay_cache)
     _render_bisect(report, _console())
     if args.json:
-        from ..campaign.report import dumps
+        from mschecker.campaign.report import dumps
 
         atomic_write_text(args.json, dumps(report.to_dict()))
     return report.exit_code

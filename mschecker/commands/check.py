@@ -1,15 +1,15 @@
 """`mschecker [check] --model M --input I --golden G [tolerance flags]`: run a model and compare with goldens.
 
 Exit 0 when every output is within tolerance, 1 on a mismatch, 2 on bad input (raised as InputError). With
---referee SIDE the referee verdict (mschecker.referee: err(run vs float64) <= k * err(referee vs float64)) is
+--referee SIDE the referee verdict (mschecker.modelcheck.referee: err(run vs float64) <= k * err(referee vs float64)) is
 reported beside the tolerance verdict and, by default (--judge both), a failure of either exits 1.
-The check itself is mschecker.check.check_model (the library entry point); `main` only parses and renders.
+The check itself is mschecker.modelcheck.check.check_model (the library entry point); `main` only parses and renders.
 Without tolerance flags, a golden directory's manifest hint is used, else ToleranceRule's documented default.
 """
 from __future__ import annotations
 
-from ..check import check_model, golden_tolerance_hint
-from ._args import (ELEMENTWISE_FLAGS, Parser, _int, add_device_args, add_override_args, add_referee_args,
+from mschecker.modelcheck.check import check_model, golden_tolerance_hint
+from mschecker.commands._args import (ELEMENTWISE_FLAGS, Parser, _int, add_device_args, add_override_args, add_referee_args,
                     add_tolerance_args, check_writable, npu_knobs, parse_dtypes, parse_shapes, referee_from_args,
                     tolerance_given, tolerance_rule)
 
@@ -51,9 +51,9 @@ def emit_report(report, args) -> int:
     removed again unless it replaced a file that was there before."""
     import os
 
-    from ..console import make_console
-    from ..fsio import unlink_quietly
-    from ..check_report import render_console, write_html, write_json
+    from mschecker.console import make_console
+    from mschecker.fsio import unlink_quietly
+    from mschecker.modelcheck.report import render_console, write_html, write_json
 
     render_console(report, make_console())
     written = []

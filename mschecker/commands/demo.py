@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import golden_data
-from ..errors import InputError
-from ..check import check_model, golden_tolerance_hint
-from ._args import Parser, _int, add_device_args, add_tolerance_args, npu_knobs, tolerance_rule
-from .check import add_report_args, check_report_paths, emit_report, tolerance_source
+from mschecker import golden_data
+from mschecker.errors import InputError
+from mschecker.modelcheck.check import check_model, golden_tolerance_hint
+from mschecker.commands._args import Parser, _int, add_device_args, add_tolerance_args, npu_knobs, tolerance_rule
+from mschecker.commands.check import add_report_args, check_report_paths, emit_report, tolerance_source
 
 DEFAULT_DIR = golden_data.path("default")  # the repository's golden/default, installed as package data
 MODEL, INPUTS, GOLDEN = "model.onnx", ("x.bin", "t.bin"), "expected"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from ..errors import UsageError
-from ._args import Parser
+from mschecker.errors import UsageError
+from mschecker.commands._args import Parser
 
 
 def build_parser(prog: str = "mschecker dump") -> Parser:
@@ -35,13 +35,13 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--limit {args.limit}: between 0 and 10000000")
     if args.graph_json and not args.model:
         raise UsageError("--graph-json maps the dump to a model: give --model with it")
-    from ..devdump.inspect import inspect_folder
+    from mschecker.devdump.inspect import inspect_folder
 
     report = inspect_folder(args.folder, model=args.model, graph_json=args.graph_json, profile=args.profile)
     if args.json:
         print(json.dumps(report.to_json(), indent=1, allow_nan=False, default=str))
     else:
-        from ..console import make_console
+        from mschecker.console import make_console
 
         report.render(make_console(), limit=args.limit or None)
     return 0

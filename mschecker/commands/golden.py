@@ -1,4 +1,4 @@
-"""`mschecker golden record|verify`: create, update and verify golden directories (mschecker.golden_store).
+"""`mschecker golden record|verify`: create, update and verify golden directories (mschecker.tensors.golden_store).
 
 record: runs the model and stores its outputs + manifest; refuses an existing golden set without --update, and with
 --update prints what changed. verify DIR: DIR itself or every golden directory below it; exit 0 when every file
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import golden_store
-from ..check import record_goldens
-from ..errors import InputError
-from ..untrusted import plain
-from ._args import (Parser, add_device_args, add_override_args, add_tolerance_args, npu_knobs, parse_dtypes,
+from mschecker.tensors import golden_store
+from mschecker.modelcheck.check import record_goldens
+from mschecker.errors import InputError
+from mschecker.untrusted import plain
+from mschecker.commands._args import (Parser, add_device_args, add_override_args, add_tolerance_args, npu_knobs, parse_dtypes,
                     parse_shapes, tolerance_given, tolerance_rule)
 
 

@@ -1,4 +1,4 @@
-"""`mschecker kernels`: run the kernel suite (mschecker.kernel_suite) and print one Rich table row per variant.
+"""`mschecker kernels`: run the kernel suite (mschecker.kernels.suite) and print one Rich table row per variant.
 
 Columns: kernel, variant, dtype, max error, bound at the worst element, error/bound, ULP p99, verdict. Exit 0 when
 every correct variant meets its contract and every planted bug is caught, 1 otherwise, 2 on bad usage.
@@ -13,12 +13,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import InputError, caused_by_interrupt
-from ..kernel_suite import VERDICT_CAUGHT, VERDICT_PASS, SuiteReport, resolve_kernels, run_suite
-from ..fsio import atomic_write_text
-from ..console import make_console
-from ..untrusted import markup
-from ._args import Parser, _int, check_writable
+from mschecker.errors import InputError, caused_by_interrupt
+from mschecker.kernels.suite import VERDICT_CAUGHT, VERDICT_PASS, SuiteReport, resolve_kernels, run_suite
+from mschecker.fsio import atomic_write_text
+from mschecker.console import make_console
+from mschecker.untrusted import markup
+from mschecker.commands._args import Parser, _int, check_writable
 
 DEFAULT_EXAMPLES = 20
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from ..npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
-from ._args import COUNT_MAX, Parser, bounded_int, check_writable
+from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
+from mschecker.commands._args import COUNT_MAX, Parser, bounded_int, check_writable
 
 
 def build_parser(prog: str = "mschecker plan") -> Parser:
@@ -32,19 +32,19 @@ def main(argv: list[str]) -> int:
     out = check_writable(args.out, "--out") if args.out else None
     options = options_for(knobs_from_args(args))
     profile = apply_knobs(options.pop("profile", None), **options)
-    from ..npu.plan import device_plan
+    from mschecker.npu.plan import device_plan
 
     plan = device_plan(args.model, profile)
     doc = plan.to_json()
     text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
     if out is not None:
-        from ..fsio import atomic_write_text
+        from mschecker.fsio import atomic_write_text
 
         atomic_write_text(out, text)
     if args.json:
         print(text, end="")
     else:
-        from ..console import make_console
+        from mschecker.console import make_console
 
         console = make_console()
         plan.render(console, limit=args.limit)

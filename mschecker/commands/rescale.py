@@ -13,9 +13,9 @@ that is not scale invariant (naming the op that breaks it) and an output that wo
 """
 from __future__ import annotations
 
-from ..errors import InputError
-from ..npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
-from ._args import Parser, bounded_int, check_writable
+from mschecker.errors import InputError
+from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
+from mschecker.commands._args import Parser, bounded_int, check_writable
 
 
 def build_parser(prog: str = "mschecker rescale") -> Parser:
@@ -33,15 +33,15 @@ def build_parser(prog: str = "mschecker rescale") -> Parser:
 def main(argv: list[str]) -> int:
     import numpy as np
 
-    from ..bisect import Sample, read_samples
-    from ..bisect.lockstep import reference_executor
-    from ..bisect.policy import npu_policy
-    from ..bisect.rescale import apply_rescale, choose_k, plan_rescale, prove, relative_difference
-    from ..bisect.writers import serialize
-    from ..fsio import write_file_set
-    from ..graph.executor import Executor
-    from ..graph.loader import load_model
-    from ..tensormeta import tensor_meta
+    from mschecker.bisect import Sample, read_samples
+    from mschecker.bisect.lockstep import reference_executor
+    from mschecker.bisect.policy import npu_policy
+    from mschecker.bisect.rescale import apply_rescale, choose_k, plan_rescale, prove, relative_difference
+    from mschecker.bisect.writers import serialize
+    from mschecker.fsio import write_file_set
+    from mschecker.graph.executor import Executor
+    from mschecker.graph.loader import load_model
+    from mschecker.tensors.meta import tensor_meta
 
     args = build_parser().parse_args(argv)
     out = check_writable(args.out, "--out")

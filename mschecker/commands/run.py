@@ -17,13 +17,13 @@ import time
 
 import numpy as np
 
-from .. import golden_store
-from ..errors import InputError, UsageError
-from ..modelcheck import check_runner_entries
-from ..runners import make_runner
-from ..tensorsets import read_tensors
-from ..tensormeta import apply_overrides
-from ._args import Parser, add_device_args, add_override_args, npu_knobs, parse_dtypes, parse_shapes
+from mschecker.tensors import golden_store
+from mschecker.errors import InputError, UsageError
+from mschecker.npu.entries import check_runner_entries
+from mschecker.modelcheck.runners import make_runner
+from mschecker.tensors.sets import read_tensors
+from mschecker.tensors.meta import apply_overrides
+from mschecker.commands._args import Parser, add_device_args, add_override_args, npu_knobs, parse_dtypes, parse_shapes
 
 
 def build_parser(prog: str = "mschecker run") -> Parser:
@@ -64,8 +64,8 @@ def main(argv: list[str]) -> int:
     t2 = time.perf_counter()
     from rich.table import Table
 
-    from ..console import make_console
-    from ..untrusted import markup
+    from mschecker.console import make_console
+    from mschecker.untrusted import markup
 
     table = Table(title=f"{markup(args.model)} on {markup(runner.name)}")
     for col in ("output", "shape", "dtype", "min", "max", "inf", "nan"):
@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
               "--model MODEL with the same NPU flags")
     print(f"load+inputs {t1 - t0:.2f} s, run {t2 - t1:.2f} s")
     if args.dump:
-        from ..untrusted import plain
+        from mschecker.untrusted import plain
 
         print(f"device dump ({args.dump_format}) written to {plain(where)}")
     if args.save_outputs:
@@ -116,7 +116,7 @@ def _check_dump(args) -> None:
     """Refused before any work: a dump of a device with no ops to dump, or a target that holds something."""
     from pathlib import Path
 
-    from ..devdump.writer import check_dump_target
+    from mschecker.devdump.writer import check_dump_target
 
     if args.device not in ("npu", "reference"):
         raise UsageError(f"--dump needs --device npu or reference (device ops to dump), not {args.device}")
@@ -126,8 +126,8 @@ def _check_dump(args) -> None:
 def _run_and_dump(runner, feeds, args):
     from pathlib import Path
 
-    from ..devdump.writer import run_and_dump
-    from ..graph.loader import load_model
+    from mschecker.devdump.writer import run_and_dump
+    from mschecker.graph.loader import load_model
 
     return run_and_dump(runner, feeds, load_model(args.model), args.dump, fmt=args.dump_format,
                         model_name=Path(args.model).stem)

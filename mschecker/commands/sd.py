@@ -35,12 +35,12 @@ import math
 import sys
 from pathlib import Path
 
-from ..errors import InputError, UsageError
-from ..npu.knobs import DEFAULT_PROFILE, add_npu_arguments, knobs_from_args
-from ..sd.folder import FORCE_UPCAST, NUM_IMAGES_MAX, PROMPTS_MAX, SIZE_MAX, XL_STAGES
-from ..sd.presets import PRESET_NAMES
-from ..sd.scheduler import SCHEDULERS
-from ._args import Parser, add_referee_args, check_writable, check_writable_dir, referee_from_args
+from mschecker.errors import InputError, UsageError
+from mschecker.npu.knobs import DEFAULT_PROFILE, add_npu_arguments, knobs_from_args
+from mschecker.sd.folder import FORCE_UPCAST, NUM_IMAGES_MAX, PROMPTS_MAX, SIZE_MAX, XL_STAGES
+from mschecker.sd.presets import PRESET_NAMES
+from mschecker.sd.scheduler import SCHEDULERS
+from mschecker.commands._args import Parser, add_referee_args, check_writable, check_writable_dir, referee_from_args
 
 DEFAULT_PROMPT = "a photo of an astronaut riding a horse on the moon"
 SEED_MAX = 2**32 - 1  # numpy.random.RandomState(seed), as diffusers' ONNX pipeline draws the initial noise
@@ -146,7 +146,7 @@ def read_prompts(args) -> list[str]:
     """--prompt (repeated) or --prompts-file's lines; the default prompt when neither is given."""
     if not args.prompts_file:
         return args.prompt or [DEFAULT_PROMPT]
-    from ..fsio import check_readable
+    from mschecker.fsio import check_readable
 
     path = Path(args.prompts_file)
     if check_readable(path, "--prompts-file").st_size > PROMPT_FILE_MAX:
@@ -185,7 +185,7 @@ def generation_args(args, pipeline) -> dict:
 
 
 def parse_sides(text: str) -> tuple[str, str]:
-    from ..sd.check import SIDES
+    from mschecker.sd.check import SIDES
 
     sides = tuple(x.strip() for x in text.split(","))
     if len(sides) != 2 or sides[0] == sides[1] or any(x not in SIDES for x in sides):
@@ -195,12 +195,12 @@ def parse_sides(text: str) -> tuple[str, str]:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from ..sd.folder import SDPipeline
+    from mschecker.sd.folder import SDPipeline
 
     if args.save_pipeline:
         if args.pipeline:
             raise UsageError("--save-pipeline writes a bundled --preset; it does not take --pipeline")
-        from ..sd.bundled import save_bundled
+        from mschecker.sd.bundled import save_bundled
 
         path = save_bundled(args.preset or "small", args.save_pipeline, scheduler=args.scheduler or "ddim",
                             tokenizer=args.tokenizer)
@@ -219,11 +219,11 @@ def main(argv: list[str]) -> int:
     out = check_writable_dir(args.out, "--out")
     if args.json:
         check_writable(args.json, "--json")
-    from ..npu import load_profile
+    from mschecker.npu.profile import load_profile
 
     for name in {profile, *(o["profile"] for o in per_stage.values() if "profile" in o)}:
         load_profile(name)  # bad profile: one line, before minutes of work
-    from ..sd.bundled import bundled_pipeline
+    from mschecker.sd.bundled import bundled_pipeline
 
     pipeline = SDPipeline.from_folder(args.pipeline) if args.pipeline else \
         bundled_pipeline(args.preset or "small", scheduler=args.scheduler or "ddim")
@@ -232,12 +232,12 @@ def main(argv: list[str]) -> int:
     batch = (1 if isinstance(prompt, str) else len(prompt)) * args.num_images_per_prompt
     latents = None
     if args.latents:
-        from ..tensorio import read_tensor
+        from mschecker.tensors.io import read_tensor
 
         latents = pipeline.check_latents(read_tensor(args.latents), f"--latents {args.latents}", batch)
-    from ..console import make_console
-    from ..sd.check import run_check
-    from ..sd.report import render_console, write_json, write_outputs
+    from mschecker.console import make_console
+    from mschecker.sd.check import run_check
+    from mschecker.sd.report import render_console, write_json, write_outputs
 
     console = make_console()  # a log (not a terminal) is not cut at 80 columns
     with _progress(args.steps + len(pipeline.text_stages) + batch, batch) as progress:

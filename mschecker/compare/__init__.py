@@ -4,11 +4,11 @@ metrics (engine.py), what it returns (results.py) and exact ULP percentiles (ulp
 Every verdict mschecker gives goes through `compare_arrays`; see engine.py for the streaming and precision
 guarantees, docs/TOLERANCE.md for the rules and docs/REPORT_SCHEMA.md for the JSON form.
 """
-from .engine import DEFAULT_CHUNK_ELEMS, REL_THRESHOLDS, compare_arrays
-from .results import (SCHEMA_VERSION, BoundStats, CheckReport, NonFiniteStats, TensorComparison, WorstElement,
+from mschecker.compare.engine import DEFAULT_CHUNK_ELEMS, REL_THRESHOLDS, compare_arrays
+from mschecker.compare.results import (SCHEMA_VERSION, BoundStats, CheckReport, NonFiniteStats, TensorComparison, WorstElement,
                       json_float, json_safe)
-from .rules import DEFAULT_ATOL, DEFAULT_RTOL, BoundRule, ToleranceRule
-from .ulp import ulp_percentile
+from mschecker.compare.rules import DEFAULT_ATOL, DEFAULT_RTOL, BoundRule, ToleranceRule
+from mschecker.compare.ulp import ulp_percentile
 
 __all__ = [
     "DEFAULT_ATOL", "DEFAULT_CHUNK_ELEMS", "DEFAULT_RTOL", "REL_THRESHOLDS", "SCHEMA_VERSION", "BoundRule",

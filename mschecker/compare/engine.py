@@ -26,13 +26,13 @@ from typing import Iterator
 
 import numpy as np
 
-from .. import native
-from ..dtypes import FloatFormat, dtype_name, float_format, is_float, ulp_distance_exact
-from ..errors import InputError
-from ..fsio import release_file_pages
-from .results import NonFiniteStats, TensorComparison, WorstElement
-from .rules import ChunkView, ToleranceRule
-from .ulp import _EXACT_ULP_BINS, UlpHistogram, ulp_distances_same_format, ulp_format_of, ulp_percentiles
+from mschecker import native
+from mschecker.dtypes import FloatFormat, dtype_name, float_format, is_float, ulp_distance_exact
+from mschecker.errors import InputError
+from mschecker.fsio import release_file_pages
+from mschecker.compare.results import NonFiniteStats, TensorComparison, WorstElement
+from mschecker.compare.rules import ChunkView, ToleranceRule
+from mschecker.compare.ulp import _EXACT_ULP_BINS, UlpHistogram, ulp_distances_same_format, ulp_format_of, ulp_percentiles
 
 def _fast_kernel():
     """The C kernel module, or None when it is not usable or MSCHECKER_NO_FASTCOMPARE=1 forces the numpy path

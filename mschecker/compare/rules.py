@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import dtype_name, float_format, resolve_dtype, round_to
-from ..errors import InputError
-from .results import BoundStats
+from mschecker.dtypes import dtype_name, float_format, resolve_dtype, round_to
+from mschecker.errors import InputError
+from mschecker.compare.results import BoundStats
 
 #: Defaults when no elementwise option is given: Polygraphy's defaults (atol = rtol = 1e-5), also torch's fp32
 #: atol. A user checking fp16/bf16 outputs should pass a tolerance derived from the format (docs/TOLERANCE.md).

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes as _dtypes
-from ..dtypes import FloatFormat, float_format, is_float, resolve_dtype
+from mschecker import dtypes as _dtypes
+from mschecker.dtypes import FloatFormat, float_format, is_float, resolve_dtype
 
 # ULP distances below this are counted in exact bins; larger ones in power-of-two buckets that a later pass
 # resolves exactly when a percentile falls there (see _UlpHistogram).

@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..dtypes import bfloat16
+from mschecker.dtypes import bfloat16
 
 PACKAGE = "toolkit.dumpdata"
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from ..errors import InputError
-from ..tensorio import safe_filename
-from ..untrusted import plain
-from .mapping import COMPILER_INSERTED, DeviceOpMap, OpIndex, from_graph_json
-from .model import DumpedOp, DumpedTensor, DumpProblem, TensorStats
-from .scan import scan_folder
+from mschecker.errors import InputError
+from mschecker.tensors.io import safe_filename
+from mschecker.untrusted import plain
+from mschecker.devdump.mapping import COMPILER_INSERTED, DeviceOpMap, OpIndex, from_graph_json
+from mschecker.devdump.model import DumpedOp, DumpedTensor, DumpProblem, TensorStats
+from mschecker.devdump.scan import scan_folder
 
 
 @dataclass
@@ -107,7 +107,7 @@ class DeviceDump:
             self._mark_inside(dev)
 
     def _candidates(self, op: DumpedOp) -> list[str]:
-        from . import msprobe, npyfiles
+        from mschecker.devdump import msprobe, npyfiles
 
         names = [op.name]
         if op.source.endswith(".npy"):
@@ -190,7 +190,7 @@ class DeviceDump:
     @staticmethod
     def _converted(t: DumpedTensor, shape: tuple) -> np.ndarray:
         """Load; an npy conversion still in a device layout is converted with the model's shape."""
-        from .npyfiles import is_blocked, with_host_shape
+        from mschecker.devdump.npyfiles import is_blocked, with_host_shape
 
         if t.problem and t.loader is not None and is_blocked(t.layout):
             t = with_host_shape(t, shape)
@@ -200,7 +200,7 @@ class DeviceDump:
 def graph_outputs(folder, model, names, flag: str = "--referee") -> dict[str, np.ndarray]:
     """The graph outputs `names` a dump folder holds (another device's run, as a referee), mapped by the dump's
     own origins and op names; the ones it lacks are left out (the caller lists them)."""
-    from ..graph.loader import LoadedModel, load_model
+    from mschecker.graph.loader import LoadedModel, load_model
 
     proto = model.proto if isinstance(model, LoadedModel) else model if isinstance(model, onnx.ModelProto) \
         else load_model(model).proto

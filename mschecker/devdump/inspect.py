@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .evidence import DeviceDump, DumpCoverage
-from .model import DumpScan
-from .scan import scan_folder
+from mschecker.devdump.evidence import DeviceDump, DumpCoverage
+from mschecker.devdump.model import DumpScan
+from mschecker.devdump.scan import scan_folder
 
 
 @dataclass
@@ -42,7 +42,7 @@ class Inspection:
         from rich.table import Table
         from rich.text import Text
 
-        from ..untrusted import plain
+        from mschecker.untrusted import plain
 
         s = self.scan
         console.print(Text(f"{plain(s.folder)}: {', '.join(s.kinds) or 'no dump'}; {len(s.ops)} dumped ops; "
@@ -82,8 +82,8 @@ def inspect_folder(folder, *, model=None, graph_json=None, profile="ascend910b")
     if model is None:
         scan = scan_folder(folder, "dump inspect")
         if not scan.ops:
-            from ..errors import InputError
-            from ..untrusted import plain
+            from mschecker.errors import InputError
+            from mschecker.untrusted import plain
 
             first = f" (first file not used: {plain(scan.skipped[0])})" if scan.skipped else ""
             raise InputError(f"dump inspect {plain(folder)}: holds no dump{first}")
@@ -99,17 +99,17 @@ def inspect_folder(folder, *, model=None, graph_json=None, profile="ascend910b")
 
 
 def _mapped(folder, model, graph_json, profile) -> DeviceDump:
-    from ..graph.executor import Executor
-    from ..graph.loader import load_model
-    from ..npu.knobs import apply_knobs
-    from .mapping import from_plan
+    from mschecker.graph.executor import Executor
+    from mschecker.graph.loader import load_model
+    from mschecker.npu.knobs import apply_knobs
+    from mschecker.devdump.mapping import from_plan
 
     loaded = load_model(model)
     if graph_json:
         dump = DeviceDump(folder, loaded.proto, graph_json=graph_json, flag="dump inspect")
         dump.model_nodes = list(loaded.proto.graph.node)
         return dump
-    from ..bisect.policy import npu_policy
+    from mschecker.bisect.policy import npu_policy
 
     npu = Executor(loaded, npu_policy(apply_knobs(profile)))
     dump = DeviceDump(folder, npu.model.proto, device_ops=from_plan(npu.model.proto, npu.policy.op_type_of),

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import onnx
 
-from .. import fsio
-from ..errors import InputError
-from ..untrusted import plain
+from mschecker import fsio
+from mschecker.errors import InputError
+from mschecker.untrusted import plain
 
 _NON_WORD = re.compile(r"[^A-Za-z0-9]")
 #: Ops the compiler inserts between the model's ops (layout and dtype conversions): no ONNX node computes them, and

@@ -72,11 +72,11 @@ from typing import Iterable
 
 import numpy as np
 
-from .. import fsio
-from ..dtypes import bfloat16
-from ..errors import InputError
-from ..untrusted import plain
-from .model import DumpedOp, DumpedTensor, DumpProblem, DumpScan, OpTensors, TensorStats
+from mschecker import fsio
+from mschecker.dtypes import bfloat16
+from mschecker.errors import InputError
+from mschecker.untrusted import plain
+from mschecker.devdump.model import DumpedOp, DumpedTensor, DumpProblem, DumpScan, OpTensors, TensorStats
 
 __all__ = ["DUMP_JSON", "DATA_DIR", "SUMMARY_MODES", "FRAMEWORKS", "PT_PROBLEM", "detect", "read", "write",
            "entry_kind", "op_type_of", "name_candidates", "numpy_dtype", "crc32_hex"]
@@ -438,7 +438,7 @@ def _attach_data(t: DumpedTensor, data_name, dtype: np.dtype, data_dir: Path, co
 def _check_npy(path: Path, shape: tuple, dtype: np.dtype) -> str:
     """"" when the .npy header agrees with dump.json's shape and dtype (a float32 file of a bf16 tensor is
     MindSpore's way to save bf16); else the disagreement."""
-    from ..tensorio import npy_header
+    from mschecker.tensors.io import npy_header
 
     try:
         fsio.check_readable(path, "tensor file")
@@ -458,7 +458,7 @@ def _check_npy(path: Path, shape: tuple, dtype: np.dtype) -> str:
 
 def _npy_loader(path: Path, dtype: np.dtype, shape: tuple):
     def load() -> np.ndarray:
-        from ..tensorio import read_tensor
+        from mschecker.tensors.io import read_tensor
 
         try:
             arr = read_tensor(path)

@@ -55,12 +55,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import fsio
-from ..dtypes import bfloat16
-from ..errors import InputError
-from ..untrusted import plain
-from . import aclproto
-from .model import DumpedOp, DumpedTensor, DumpProblem, DumpScan
+from mschecker import fsio
+from mschecker.dtypes import bfloat16
+from mschecker.errors import InputError
+from mschecker.untrusted import plain
+from mschecker.devdump import aclproto
+from mschecker.devdump.model import DumpedOp, DumpedTensor, DumpProblem, DumpScan
 
 __all__ = ["MAPPING_CSV", "TensorFile", "DumpName", "parse_dump_name", "parse_file_name", "name_candidates",
            "is_blocked", "detect", "read", "with_host_shape", "read_mapping"]
@@ -286,7 +286,7 @@ def _append_in_order(groups: dict, names: dict, scan: DumpScan) -> None:
 
 def _tensor(path: Path, original: str, parsed: TensorFile, scan: DumpScan) -> DumpedTensor | None:
     """The DumpedTensor of one file from its .npy header; None (and a Skipped line) when the header is unusable."""
-    from ..tensorio import npy_header
+    from mschecker.tensors.io import npy_header
 
     try:
         fsio.check_readable(path, "tensor file")
@@ -333,7 +333,7 @@ def _dtype(file_dtype: np.dtype, token: str | None) -> tuple[np.dtype, str]:
 
 def _loader(path: Path, dtype: np.dtype):
     def load() -> np.ndarray:
-        from ..tensorio import read_tensor
+        from mschecker.tensors.io import read_tensor
 
         try:
             arr = read_tensor(path)
@@ -348,7 +348,7 @@ def with_host_shape(tensor: DumpedTensor, host_shape) -> DumpedTensor:
     """A copy of a device-layout tensor (is_blocked(tensor.layout)) that loads in host layout, padding dropped,
     now that the caller knows the original shape (the model's). Other tensors come back unchanged. The layout is
     checked against the shapes when loaded (DumpProblem then)."""
-    from . import layouts
+    from mschecker.devdump import layouts
 
     if not is_blocked(tensor.layout) or tensor.loader is None:
         return tensor

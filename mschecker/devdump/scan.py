@@ -12,10 +12,10 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from ..errors import InputError
-from ..untrusted import plain
-from . import acl
-from .model import DumpedOp, DumpedTensor, DumpScan
+from mschecker.errors import InputError
+from mschecker.untrusted import plain
+from mschecker.devdump import acl
+from mschecker.devdump.model import DumpedOp, DumpedTensor, DumpScan
 
 MAX_DEPTH = 50
 MAX_FILES = 1_000_000
@@ -62,7 +62,7 @@ def scan_folder(folder, flag: str = "--npu-dump") -> DumpScan:
 
 
 def _read_msprobe(folder: Path, scan: DumpScan) -> set[Path]:
-    from . import msprobe
+    from mschecker.devdump import msprobe
 
     paths = msprobe.detect(folder)
     if paths:
@@ -82,9 +82,9 @@ def _read_msprobe(folder: Path, scan: DumpScan) -> set[Path]:
 def _read_npy(paths: list[Path], scan: DumpScan, folder: Path) -> None:
     """Converted dumps (npyfiles: `{dump file}.output.0...npy`) and plain `<tensor>.npy` files (kind
     "tensor-files": one op per file, named after the tensor)."""
-    from ..tensorio import npy_header
+    from mschecker.tensors.io import npy_header
 
-    from . import npyfiles
+    from mschecker.devdump import npyfiles
 
     wanted = set(paths)
     converted = [p for p in npyfiles.detect(folder) if p in wanted] if paths else []
@@ -109,7 +109,7 @@ def _read_npy(paths: list[Path], scan: DumpScan, folder: Path) -> None:
 
 def _read_raw(paths: list[Path], scan: DumpScan) -> None:
     """`<tensor>.bin` with its `<tensor>.bin.json` sidecar ({"shape", "dtype"}): msame's raw output, renamed."""
-    from ..tensorio import sidecar_for
+    from mschecker.tensors.io import sidecar_for
 
     for p in paths:
         try:
@@ -126,7 +126,7 @@ def _read_raw(paths: list[Path], scan: DumpScan) -> None:
 
 def _npy_loader(path: Path):
     def load():
-        from ..tensorio import read_tensor
+        from mschecker.tensors.io import read_tensor
 
         return read_tensor(path)
     return load

@@ -20,10 +20,10 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .. import fsio
-from ..errors import InputError
-from ..untrusted import plain
-from .model import OpTensors
+from mschecker import fsio
+from mschecker.errors import InputError
+from mschecker.untrusted import plain
+from mschecker.devdump.model import OpTensors
 
 FORMATS = ("acl", "msprobe")
 CONV2D_TYPES = {"Conv2D", "Conv2DTranspose", "Conv2DTransposeD", "DepthwiseConv2D", "Conv2DBackpropInputD"}
@@ -95,7 +95,7 @@ def write_dump(folder, ops: Iterable[OpTensors], *, fmt: str, model_name: str = 
     folder = Path(folder)
     check_dump_target(folder)
     if fmt == "msprobe":
-        from . import msprobe
+        from mschecker.devdump import msprobe
 
         return msprobe.write(folder, ops)
     return _write_acl(folder, ops, model_name)
@@ -108,7 +108,7 @@ def check_dump_target(folder: Path) -> None:
 
 
 def _write_acl(folder: Path, ops: Iterable[OpTensors], model_name: str) -> Path:
-    from . import acl
+    from mschecker.devdump import acl
 
     parent = folder.parent
     created = fsio.make_directory(parent)

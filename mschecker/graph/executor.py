@@ -21,15 +21,15 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import onnx
 
-from ..dtypes import is_float
-from ..errors import ExecutionError, InputError
-from .capture import CaptureFilter, CaptureFn
-from ..fsio import release_file_pages
-from ..tensormeta import check_feeds, tensor_meta
-from .loader import LoadedModel, from_proto, load_model
-from .ops import OpSpec, attribute_values, lookup
-from ..fastfp16 import to_f32
-from .policy import KernelUnavailable, NodeContext, Policy, convert_float
+from mschecker.dtypes import is_float
+from mschecker.errors import ExecutionError, InputError
+from mschecker.graph.capture import CaptureFilter, CaptureFn
+from mschecker.fsio import release_file_pages
+from mschecker.tensors.meta import check_feeds, tensor_meta
+from mschecker.graph.loader import LoadedModel, from_proto, load_model
+from mschecker.graph.ops import OpSpec, attribute_values, lookup
+from mschecker.fastfp16 import to_f32
+from mschecker.graph.policy import KernelUnavailable, NodeContext, Policy, convert_float
 
 
 def node_label(node: onnx.NodeProto, index: int) -> str:

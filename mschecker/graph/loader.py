@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..errors import InputError
+from mschecker.errors import InputError
 
 
 @dataclass
@@ -171,7 +171,7 @@ def read_model_proto(path) -> onnx.ModelProto:
     """The model file parsed WITHOUT its external data, every external-data location checked (inside the model's
     folder); for load_model and for runners that hand the file to onnxruntime, which follows locations itself.
     A FIFO, socket or device is refused by os.stat before any open."""
-    from ..fsio import check_readable
+    from mschecker.fsio import check_readable
 
     path = Path(path)
     if not path.exists():

@@ -13,8 +13,8 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from ..dtypes import float_format, is_float
-from ..fastfp16 import to_f16, to_f32
+from mschecker.dtypes import float_format, is_float
+from mschecker.fastfp16 import to_f16, to_f32
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 
@@ -140,7 +140,7 @@ class ReferencePolicy(Policy):
     name = "reference"
 
     def __init__(self) -> None:
-        from ..registry import get_kernel
+        from mschecker.kernels.registry import get_kernel
 
         self._get_kernel = get_kernel
 

@@ -1,4 +1,4 @@
-"""Graph runners: the executor behind the Runner protocol (mschecker.runners) for --device reference / npu."""
+"""Graph runners: the executor behind the Runner protocol (mschecker.modelcheck.runners) for --device reference / npu."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,12 +8,12 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from ..errors import InputError
-from ..tensormeta import tensor_meta
-from .capture import CaptureFilter, CaptureFn
-from .executor import Executor
-from .loader import from_proto, load_model
-from .policy import KernelUnavailable, Policy, ReferencePolicy
+from mschecker.errors import InputError
+from mschecker.tensors.meta import tensor_meta
+from mschecker.graph.capture import CaptureFilter, CaptureFn
+from mschecker.graph.executor import Executor
+from mschecker.graph.loader import from_proto, load_model
+from mschecker.graph.policy import KernelUnavailable, Policy, ReferencePolicy
 
 
 class GraphRunner:
@@ -57,8 +57,8 @@ def make_graph_runner(model, device: str, profile: str | None = None, *, label: 
             raise InputError("--device reference is the float64 truth: it takes no --profile or precision options")
         return GraphRunner(model, ReferencePolicy(), label=label)
     if device == "npu":
-        from ..npu import NpuPolicy
-        from ..npu.knobs import apply_knobs
+        from mschecker.npu.policy import NpuPolicy
+        from mschecker.npu.knobs import apply_knobs
 
         try:
             policy = NpuPolicy(apply_knobs(profile, **options))

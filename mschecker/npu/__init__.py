@@ -1,7 +1,3 @@
-"""Emulated NPU numerics: profiles (presets are TOML files in presets/), ATC config parsers, the NPU policy."""
-from .atc import parse_keep_dtype, parse_op_precision_ini
-from .policy import NpuPolicy
-from .profile import NumericsProfile, load_profile, preset_names
-
-__all__ = ["NpuPolicy", "NumericsProfile", "load_profile", "parse_keep_dtype", "parse_op_precision_ini",
-           "preset_names"]
+"""Emulated NPU numerics: profiles (presets are TOML files in presets/), ATC config parsers (atc), the NPU policy
+(policy), device plans and fusions. Import the module you need: this face imports nothing, so that parsing NPU
+flags (knobs) does not load the executor."""

@@ -61,10 +61,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from ..errors import InputError
-from ..fsio import read_bytes
-from .device_table import Source
-from .mixlist import bitmap, kPrecisionReduceUpdateTemplate
+from mschecker.errors import InputError
+from mschecker.fsio import read_bytes
+from mschecker.npu.device_table import Source
+from mschecker.npu.mixlist import bitmap, kPrecisionReduceUpdateTemplate
 
 GE_COMMIT = "ffdcbc9f7496c17a98c1d12762c61ed608ef3503"
 _PARSERS = "compiler/engines/nn_engine/utils/common/config_parser/"

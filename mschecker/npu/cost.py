@@ -61,8 +61,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import InputError
-from .device_table import CHIPS
+from mschecker.errors import InputError
+from mschecker.npu.device_table import CHIPS
 
 DTYPES = ("float16", "bfloat16", "float32")
 LAUNCH_US = 3.0
@@ -300,7 +300,7 @@ def _ir_type(executor, node) -> str:
 
 
 def _dtype_name(dt) -> str:
-    from ..dtypes import dtype_name
+    from mschecker.dtypes import dtype_name
 
     return dtype_name(np.dtype(dt))
 
@@ -407,7 +407,7 @@ class CostModel:
         if st.spec.keeps_output_dtype:
             to = next((a.i for a in st.node.attribute if a.name == "to"), None)
             if to is not None:
-                from .plan import onnx_dtype_name
+                from mschecker.npu.plan import onnx_dtype_name
 
                 target = onnx_dtype_name(to)
                 if target in _FLOATS:
@@ -418,7 +418,7 @@ class CostModel:
     def configuration_cost(self, executor, shapes: Mapping[str, tuple]) -> Cost:
         """The estimate for an Executor planned under the configuration's profile (one step per device op, each
         step's ctx.dtype its dtype) given every tensor's shape (shapes_of)."""
-        from .plan import _onnx_dtypes
+        from mschecker.npu.plan import _onnx_dtypes
 
         dtypes = _onnx_dtypes(executor.model.proto)
         cost = Cost(self.chip)

@@ -8,9 +8,9 @@ refuses what the device would not accept, in one line that names what to write i
 """
 from __future__ import annotations
 
-from ..errors import InputError
-from .atc import nearest, parse_customize_line
-from .device_table import CHIPS, IMPLMODE_INI, has_implmode, ir_type_of, ir_types, kernel_row
+from mschecker.errors import InputError
+from mschecker.npu.atc import nearest, parse_customize_line
+from mschecker.npu.device_table import CHIPS, IMPLMODE_INI, has_implmode, ir_type_of, ir_types, kernel_row
 
 
 def ir_type_advice(name: str) -> str | None:
@@ -97,7 +97,7 @@ def check_device_knobs(profile, where: str) -> None:
                 if why:
                     raise InputError(f"{where}: modify_mixlist {op_type}: {why}")
     if profile.fusion:
-        from .fusion import pass_names
+        from mschecker.npu.fusion import pass_names
 
         known = pass_names()
         for name in profile.fusion:

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from .atc import CustomDtype
-from .device_table import IMPLMODE_INI
-from .profile import DEFAULT_IMPLMODE, MIXED_MODES, NumericsProfile
+from mschecker.npu.atc import CustomDtype
+from mschecker.npu.device_table import IMPLMODE_INI
+from mschecker.npu.profile import DEFAULT_IMPLMODE, MIXED_MODES, NumericsProfile
 
 OP_TYPE_PREFIX = "OpType::"
 _FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
@@ -45,8 +45,8 @@ class OpFacts:
 
 def op_facts(executor) -> dict[str, OpFacts] | None:
     """OpFacts per device op of an Executor planned under a device NpuPolicy (None for a generic profile)."""
-    from .plan import _onnx_dtypes
-    from .policy import covered_names
+    from mschecker.npu.plan import _onnx_dtypes
+    from mschecker.npu.policy import covered_names
 
     policy = executor.policy
     if getattr(policy, "chip", None) is None:

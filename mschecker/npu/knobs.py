@@ -35,13 +35,13 @@ import argparse
 import os
 from pathlib import Path
 
-from ..errors import UsageError
-from ..fsio import check_readable
-from ..errors import InputError
-from .atc import (INI_MODES, PRECISION_MODES_V1, PRECISION_MODES_V2, SELECT_IMPLMODES,
+from mschecker.errors import UsageError
+from mschecker.fsio import check_readable
+from mschecker.errors import InputError
+from mschecker.npu.atc import (INI_MODES, PRECISION_MODES_V1, PRECISION_MODES_V2, SELECT_IMPLMODES,
                   parse_customize_dtypes_with_notes, parse_customize_line, parse_keep_dtype, parse_modify_mixlist,
                   parse_op_precision_ini_with_notes)
-from .profile import BRACKETS, OVERFLOW_MODES, NumericsProfile, load_profile
+from mschecker.npu.profile import BRACKETS, OVERFLOW_MODES, NumericsProfile, load_profile
 
 DEFAULT_PROFILE = "ascend910b"
 #: option key -> (mschecker's flag, atc's flag): every knob's two spellings, for messages and the flags given
@@ -215,7 +215,7 @@ def knobs_from_args(args, stages: tuple[str, ...] = ()) -> dict[str | None, dict
     if getattr(args, "modify_mixlist", None):
         knobs[None]["modify_mixlist"] = parse_modify_mixlist(args.modify_mixlist)
     if getattr(args, "fusion_switch", None):
-        from .fusion import load_switch_file
+        from mschecker.npu.fusion import load_switch_file
 
         knobs[None]["fusion"] = load_switch_file(args.fusion_switch)
     return knobs

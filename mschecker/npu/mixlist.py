@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from .device_table import (_MIXLIST, CHIPS, COMMITS, Source, _opsinfo_source,  # noqa: F401 (re-exported)
+from mschecker.npu.device_table import (_MIXLIST, CHIPS, COMMITS, Source, _opsinfo_source,  # noqa: F401 (re-exported)
                            ir_types)
 
 COLOURS = ("white", "black", "gray")

@@ -18,8 +18,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..dtypes import dtype_name, resolve_dtype
-from .fusion import DEVICE_DOMAIN, FusionReport
+from mschecker.dtypes import dtype_name, resolve_dtype
+from mschecker.npu.fusion import DEVICE_DOMAIN, FusionReport
 
 PLAN_SCHEMA = "mschecker.device_plan/1"
 
@@ -77,7 +77,7 @@ class DevicePlan:
         name from the model is printed literally (markup escaped, control characters made visible)."""
         from rich.table import Table
 
-        from ..untrusted import markup
+        from mschecker.untrusted import markup
 
         t = Table(title=f"device plan of {markup(self.model)} under {markup(self.profile)}"
                         + (f" ({markup(self.chip)})" if self.chip else ""))
@@ -130,7 +130,7 @@ def _row(chip: str, ir_type: str):
     if not chip:
         return None
     try:
-        from . import device_table
+        from mschecker.npu import device_table
 
         return device_table.kernel_row(chip, ir_type)
     except (ImportError, KeyError):
@@ -143,8 +143,8 @@ def _ir_type(policy, node) -> str:
     if hasattr(policy, "op_type_of"):
         return policy.op_type_of(node)
     try:
-        from ..graph.ops import attribute_values
-        from .device_table import ir_type_of
+        from mschecker.graph.ops import attribute_values
+        from mschecker.npu.device_table import ir_type_of
 
         return ir_type_of(node.op_type, attribute_values(node)) or node.op_type
     except ImportError:
@@ -189,9 +189,9 @@ def _onnx_dtypes(proto: onnx.ModelProto) -> dict[str, str]:
 def device_plan(model, profile_or_policy="ascend910b", *, fusion: Mapping[str, Any] | None = None) -> DevicePlan:
     """The device plan of `model` (a path, ModelProto or LoadedModel) under a profile (preset name, file,
     NumericsProfile) or an NpuPolicy. `fusion`: pass switches merged over the profile's [fusion] table."""
-    from ..graph.loader import from_proto, load_model
-    from .policy import NpuPolicy
-    from .profile import load_profile
+    from mschecker.graph.loader import from_proto, load_model
+    from mschecker.npu.policy import NpuPolicy
+    from mschecker.npu.profile import load_profile
 
     if isinstance(profile_or_policy, NpuPolicy):
         policy = profile_or_policy
@@ -216,7 +216,7 @@ def device_plan(model, profile_or_policy="ascend910b", *, fusion: Mapping[str, A
         for f in report.fusions:
             if f.device_name:
                 fused_by[f.device_name] = (f.pass_name, f.notes)
-    from ..modelcheck import unmatched_entries
+    from mschecker.npu.entries import unmatched_entries
 
     notes = unmatched_entries(policy.profile, ex.model.graph, op_type_of=policy.op_type_of,
                               names_of=policy.names_of) + list(getattr(policy, "notes", []))
@@ -267,7 +267,7 @@ def device_plan(model, profile_or_policy="ascend910b", *, fusion: Mapping[str, A
 
 
 def _plan_only_executor():
-    from ..graph.executor import Executor
+    from mschecker.graph.executor import Executor
 
     class PlanOnly(Executor):
         """The executor's plan with nothing computed: no constant rounded, staged or folded."""

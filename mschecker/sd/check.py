@@ -41,24 +41,24 @@ from typing import Callable
 
 import numpy as np
 
-from ..bisect.lockstep import Analysis, analyse, reference_executor
-from ..bisect.engine import fusion_of
-from ..bisect.policy import npu_policy
-from ..bisect.report import fix_lines
-from ..npu.fixes import op_facts
-from ..bisect.samples import Sample
-from ..bisect.search import Evaluation, Evaluator, FixConfig, high_precision_capable, members, op_type_of, \
+from mschecker.bisect.lockstep import Analysis, analyse, reference_executor
+from mschecker.bisect.engine import fusion_of
+from mschecker.bisect.policy import npu_policy
+from mschecker.bisect.report import fix_lines
+from mschecker.npu.fixes import op_facts
+from mschecker.bisect.samples import Sample
+from mschecker.bisect.search import Evaluation, Evaluator, FixConfig, high_precision_capable, members, op_type_of, \
     rank_candidates, search
-from ..bisect.stats import Headroom, is_overflow
-from ..compare import TensorComparison, ToleranceRule, compare_arrays
-from ..dtypes import float_format
-from ..errors import InputError, KnobNote
-from ..graph.executor import Executor
-from ..dtypes import is_float
-from .images import image_psnr, image_ssim
-from .bundled import bundled_pipeline
-from .folder import FORCE_UPCAST, MODEL_FILES, TEXT_STAGES, XL_STAGES, SDPipeline
-from .pipeline import STAGES, PipelineResult, SDModels, decode, run_in_batches, run_pipeline, \
+from mschecker.bisect.stats import Headroom, is_overflow
+from mschecker.compare import TensorComparison, ToleranceRule, compare_arrays
+from mschecker.dtypes import float_format
+from mschecker.errors import InputError, KnobNote
+from mschecker.graph.executor import Executor
+from mschecker.dtypes import is_float
+from mschecker.sd.images import image_psnr, image_ssim
+from mschecker.sd.bundled import bundled_pipeline
+from mschecker.sd.folder import FORCE_UPCAST, MODEL_FILES, TEXT_STAGES, XL_STAGES, SDPipeline
+from mschecker.sd.pipeline import STAGES, PipelineResult, SDModels, decode, run_in_batches, run_pipeline, \
     stage_runner_factory, to_uint8_images
 
 SIDES = ("reference", "npu", "ort")
@@ -234,7 +234,7 @@ class FixAttempt:
     def describe(self) -> str:
         if self.precision_mode:
             return f"{self.stage}: precision_mode {self.precision_mode}"
-        from ..npu.atc import parse_customize_line
+        from mschecker.npu.atc import parse_customize_line
 
         parts = [f"op_precision_mode {t}={m}" for t, m in self.by_op_type.items()]
         parts += [f"op_precision_mode [ByNodeName] {n}={m}" for n, m in self.by_node.items()]
@@ -298,7 +298,7 @@ class SDCheck:
     hidden_overflow: NodeEvent | None = None   # found by the inf_nan probe of a saturation-mode run
     divergence: NodeEvent | None = None        # first node far from the reference (failures without overflow)
     pipeline: SDPipeline | None = None
-    referee: object = None                     # mschecker.referee.RefereeVerdict with --referee (sd/referee.py)
+    referee: object = None                     # mschecker.modelcheck.referee.RefereeVerdict with --referee (sd/referee.py)
     judge: str = "both"                        # which verdicts set ``passed`` when there is a referee
 
     @property
@@ -315,8 +315,8 @@ class SDCheck:
     @property
     def passed(self) -> bool:
         """The exit code's verdict: the image rule, combined with the referee's per ``judge`` when there is one
-        (mschecker.referee.combine)."""
-        from ..referee import combine
+        (mschecker.modelcheck.referee.combine)."""
+        from mschecker.modelcheck.referee import combine
 
         return combine(self.tolerance_passed, self.referee, self.judge)
 
@@ -435,7 +435,7 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     produces (its capture hook, as Tracker.on_tensor sees them; ``step`` is the UNet step, 0-based, None for the
     other stages), and nothing of the baseline run, the localization or the fix search's reruns; an "ort" judged
     side has no per-node capture, so it is never called.
-    ``referee`` (a runnable mschecker.referee side), ``referee_k``, ``judge``: a third run on the referee side,
+    ``referee`` (a runnable mschecker.modelcheck.referee side), ``referee_k``, ``judge``: a third run on the referee side,
     judged stage by stage against the float64 run (mschecker.sd.referee); ``judge`` combines the verdicts."""
     if len(sides) != 2 or sides[0] == sides[1] or any(s not in SIDES for s in sides):
         raise InputError(f"--sides {','.join(sides)}: give two different sides among {', '.join(SIDES)}")
@@ -507,8 +507,8 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
 def _attach_referee(check: SDCheck, side, k, common: dict, profile: str, options: dict[str, dict], announce) -> None:
     """check.referee: the referee pipeline judged against the float64 run -- the check's own when one of its
     sides is the reference, else a float64 run made here."""
-    from ..referee import check_judge
-    from .referee import referee_pipeline
+    from mschecker.modelcheck.referee import check_judge
+    from mschecker.sd.referee import referee_pipeline
 
     check_judge(check.judge, "judge")
     t0 = time.perf_counter()
@@ -529,8 +529,8 @@ def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_op
     """Every keep_dtype / op_precision entry the user gave names something, before minutes of work: one with a
     STAGE: prefix in that stage's graph, one without in at least one stage's graph (it applies to all three, and
     each matches only its own). InputError naming the entry and what exists otherwise."""
-    from ..modelcheck import unmatched_entries
-    from ..npu.profile import NumericsProfile
+    from mschecker.npu.entries import unmatched_entries
+    from mschecker.npu.profile import NumericsProfile
 
     def entries(opts):
         return NumericsProfile(name="entries", keep_dtype=tuple((opts or {}).get("keep_dtype", ())),
@@ -604,7 +604,7 @@ def upcast_vae_options(pipeline: SDPipeline, options: dict[str, dict], force_upc
 def stage_npu_options(npu_options: dict | None, stage_options: dict[str, dict] | None) -> dict[str, dict]:
     """{stage: apply_knobs keywords}: the common options with each stage's own on top (npu.knobs.options_for:
     lists joined, tables merged)."""
-    from ..npu.knobs import options_for
+    from mschecker.npu.knobs import options_for
 
     knobs = {None: dict(npu_options or {}), **{st: dict(o or {}) for st, o in (stage_options or {}).items()}}
     return {st: options_for(knobs, st) for st in XL_STAGES}
@@ -622,7 +622,7 @@ def suspect_stage(metrics: Metrics, jump: float = 0.1) -> str:
 
 def stage_profile(profile, stage_options: dict):
     """The NumericsProfile a stage runs under (its own "profile" option wins over the check's)."""
-    from ..npu.knobs import apply_knobs
+    from mschecker.npu.knobs import apply_knobs
 
     options = dict(stage_options)
     profile = options.pop("profile", None) or profile
@@ -655,7 +655,7 @@ def locate(stage: str, check: SDCheck, profile: str, options: dict[str, dict]) -
     """``stage`` run in lockstep on the reference and the NPU from the NPU run's own stage inputs (a static-batch-1
     graph's batch split into samples, as the pipeline runs it): the first node that overflows -- saturation mode's
     clamps included -- or whose relative error exceeds DIVERGENCE."""
-    from ..tensormeta import tensor_meta
+    from mschecker.tensors.meta import tensor_meta
 
     model = getattr(check.pipeline.models, stage)
     npu = Executor(model, npu_policy(stage_profile(profile, options[stage])))

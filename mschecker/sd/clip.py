@@ -26,9 +26,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from .builder import GraphBuilder
-from .layers import attention, gelu, layer_norm, linear, quick_gelu
-from .presets import ClipConfig, SDPreset, get_preset
+from mschecker.sd.builder import GraphBuilder
+from mschecker.sd.layers import attention, gelu, layer_norm, linear, quick_gelu
+from mschecker.sd.presets import ClipConfig, SDPreset, get_preset
 
 TOKEN_STD = 0.02
 POSITION_STD = 0.01

@@ -1,6 +1,6 @@
 """Regression goldens of the bundled SD pipeline (tiny preset): what golden/sd/tiny/ holds and how it is computed.
 
-One golden directory (mschecker.golden_store layout: manifest + .npy, sha256-pinned) with tensors named
+One golden directory (mschecker.tensors.golden_store layout: manifest + .npy, sha256-pinned) with tensors named
 ``<group>.<name>``:
   inputs.*          token ids, initial noise, and the exact stage inputs the per-stage goldens were run on
                     (UNet step-1 feeds by input name, VAE latent) -- taken from the reference pipeline run of the
@@ -30,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import golden_data
-from ..blas import ONE_THREAD_ENV
-from .check import STAGES, per_stage_factory, stage_feeds
-from .bundled import bundled_pipeline
-from .folder import SDPipeline
-from .pipeline import SDModels, run_pipeline
+from mschecker import golden_data
+from mschecker.blas import ONE_THREAD_ENV
+from mschecker.sd.check import STAGES, per_stage_factory, stage_feeds
+from mschecker.sd.bundled import bundled_pipeline
+from mschecker.sd.folder import SDPipeline
+from mschecker.sd.pipeline import SDModels, run_pipeline
 
 GOLDEN_DIR = golden_data.path("sd", "tiny")  # the repository's golden/sd/tiny, installed as package data
 SETTINGS = {"preset": "tiny", "steps": 3, "scheduler": "ddim", "seed": 0, "guidance_scale": 7.5,

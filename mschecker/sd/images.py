@@ -26,8 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from ..fsio import atomic_write_bytes
+from mschecker.errors import InputError
+from mschecker.fsio import atomic_write_bytes
 
 SSIM_WINDOW, SSIM_SIGMA, SSIM_K1, SSIM_K2 = 11, 1.5, 0.01, 0.03
 # Okabe-Ito: blue, vermillion, bluish green, reddish purple, orange, sky blue, yellow (black is for axes)

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from .builder import GraphBuilder
+from mschecker.sd.builder import GraphBuilder
 
 BIAS_STD = 0.02
 GAMMA_STD = 0.05

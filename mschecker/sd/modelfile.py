@@ -12,10 +12,10 @@ from pathlib import Path
 import onnx
 from onnx import numpy_helper
 
-from .clip import build_text_encoder
-from .presets import SDPreset, get_preset
-from .unet import build_unet
-from .vae import build_vae_decoder
+from mschecker.sd.clip import build_text_encoder
+from mschecker.sd.presets import SDPreset, get_preset
+from mschecker.sd.unet import build_unet
+from mschecker.sd.vae import build_vae_decoder
 
 EXTERNAL_THRESHOLD = 256 * 1024 * 1024
 STAGE_BUILDERS = {"text_encoder": build_text_encoder, "unet": build_unet, "vae_decoder": build_vae_decoder}

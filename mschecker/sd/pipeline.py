@@ -42,10 +42,10 @@ from typing import Callable, Mapping
 import numpy as np
 import onnx
 
-from ..errors import InputError
-from .bundled import bundled_pipeline
-from .folder import NUM_IMAGES_MAX, PROMPTS_MAX, STAGES, SDModels, SDPipeline, make_scheduler_for  # noqa: F401 - STAGES, SDModels re-exported
-from .presets import SDPreset
+from mschecker.errors import InputError
+from mschecker.sd.bundled import bundled_pipeline
+from mschecker.sd.folder import NUM_IMAGES_MAX, PROMPTS_MAX, STAGES, SDModels, SDPipeline, make_scheduler_for  # noqa: F401 - STAGES, SDModels re-exported
+from mschecker.sd.presets import SDPreset
 
 StageRunner = Callable[[Mapping[str, np.ndarray]], dict]
 StageRunnerFactory = Callable[[object, str], StageRunner]
@@ -77,14 +77,14 @@ def stage_runner_factory(device: str = "ort", profile: str | None = None, *, cap
                          capture_filter=None, **options) -> StageRunnerFactory:
     """A ``make_stage_runner`` for ``device``: "ort" (onnxruntime fp32), or the graph executor's "reference"
     (float64) / "npu" (emulated, numerics ``profile`` + ``options`` as mschecker.npu.knobs.apply_knobs), built
-    with mschecker.runners.make_runner from the path or the in-memory ModelProto (no temporary file; errors
+    with mschecker.modelcheck.runners.make_runner from the path or the in-memory ModelProto (no temporary file; errors
     name it "bundled SD <stage> graph").
 
     ``capture(stage_name, node, output_name, value)`` receives every tensor the executor produces (restricted by
     ``capture_filter``, a mschecker.graph.capture.CaptureFilter); the UNet's calls come in step order, one
     announced stage call per step (a static-batch-1 graph's two runs included). Not available on "ort".
     """
-    from ..runners import make_runner
+    from mschecker.modelcheck.runners import make_runner
 
     if device == "ort" and capture is not None:
         raise InputError("per-node capture needs --device reference or npu (onnxruntime exposes graph outputs only)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InputError
+from mschecker.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The referee of `mschecker sd --referee SIDE`: a third whole-pipeline run with the referee side on every stage
 (e.g. ort-fp16: each stage converted to fp16 on onnxruntime), judged against the float64 run stage by stage with
-mschecker.referee's rule (PyTorch's: err(run vs float64) <= k * err(referee vs float64) + 1e-5, err = RMSE).
+mschecker.modelcheck.referee's rule (PyTorch's: err(run vs float64) <= k * err(referee vs float64) + 1e-5, err = RMSE).
 
 Why a whole pipeline and not each stage on the judged run's inputs: the judged run's image is the end of a chain
 (text encoders -> N UNet steps -> VAE) whose errors compound, and the question a referee answers is "would another
@@ -16,8 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..referee import RefereeVerdict, judge_outputs
-from .pipeline import PipelineResult, run_in_batches, run_pipeline
+from mschecker.modelcheck.referee import RefereeVerdict, judge_outputs
+from mschecker.sd.pipeline import PipelineResult, run_in_batches, run_pipeline
 
 
 def stage_factory(side, begin: Callable[[str], None] | None = None):

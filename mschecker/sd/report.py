@@ -24,11 +24,11 @@ import json
 import math
 from pathlib import Path
 
-from ..bisect.writers import FILES as FIX_FILES  # the ATC file names, one definition
-from ..compare import TensorComparison, json_safe
-from ..check_report import fmt_num
-from .check import SDCheck
-from .images import difference_image, figure_png, nan_pixels, plot_series, side_by_side, write_atomic
+from mschecker.bisect.writers import FILES as FIX_FILES  # the ATC file names, one definition
+from mschecker.compare import TensorComparison, json_safe
+from mschecker.modelcheck.report import fmt_num
+from mschecker.sd.check import SDCheck
+from mschecker.sd.images import difference_image, figure_png, nan_pixels, plot_series, side_by_side, write_atomic
 
 SIDE_BY_SIDE, ERROR_PLOT = "sd_side_by_side.png", "sd_error_per_step.png"
 
@@ -190,7 +190,7 @@ def referee_lines(check: SDCheck) -> list[str]:
 def render_console(check: SDCheck, console=None) -> None:
     from rich.console import Console
 
-    from ..check_report import referee_table
+    from mschecker.modelcheck.report import referee_table
 
     console = console or Console()
     console.print(stage_table(check))
@@ -255,7 +255,7 @@ def write_outputs(check: SDCheck, out_dir: str | Path) -> list[Path]:
     left alone."""
     import os
 
-    from ..fsio import write_file_set
+    from mschecker.fsio import write_file_set
 
     files = output_files(check)
     out = Path(out_dir)
@@ -270,8 +270,8 @@ def fix_files(check: SDCheck) -> dict[str, bytes]:
     """The chosen fix's ATC files for its stage, `<stage>.<file>` (bisect.writers.FILES: keep_dtype.cfg,
     customize_dtypes.cfg, ..., atc_flags.txt naming the stage's model and those files), read back by mschecker's
     own ATC readers before they are written (writers.written_profile)."""
-    from ..bisect.writers import written_profile
-    from .folder import MODEL_FILES
+    from mschecker.bisect.writers import written_profile
+    from mschecker.sd.folder import MODEL_FILES
 
     fix = check.fix
     if fix is None or fix.profile is None:
@@ -283,7 +283,7 @@ def fix_files(check: SDCheck) -> dict[str, bytes]:
 def _own_file_pattern():
     import re
 
-    from .check import SIDES, XL_STAGES
+    from mschecker.sd.check import SIDES, XL_STAGES
 
     sides = "|".join(re.escape(s) for s in SIDES)
     stages = "|".join(re.escape(s) for s in XL_STAGES)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from mschecker.errors import InputError
 
 TRAIN_STEPS = 1000
 BETA_START = 0.00085

@@ -45,13 +45,13 @@ from __future__ import annotations
 
 import onnx
 
-from .builder import GraphBuilder
-from .clip import emit_text_model
+from mschecker.sd.builder import GraphBuilder
+from mschecker.sd.clip import emit_text_model
 # the preset's sizes live with the other presets (a leaf module); re-exported here with the graphs they size
-from .presets import (SDXL, SDXL_LIKE_VAE, SDXL_PIPELINE_VAE, SDXLClipConfig, SDXLPreset,  # noqa: F401
+from mschecker.sd.presets import (SDXL, SDXL_LIKE_VAE, SDXL_PIPELINE_VAE, SDXLClipConfig, SDXLPreset,  # noqa: F401
                       SDXLUNetConfig)
-from .unet import emit_unet
-from .vae import build_sdxl_like_vae_decoder, vae_decoder_builder
+from mschecker.sd.unet import emit_unet
+from mschecker.sd.vae import build_sdxl_like_vae_decoder, vae_decoder_builder
 
 TEXT_ENCODER_2_SEED_OFFSET = 1_000_003
 """text_encoder_2 draws its weights with ``seed + TEXT_ENCODER_2_SEED_OFFSET``: both towers use transformers'

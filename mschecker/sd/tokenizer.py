@@ -35,7 +35,7 @@ import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE
 
-from ..errors import InputError
+from mschecker.errors import InputError
 
 _WORDS = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
 
@@ -112,7 +112,7 @@ def _read_json(folder: Path, name: str, required: bool):
     path, text = _read_text(folder, name, required)
     if text is None:
         return path, None
-    from ..schema import parse_json  # invalid JSON, and nesting past the parser's recursion limit: one line
+    from mschecker.schema import parse_json  # invalid JSON, and nesting past the parser's recursion limit: one line
 
     return path, parse_json(text, str(path))
 

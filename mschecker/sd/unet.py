@@ -33,10 +33,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from .builder import GraphBuilder
-from .layers import (attention, conv2d, gelu, group_norm, layer_norm, linear, nchw_to_tokens, silu,
+from mschecker.sd.builder import GraphBuilder
+from mschecker.sd.layers import (attention, conv2d, gelu, group_norm, layer_norm, linear, nchw_to_tokens, silu,
                      tokens_to_nchw, upsample_nearest2x)
-from .presets import TIME_IDS, SDPreset, UNetConfig, get_preset
+from mschecker.sd.presets import TIME_IDS, SDPreset, UNetConfig, get_preset
 
 BRANCH_OUT_GAIN = 1.0
 

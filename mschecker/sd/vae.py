@@ -37,10 +37,10 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto
 
-from .builder import GraphBuilder
-from .layers import attention, conv2d, group_norm, nchw_to_tokens, silu, tokens_to_nchw, upsample_nearest2x
-from .presets import SDXL_LIKE_VAE, SDXL_SCALING_FACTOR, SDPreset, VaeConfig, get_preset  # noqa: F401 (SDXL_*: re-exported)
-from .unet import resnet
+from mschecker.sd.builder import GraphBuilder
+from mschecker.sd.layers import attention, conv2d, group_norm, nchw_to_tokens, silu, tokens_to_nchw, upsample_nearest2x
+from mschecker.sd.presets import SDXL_LIKE_VAE, SDXL_SCALING_FACTOR, SDPreset, VaeConfig, get_preset  # noqa: F401 (SDXL_*: re-exported)
+from mschecker.sd.unet import resnet
 
 
 def _emit(b: GraphBuilder, cfg: VaeConfig) -> None:

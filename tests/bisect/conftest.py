@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from mschecker import registry
+from mschecker.kernels import registry
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from mschecker.bisect.search import Evaluation, FixConfig, _fusion_off_trials
 from mschecker.bisect.writers import written_profile
-from mschecker.npu import load_profile
+from mschecker.npu.profile import load_profile
 from mschecker.npu.atc import parse_atc_command
 
 

@@ -12,7 +12,9 @@ from mschecker.bisect import Budget, Sample, bisect_model
 from mschecker.bisect.report import to_dict, write_outputs
 from mschecker.graph.executor import Executor
 from mschecker.npu.knobs import apply_knobs
-from mschecker.npu import NpuPolicy, load_profile, parse_keep_dtype, parse_op_precision_ini
+from mschecker.npu.atc import parse_keep_dtype, parse_op_precision_ini
+from mschecker.npu.policy import NpuPolicy
+from mschecker.npu.profile import load_profile
 from mschecker.npu.atc import parse_customize_dtypes
 
 from ..profiles import GENERIC_FP16

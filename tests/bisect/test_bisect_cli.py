@@ -13,8 +13,8 @@ from onnx import helper
 from mschecker.bisect import Sample, bisect_model
 from mschecker.cli import main
 from mschecker.graph.executor import Executor
-from mschecker.npu import NpuPolicy
-from mschecker.tensorio import safe_filename
+from mschecker.npu.policy import NpuPolicy
+from mschecker.tensors.io import safe_filename
 
 from ..profiles import GENERIC_FP16
 from . import models as M

@@ -13,13 +13,13 @@ from mschecker.bisect.lockstep import Analysis, NodeRecord, analyse, reference_e
 from mschecker.bisect.search import FixConfig
 from mschecker.bisect.writers import Recommendation
 from mschecker.compare import ToleranceRule
-from mschecker.npu import load_profile
+from mschecker.npu.profile import load_profile
 
 from ..profiles import GENERIC_FP16
 from mschecker.graph.executor import Executor
-from mschecker.npu import NpuPolicy
+from mschecker.npu.policy import NpuPolicy
 
-from mschecker.npu import load_profile
+from mschecker.npu.profile import load_profile
 
 from ..profiles import GENERIC_FP16
 from . import models as M

@@ -60,7 +60,7 @@ def test_a_graph_output_read_inside_the_graph(kept):
     refuse the model (a Softmax typed fp16 reading the fp32 name). Outputs stay within fp16 noise of fp32."""
     from importlib.resources import files
 
-    from mschecker.tensorio import read_tensor
+    from mschecker.tensors.io import read_tensor
 
     default = files("mschecker.golden_data") / "default"
     model = onnx.load(default / "model.onnx")

@@ -12,7 +12,7 @@ from mschecker.bisect.rescale import apply_rescale, choose_k, plan_rescale, prov
 from mschecker.errors import InputError
 from mschecker.graph.executor import Executor
 from mschecker.graph.policy import ReferencePolicy
-from mschecker.npu import NpuPolicy
+from mschecker.npu.policy import NpuPolicy
 
 from ..npu.fusion_graphs import G, group_norm
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from mschecker.graph.executor import Executor
 from mschecker.graph.policy import ReferencePolicy
-from mschecker.npu import NpuPolicy
+from mschecker.npu.policy import NpuPolicy
 
 from . import models as M
 

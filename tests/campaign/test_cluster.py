@@ -70,7 +70,7 @@ def cluster():
 def _warm_up():
     import mschecker.campaign.cells  # noqa: F401
     import mschecker.commands.check  # noqa: F401
-    import mschecker.kernel_suite  # noqa: F401
+    import mschecker.kernels.suite  # noqa: F401
     import mschecker.sd.check  # noqa: F401
 
 

@@ -51,8 +51,8 @@ def world(tmp_path_factory):
     recorded on revision 1, and the cell with its BASE record (revision 1) and RUN record (revision 5)."""
     if shutil.which("git") is None:
         pytest.skip("git is not on PATH")
-    from mschecker.check import record_goldens
-    from mschecker.tensorio import write_tensor
+    from mschecker.modelcheck.check import record_goldens
+    from mschecker.tensors.io import write_tensor
 
     d = tmp_path_factory.mktemp("culprit")
     repo = d / "models"

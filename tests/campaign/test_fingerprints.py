@@ -219,8 +219,8 @@ def _model(path, w2_scale: float = 1.0) -> None:
 
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory):
-    from mschecker.check import record_goldens
-    from mschecker.tensorio import write_tensor
+    from mschecker.modelcheck.check import record_goldens
+    from mschecker.tensors.io import write_tensor
 
     d = tmp_path_factory.mktemp("fp_e2e")
     _model(d / "model.onnx")

@@ -182,7 +182,7 @@ def test_graph_inputs_mode_skips_what_the_executor_folded(tmp_path, device):
     """Without the executor (the SD check's hook sees nodes only), a Recorder told the graph's inputs skips the
     same host-folded nodes as one built on the executor's plan, and labels an unnamed node as the executor does
     for a graph in execution order; the prefix goes in front of every key."""
-    from mschecker.runners import make_runner
+    from mschecker.modelcheck.runners import make_runner
 
     _constants_model(tmp_path / "m.onnx")
     runner = make_runner(str(tmp_path / "m.onnx"), device=device,
@@ -220,7 +220,7 @@ def kernel_cell(tmp_path, kernel="softmax"):
 
 
 def test_kernel_cells_record_each_variant_and_case_group_in_suite_order(tmp_path):
-    from mschecker.registry import get_kernel
+    from mschecker.kernels.registry import get_kernel
 
     info = get_kernel("softmax")
     raw, cell = kernel_cell(tmp_path)
@@ -242,7 +242,7 @@ def test_kernel_cells_record_each_variant_and_case_group_in_suite_order(tmp_path
 
 
 def test_a_one_ulp_change_of_one_variant_moves_exactly_its_keys(tmp_path, monkeypatch):
-    from mschecker.registry import get_kernel
+    from mschecker.kernels.registry import get_kernel
 
     info = get_kernel("softmax")
     target = next(v for v in info.variants.values() if not v.is_planted_bug and v.dtype == "float32")

@@ -60,7 +60,7 @@ def overlay_installer(scale: bool = True, calls: list | None = None, reports: st
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from mschecker.check import record_goldens
+    from mschecker.modelcheck.check import record_goldens
 
     root = Path(__file__).resolve().parents[2] / "golden" / "default"
     d = tmp_path_factory.mktemp("switch")

@@ -18,7 +18,7 @@ from onnx import numpy_helper
 
 from mschecker.errors import ExecutionError
 from mschecker.graph import Executor, ReferencePolicy
-from mschecker.npu import NpuPolicy
+from mschecker.npu.policy import NpuPolicy
 
 from .node_outputs import differing, every_output
 

@@ -232,7 +232,7 @@ def test_determinism_bit_identical_across_runs():
                      [h.make_tensor_value_info("y", T.FLOAT, None)], initializer=[numpy_helper.from_array(w, "w")])
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
     x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
-    from mschecker.npu import NpuPolicy
+    from mschecker.npu.policy import NpuPolicy
 
     for policy in (ReferencePolicy(), NpuPolicy("ascend910b")):
         a = Executor(m, policy).run({"x": x})["y"]
@@ -243,7 +243,7 @@ def test_determinism_bit_identical_across_runs():
 def test_run_node_isolates_a_nodes_own_error():
     """Feeding a node the reference run's inputs measures its own error: a Softmax under the fp16 profile, given
     the float64 logits, stays within its registry contract (the variant's error bound on the rounded inputs)."""
-    from mschecker.npu import NpuPolicy
+    from mschecker.npu.policy import NpuPolicy
 
     rng = np.random.default_rng(9)
     w = (rng.standard_normal((64, 64)) * 2).astype(np.float32)
@@ -259,7 +259,7 @@ def test_run_node_isolates_a_nodes_own_error():
     own = npu.run_node("sm", {"a": ref["a"]})["y"]
     assert own.dtype == np.float16
     # the reference softmax on the fp16-rounded logits: what the node should produce from the inputs it can see
-    from mschecker.registry import Case, get_kernel
+    from mschecker.kernels.registry import Case, get_kernel
 
     a16 = ref["a"].astype(np.float16).astype(np.float64)
     exact = Executor(m, ReferencePolicy()).run_node("sm", {"a": a16})["y"]

@@ -22,7 +22,7 @@ from onnx import numpy_helper
 from mschecker.errors import ExecutionError
 from mschecker.graph import Executor, ReferencePolicy
 from mschecker.graph import executor as executor_module
-from mschecker.npu import NpuPolicy
+from mschecker.npu.policy import NpuPolicy
 from mschecker.npu.profile import load_profile
 
 from .node_outputs import differing as _differing

@@ -19,7 +19,7 @@ from mschecker.errors import ExecutionError
 from mschecker.graph import Executor, ReferencePolicy
 from mschecker.graph.ops import lookup
 from mschecker.graph.policy import NodeContext
-from mschecker.npu import NpuPolicy
+from mschecker.npu.policy import NpuPolicy
 
 I64_MAX, I64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 

@@ -24,8 +24,9 @@ from onnx import helper as h
 from onnx.reference import ReferenceEvaluator
 
 from mschecker.graph import Executor, ReferencePolicy
-from mschecker.npu import NpuPolicy, load_profile
-from mschecker.registry import get_kernel
+from mschecker.npu.policy import NpuPolicy
+from mschecker.npu.profile import load_profile
+from mschecker.kernels.registry import get_kernel
 
 from ..profiles import GENERIC_FP16
 

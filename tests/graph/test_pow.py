@@ -19,7 +19,8 @@ from onnx.reference import ReferenceEvaluator
 from mschecker.dtypes import ulp_distance
 from mschecker.graph import Executor
 from mschecker.graph.ops.elementwise import pow_
-from mschecker.npu import NpuPolicy, load_profile
+from mschecker.npu.policy import NpuPolicy
+from mschecker.npu.profile import load_profile
 
 RNG = np.random.default_rng(11)
 ELEM = {np.dtype(np.float64): T.DOUBLE, np.dtype(np.float32): T.FLOAT, np.dtype(np.float16): T.FLOAT16,

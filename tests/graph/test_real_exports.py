@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mschecker.runners import make_runner
+from mschecker.modelcheck.runners import make_runner
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real_sd"
 CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []

@@ -15,7 +15,7 @@ from onnx import helper as h
 from onnx.reference import ReferenceEvaluator
 
 from mschecker.graph import Executor, ReferencePolicy
-from mschecker.npu import NpuPolicy
+from mschecker.npu.policy import NpuPolicy
 
 NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 CTM = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners", "half_pixel_symmetric")

@@ -5,7 +5,7 @@ import onnxruntime as ort
 import pytest
 
 from mschecker.graph import Executor, ReferencePolicy
-from mschecker.npu import NpuPolicy
+from mschecker.npu.policy import NpuPolicy
 
 from .bundled_unet import unet_step
 

@@ -27,11 +27,11 @@ from onnx import numpy_helper
 from mschecker.dtypes import resolve_dtype
 from mschecker.graph import Executor
 from mschecker.graph import executor as executor_module
-from mschecker.npu import NpuPolicy
+from mschecker.npu.policy import NpuPolicy
 from mschecker.npu.profile import load_profile
 from mschecker import fastfp16
 from mschecker.fastfp16 import as_f32, to_f32
-from mschecker.registry import Variant, get_kernel
+from mschecker.kernels.registry import Variant, get_kernel
 
 from .node_outputs import differing as _differing
 from .node_outputs import every_output as _every_output

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from mschecker.kernel_entries import definitions as D
+from mschecker.optimized_kernels import definitions as D
 from mschecker.optimized_kernels import activations as A
 from mschecker.reference import activations as R
 

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from scipy import special
 
-from mschecker.kernel_entries import activations as K
-from mschecker.kernel_entries import definitions as D
-from mschecker.kernel_suite import draw_cases
-from mschecker.kernelcheck import check_case
+from mschecker.kernels.entries import activations as K
+from mschecker.optimized_kernels import definitions as D
+from mschecker.kernels.suite import draw_cases
+from mschecker.kernels.check import check_case
 from mschecker.optimized_kernels import activations as A
-from mschecker.registry import Case, get_kernel
+from mschecker.kernels.registry import Case, get_kernel
 
 ALL_FP16 = np.arange(2**16, dtype=np.uint16).view(np.float16)
 FINITE = ALL_FP16[np.isfinite(ALL_FP16)]

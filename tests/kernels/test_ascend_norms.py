@@ -1,6 +1,6 @@
 """The Ascend device kernels of issue 21: group_norm fp16_ge_onepass and fp16_tbe_instance, layer_norm
 fp16_tbe_hprec and fp16_tbe_hperf, softmax fp16_v2 (optimized_kernels/norms.py, optimized_kernels/softmax.py;
-contracts in mschecker/kernel_entries/norms.py and softmax.py; definitions in kernel_entries/definitions.py).
+contracts in mschecker/kernels/entries/norms.py and softmax.py; definitions in optimized_kernels/definitions.py).
 
 What each check catches, shown on purpose:
 - every variant cites the CANN source it models (repo:path@40-hex commit);
@@ -24,15 +24,15 @@ import numpy as np
 import pytest
 
 from mschecker.dtypes import round_to, unit_roundoff
-from mschecker.kernel_entries import definitions as D
-from mschecker.kernel_suite import draw_cases
-from mschecker.kernelcheck import check_case, check_outputs, run_reference, run_variant
+from mschecker.optimized_kernels import definitions as D
+from mschecker.kernels.suite import draw_cases
+from mschecker.kernels.check import check_case, check_outputs, run_reference, run_variant
 from mschecker.npu.policy import select_variant
 from mschecker.optimized_kernels import norms as N
 from mschecker.optimized_kernels import softmax as S
 from mschecker.reference import elementary as em
-from mschecker.registry import Case, get_kernel
-from mschecker.twosided import definition_mismatches
+from mschecker.kernels.registry import Case, get_kernel
+from mschecker.kernels.twosided import definition_mismatches
 
 DEVICE = [("group_norm", "fp16_ge_onepass"), ("group_norm", "fp16_tbe_instance"), ("layer_norm", "fp16_tbe_hprec"),
           ("layer_norm", "fp16_tbe_hperf"), ("softmax", "fp16_v2")]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mschecker.registry import get_kernel
+from mschecker.kernels.registry import get_kernel
 
 RNG = np.random.default_rng(3)
 

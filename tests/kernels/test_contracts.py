@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from mschecker.kernel_suite import find_breaking_case
-from mschecker.kernelcheck import assert_meets_contract, check_case
-from mschecker.registry import get_kernel, registry
+from mschecker.kernels.suite import find_breaking_case
+from mschecker.kernels.check import assert_meets_contract, check_case
+from mschecker.kernels.registry import get_kernel, registry
 
 _REG = registry()
 CORRECT = [

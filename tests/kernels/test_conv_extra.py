@@ -6,7 +6,7 @@
 - The two ConvTranspose forms agree with each other within the sum of their contracts.
 - Winograd refuses shapes outside its domain with a clear ValueError.
 - The Winograd measured baseline of docs/NUMERICS.md §5 (error relative to the direct conv, 64 channels), with the
-  factors documented in mschecker/kernel_entries/conv.py; reproduce the numbers with
+  factors documented in mschecker/kernels/entries/conv.py; reproduce the numbers with
   `python -m pytest -q tests/kernels/test_conv_extra.py -k baseline -s`.
 """
 from __future__ import annotations
@@ -18,13 +18,13 @@ from hypothesis import given
 from onnx import TensorProto, helper
 
 from mschecker.dtypes import gamma, unit_roundoff
-from mschecker.kernelcheck import run_reference
-from mschecker.kernel_entries.conv import CONV_TRANSPOSE_CONTRACT, conv_cases
+from mschecker.kernels.check import run_reference
+from mschecker.kernels.entries.conv import CONV_TRANSPOSE_CONTRACT, conv_cases
 from mschecker.optimized_kernels import conv as direct
 from mschecker.optimized_kernels import conv_transpose as ct
 from mschecker.optimized_kernels import winograd as wg
 from mschecker.reference import conv as ref
-from mschecker.registry import get_kernel
+from mschecker.kernels.registry import get_kernel
 
 
 def _ort(op, x, w, b, attrs):
@@ -113,7 +113,7 @@ def test_winograd_rejects_unsupported_shapes(kwargs, what):
     assert what in str(exc.value)
 
 
-# Factors of mschecker/kernel_entries/conv.py's docstring: 2x the worst ratio measured over three seeds.
+# Factors of mschecker/kernels/entries/conv.py's docstring: 2x the worst ratio measured over three seeds.
 BASELINE_FACTORS = {"winograd_f2x3_fp16": 8.0, "winograd_f4x3_fp16": 120.0,
                     "winograd_f2x3_fp32": 1.5, "winograd_f4x3_fp32": 1.5}
 

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given
 
 from mschecker.dtypes import bfloat16, gamma
-from mschecker.kernel_entries.conv import conv_cases
+from mschecker.kernels.entries.conv import conv_cases
 from mschecker.optimized_kernels import conv as direct
 from mschecker.reference import conv as ref
 

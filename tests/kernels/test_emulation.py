@@ -2,7 +2,7 @@
 its documented algorithm.
 
 check_case (and so tests/kernels/test_contracts.py and `mschecker kernels`) already applies the two-sided check to
-every drawn case (mschecker/twosided.py). Here: the registry-wide bookkeeping (which correct variants have a
+every drawn case (mschecker/kernels/twosided.py). Here: the registry-wide bookkeeping (which correct variants have a
 definition, and why the others do not), the elementwise kernels on every fp16 and bf16 input, the convolutions
 (whose fp32 sums the BLAS orders by GEMM shape) on inputs whose fp32 sums are exact in any order, and the planted
 "too accurate" bugs: each meets its twin's one-sided contract and only the two-sided check catches it.
@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mschecker.dtypes import resolve_dtype
-from mschecker.kernel_suite import draw_cases
-from mschecker.kernelcheck import check_case, run_variant
-from mschecker.kernel_entries.conv import conv_cases
-from mschecker.registry import Case, get_kernel, registry
-from mschecker.twosided import definition_mismatches, emulation_problems, storage_violations
+from mschecker.kernels.suite import draw_cases
+from mschecker.kernels.check import check_case, run_variant
+from mschecker.kernels.entries.conv import conv_cases
+from mschecker.kernels.registry import Case, get_kernel, registry
+from mschecker.kernels.twosided import definition_mismatches, emulation_problems, storage_violations
 
 _REG = registry()
 

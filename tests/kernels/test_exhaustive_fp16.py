@@ -1,6 +1,6 @@
 """Unary fp16 kernels checked on all 65,536 fp16 bit patterns, and the constants their contracts rest on.
 
-- Every fp16 activation variant listed in mschecker.kernel_entries.activations.EXHAUSTIVE: inf/NaN handled like the
+- Every fp16 activation variant listed in mschecker.kernels.entries.activations.EXHAUSTIVE: inf/NaN handled like the
   reference, every finite input within its ULP budget of the correctly rounded reference or within its absolute
   floor, and the registry contract met on the whole grid.
 - Every fp16 planted bug of these kernels breaks its contract somewhere on the grid.
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from mschecker.dtypes import round_to, ulp_distance, unit_roundoff
-from mschecker.kernelcheck import check_case
-from mschecker.kernel_entries import activations as K
+from mschecker.kernels.check import check_case
+from mschecker.kernels.entries import activations as K
 from mschecker.optimized_kernels import activations as A
 from mschecker.reference import activations as R
 from mschecker.reference import elementary as em
-from mschecker.registry import Case, get_kernel
+from mschecker.kernels.registry import Case, get_kernel
 
 ALL_FP16 = np.arange(2**16, dtype=np.uint16).view(np.float16)
 U16 = unit_roundoff("float16")

@@ -1,4 +1,4 @@
-"""Kernel goldens (golden/kernels/, written by tools/build_kernel_goldens.py through mschecker.kernel_golden).
+"""Kernel goldens (golden/kernels/, written by tools/build_kernel_goldens.py through mschecker.kernels.goldens).
 
 - every golden directory verifies against its manifest (sha256, shape, dtype, no stray files);
 - the float64 reference reproduces every stored output BIT-EXACTLY (a changed reference is a visible event:
@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mschecker import golden_store
-from mschecker.kernel_golden import (GOLDEN_ROOT, check_variant_against_golden, load_kernel_goldens,
+from mschecker.tensors import golden_store
+from mschecker.kernels.goldens import (GOLDEN_ROOT, check_variant_against_golden, load_kernel_goldens,
                                      reference_mismatches, variant_bit_mismatches, write_kernel_goldens)
-from mschecker.registry import KernelInfo, Variant, get_kernel, registry
+from mschecker.kernels.registry import KernelInfo, Variant, get_kernel, registry
 
 DIRS = sorted(p.parent for p in GOLDEN_ROOT.glob("*/manifest.json"))
 KERNEL_DIRS = [pytest.param(d, id=d.name) for d in DIRS]

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from mschecker.dtypes import bfloat16
-from mschecker.kernel_suite import draw_cases, find_breaking_case
-from mschecker.kernelcheck import check_case
+from mschecker.kernels.suite import draw_cases, find_breaking_case
+from mschecker.kernels.check import check_case
 from mschecker.optimized_kernels import matmul as opt
 from mschecker.reference import linalg as ref
-from mschecker.registry import Case, get_kernel
+from mschecker.kernels.registry import Case, get_kernel
 
 INFO = get_kernel("matmul_bias")
 F16 = np.float16

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from mschecker.dtypes import gamma, round_to, unit_roundoff
-from mschecker.kernelcheck import check_case
-from mschecker.kernel_entries.reductions import summation_gamma
+from mschecker.kernels.check import check_case
+from mschecker.kernels.entries.reductions import summation_gamma
 from mschecker.optimized_kernels import norms as N
-from mschecker.registry import Case, get_kernel
+from mschecker.kernels.registry import Case, get_kernel
 
 U16 = unit_roundoff("float16")
 

@@ -1,4 +1,4 @@
-"""The pointwise kernels (mschecker/kernel_entries/pointwise.py) and reduce_prod (products.py) beyond the registry-wide
+"""The pointwise kernels (mschecker/kernels/entries/pointwise.py) and reduce_prod (products.py) beyond the registry-wide
 suite (test_contracts.py, test_emulation.py, test_goldens.py run them like every entry):
 
 - every fp16 variant on all 65,536 fp16 inputs (ONNX default attributes): inf/NaN like the reference, within the
@@ -21,12 +21,12 @@ import onnx.defs
 import pytest
 
 from mschecker.dtypes import round_to
-from mschecker.kernelcheck import check_case
-from mschecker.kernel_entries import pointwise as K
+from mschecker.kernels.check import check_case
+from mschecker.kernels.entries import pointwise as K
 from mschecker.optimized_kernels import pointwise as A
 from mschecker.reference import pointwise as R
 from mschecker.reference.products import reduce_prod
-from mschecker.registry import Case, Variant, get_kernel
+from mschecker.kernels.registry import Case, Variant, get_kernel
 
 from .test_exhaustive_fp16 import ALL_FP16, _reference, _within_budget
 
@@ -196,7 +196,7 @@ def test_libm_expm1_and_log1p_within_the_contract_budget():
     """The contracts budget libm's fp32 expm1 and log1p like exp and tanh (activations.LIBM_F32_ULPS = 4 ULPs, 8u32
     relative); measured on every finite fp16 input (log1p also on the exp(x) values Softplus feeds it): at most
     1.17 u32 and 1.29 u32 relative."""
-    from mschecker.kernel_entries.activations import LIBM_F32_ULPS
+    from mschecker.kernels.entries.activations import LIBM_F32_ULPS
 
     x = ALL_FP16[np.isfinite(ALL_FP16)]
     budget = 2 * LIBM_F32_ULPS * 2.0 ** -24

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from mschecker import strategies as S
+from mschecker.kernels import strategies as S
 from mschecker.optimized_kernels import quant as q
 
 U32 = 2.0**-24

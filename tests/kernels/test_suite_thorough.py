@@ -17,7 +17,7 @@ import pytest
 
 from mschecker.commands.kernels import DEFAULT_EXAMPLES
 from ..test_cpu_independence import _cpu_flags
-from mschecker.kernel_suite import run_suite
+from mschecker.kernels.suite import run_suite
 
 THOROUGH_EXAMPLES = 10 * DEFAULT_EXAMPLES
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from mschecker.graph.executor import Executor
-from mschecker.npu import NpuPolicy, load_profile
+from mschecker.npu.policy import NpuPolicy
+from mschecker.npu.profile import load_profile
 from mschecker.npu.fixes import OpFacts, explicit_implmodes, fp32_customize, moved_profile, op_facts
 from mschecker.npu.knobs import apply_knobs
 

@@ -13,7 +13,8 @@ import pytest
 
 from mschecker.errors import InputError, UsageError
 from mschecker.graph.executor import Executor
-from mschecker.npu import NpuPolicy, load_profile
+from mschecker.npu.policy import NpuPolicy
+from mschecker.npu.profile import load_profile
 from mschecker.npu.fixes import explicit_implmodes, moved_profile, op_facts
 from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args
 

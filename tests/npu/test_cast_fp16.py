@@ -12,7 +12,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from mschecker.graph import Executor, ReferencePolicy
-from mschecker.npu import NpuPolicy, load_profile
+from mschecker.npu.policy import NpuPolicy
+from mschecker.npu.profile import load_profile
 
 # ties to even at 1 and 2^-8 scale, overflow, fp16 subnormals, values below fp16's least subnormal, -0, inf, NaN
 VALUES = np.array([1.0, -2.5, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 1 + 2.0 ** -12, 0.1, 1 / 3, 65504.0, 65519.0,

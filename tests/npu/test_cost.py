@@ -7,7 +7,7 @@ import pytest
 
 from mschecker.errors import InputError
 from mschecker.graph.executor import Executor
-from mschecker.npu import NpuPolicy
+from mschecker.npu.policy import NpuPolicy
 from mschecker.npu.cost import FIGURES, CostModel, load_cost_file, shapes_of
 from mschecker.npu.knobs import apply_knobs
 from tests.npu.fusion_graphs import G, layer_norm

@@ -12,7 +12,8 @@ import pytest
 
 from mschecker.errors import InputError, KnobNote
 from mschecker.graph.executor import Executor
-from mschecker.npu import NpuPolicy, load_profile
+from mschecker.npu.policy import NpuPolicy
+from mschecker.npu.profile import load_profile
 from mschecker.npu.knobs import apply_knobs
 
 from .fusion_graphs import G, gelu, group_norm

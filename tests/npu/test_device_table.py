@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mschecker import registry
+from mschecker.kernels import registry
 from mschecker.graph.ops import supported_ops
 from mschecker.npu import device_table as dt
 

@@ -14,7 +14,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from mschecker.graph import Executor
-from mschecker.npu import NpuPolicy, load_profile
+from mschecker.npu.policy import NpuPolicy
+from mschecker.npu.profile import load_profile
 from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
 
 from ..profiles import GENERIC_FP16

@@ -15,8 +15,9 @@ from onnx import helper as h
 from onnx.reference import ReferenceEvaluator
 
 from mschecker.graph import Executor, ReferencePolicy
-from mschecker.kernel_entries import activations as K
-from mschecker.npu import NpuPolicy, load_profile
+from mschecker.kernels.entries import activations as K
+from mschecker.npu.policy import NpuPolicy
+from mschecker.npu.profile import load_profile
 from mschecker.npu.knobs import apply_knobs
 from mschecker.reference import elementary as em
 

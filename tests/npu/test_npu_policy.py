@@ -11,7 +11,9 @@ from mschecker.dtypes import unit_roundoff
 from mschecker.errors import InputError
 from mschecker.graph import Executor, ReferencePolicy
 from mschecker.npu.knobs import apply_knobs
-from mschecker.npu import NpuPolicy, load_profile, parse_keep_dtype, parse_op_precision_ini, preset_names
+from mschecker.npu.atc import parse_keep_dtype, parse_op_precision_ini
+from mschecker.npu.policy import NpuPolicy
+from mschecker.npu.profile import load_profile, preset_names
 
 from ..profiles import GENERIC_FP16
 
@@ -149,7 +151,7 @@ def test_saturation_turns_nan_into_zero():
 
 
 def test_missing_variant_is_a_plan_time_error(monkeypatch):
-    from mschecker.registry import get_kernel
+    from mschecker.kernels.registry import get_kernel
 
     info = get_kernel("softmax")  # the graph's Softmax, with its bf16 variants taken away for this test
     monkeypatch.setattr(info, "variants", {k: v for k, v in info.variants.items() if v.dtype != "bfloat16"})

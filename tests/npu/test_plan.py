@@ -38,7 +38,7 @@ def expected_variants(chip, ir, kernels, implmode, saturation=False):
     out = {}
     for k in kernels:
         v = dt.variant_for(chip, ir, k, implmode)
-        from mschecker.registry import get_kernel
+        from mschecker.kernels.registry import get_kernel
 
         if saturation and f"{v}_sat" in get_kernel(k).variants:
             v = f"{v}_sat"

@@ -24,9 +24,9 @@ from onnx import numpy_helper
 
 from mschecker.dtypes import bfloat16
 from mschecker.graph import Executor, ReferencePolicy
-from mschecker.kernelcheck import check_case
-from mschecker.npu import NpuPolicy
-from mschecker.registry import Case, get_kernel
+from mschecker.kernels.check import check_case
+from mschecker.npu.policy import NpuPolicy
+from mschecker.kernels.registry import Case, get_kernel
 from mschecker.sd.presets import PRESETS
 
 REAL_SD = Path(__file__).resolve().parents[1] / "fixtures" / "real_sd"
@@ -261,7 +261,7 @@ def test_int8_weight_only_gemm_keeps_alpha_beta_and_trans_b():
     round-to-nearest codes, s = max|w_n|/127), C's fp16 storage and the fp16 output rounding, as
     test_npu_policy's MatMul case derives it."""
     from mschecker.dtypes import unit_roundoff
-    from mschecker.npu import load_profile
+    from mschecker.npu.profile import load_profile
 
     rng = np.random.default_rng(31)
     w = rng.standard_normal((16, 256)).astype(np.float32)  # (N, K): transB=1

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from mschecker.npu.policy import select_variant
-from mschecker.registry import KernelInfo, Variant, _check_defaults, get_kernel, register_kernel, registry
+from mschecker.kernels.registry import KernelInfo, Variant, _check_defaults, get_kernel, register_kernel, registry
 
 MODES = [(im, cube, acc) for im in ("high_precision", "high_performance") for cube in (True, False)
          for acc in ("float32", "float16")]

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mschecker import golden_store
+from mschecker.tensors import golden_store
 from mschecker.errors import InputError
 from mschecker.npu.profile import load_profile
-from mschecker.tensorio import read_polygraphy_json, read_tensor, sidecar_for
+from mschecker.tensors.io import read_polygraphy_json, read_tensor, sidecar_for
 
 from .support import time_cap
 

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from mschecker import golden_store
+from mschecker.tensors import golden_store
 
 OLD = {"a": np.arange(300, dtype=np.float32), "b": np.ones((4, 5), np.float16), "c": np.zeros(7, np.int64)}
 NEW = {"a": np.arange(300, dtype=np.float32) * 2, "b": np.ones((4, 5), np.float16), "d": np.full(3, 9.5)}
@@ -140,7 +140,7 @@ def _big_set(n: int) -> dict:
 
 _SCRIPT = """
 import sys, numpy as np
-from mschecker import golden_store
+from mschecker.tensors import golden_store
 rng = np.random.default_rng(int(sys.argv[2]))
 golden_store.record(sys.argv[1], {f"t{i}": rng.standard_normal(200_000 + i) for i in range(6)}, producer="big",
                     update=True)

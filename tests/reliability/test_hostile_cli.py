@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mschecker import golden_store
+from mschecker.tensors import golden_store
 from mschecker.errors import ExecutionError
 
 from .support import (assert_bad_input, assert_one_line, external_model, run, run_subprocess, save_x, tiny_model)
@@ -62,7 +62,7 @@ def test_internal_error_is_exit_3_one_line_and_traceback_on_request(tmp_path, mo
 
 def test_execution_error_is_internal_not_bad_input(tmp_path, model, x, monkeypatch):
     """A failure inside one of our ops is exit 3 (our fault), not 2 (the user's)."""
-    from mschecker.runners import OrtRunner
+    from mschecker.modelcheck.runners import OrtRunner
 
     def broken(self, feeds):
         raise ExecutionError("model m.onnx: node 'relu0' (Relu) failed on inputs [x(2, 3):float32]: IndexError")
@@ -73,14 +73,14 @@ def test_execution_error_is_internal_not_bad_input(tmp_path, model, x, monkeypat
 
 
 def test_memory_error_is_internal(tmp_path, model, x, monkeypatch):
-    from mschecker.runners import OrtRunner
+    from mschecker.modelcheck.runners import OrtRunner
 
     monkeypatch.setattr(OrtRunner, "run", lambda self, feeds: (_ for _ in ()).throw(MemoryError()))
     assert_one_line(run("--model", model, "--input", x, "--golden", x), 3, "MemoryError")
 
 
 def test_ctrl_c_during_a_run_is_130_one_line(tmp_path, model, x, monkeypatch):
-    from mschecker.runners import OrtRunner
+    from mschecker.modelcheck.runners import OrtRunner
 
     def interrupted(self, feeds):
         raise KeyboardInterrupt
@@ -100,7 +100,7 @@ def test_ctrl_c_during_golden_record_leaves_nothing(tmp_path, model, x, monkeypa
 
 
 def test_ctrl_c_while_writing_reports_leaves_no_report(tmp_path, model, x, monkeypatch):
-    import mschecker.check_report as report
+    import mschecker.modelcheck.report as report
 
     def html(*a, **k):
         raise KeyboardInterrupt
@@ -117,7 +117,7 @@ def test_ctrl_c_inside_an_extensions_import_is_130(tmp_path, model, x, monkeypat
     """A Ctrl-C that lands while a C extension initialises (a subcommand imports onnx lazily) surfaces as that
     import's ImportError, the interrupt as its cause (pybind11) or context: still exit 130, one line. Seen once in
     CI, where the real-process test below sent its SIGINT during `import onnx` and got exit 3."""
-    from mschecker.runners import OrtRunner
+    from mschecker.modelcheck.runners import OrtRunner
 
     def failed_import(self, feeds):
         try:
@@ -132,7 +132,7 @@ def test_ctrl_c_inside_an_extensions_import_is_130(tmp_path, model, x, monkeypat
 
 
 def test_an_import_error_of_its_own_is_still_internal(tmp_path, model, x, monkeypatch):
-    from mschecker.runners import OrtRunner
+    from mschecker.modelcheck.runners import OrtRunner
 
     monkeypatch.setattr(OrtRunner, "run", lambda self, feeds: (_ for _ in ()).throw(ImportError("no module x")))
     assert_one_line(run("--model", model, "--input", x, "--golden", x), 3, "ImportError")

@@ -60,7 +60,7 @@ def test_sidecar(tmp_path, model, content, needle):
 # ------------------------------------------------------------------------------------------ golden manifests
 def _golden_dir(tmp_path, mutate) -> Path:
     """A valid golden set for tiny_model's output, then `mutate(manifest_dict)` (or raw bytes when it returns bytes)."""
-    from mschecker import golden_store
+    from mschecker.tensors import golden_store
 
     g = tmp_path / "g"
     golden_store.record(g, {"y": np.maximum(np.arange(6, dtype=np.float32).reshape(2, 3) - 1, 0)}, producer="t")
@@ -267,7 +267,7 @@ def test_declared_sizes(tmp_path, model, request, name, content, needle):
 def test_allocation_beyond_available_memory_is_refused_before_allocating(tmp_path, model, monkeypatch):
     """An .npz must be decompressed into memory: with less memory available than its header declares, exit 2
     naming the need, before numpy allocates (here: 24 bytes needed, 16 "available")."""
-    import mschecker.tensorio as tio
+    import mschecker.tensors.io as tio
 
     np.savez(tmp_path / "x.npz", x=np.zeros((2, 3), np.float32))
     monkeypatch.setattr(tio, "available_memory", lambda: 16)
@@ -372,7 +372,7 @@ def test_special_files_are_refused_without_hanging(tmp_path, model, case):
 
 
 def test_fifo_inside_golden_directory_is_a_verify_problem_not_a_hang(tmp_path):
-    from mschecker import golden_store
+    from mschecker.tensors import golden_store
 
     golden_store.record(tmp_path / "g", {"y": np.zeros(3, np.float32)}, producer="t")
     (tmp_path / "g" / "y.npy").unlink()

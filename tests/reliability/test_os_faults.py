@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mschecker import golden_store
+from mschecker.tensors import golden_store
 
 from .support import assert_bad_input, run, run_subprocess, save_x, tiny_model
 

@@ -9,8 +9,8 @@ import pytest
 
 from mschecker import fsio, schema
 from mschecker.errors import InputError
-from mschecker.runners import ort_message
-from mschecker.tensorio import declared_nbytes
+from mschecker.modelcheck.runners import ort_message
+from mschecker.tensors.io import declared_nbytes
 from mschecker.untrusted import markup, plain
 
 

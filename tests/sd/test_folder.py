@@ -185,7 +185,7 @@ def test_a_static_batch_one_export_runs_guidance_as_two_runs(bundled_dir, tmp_pa
 
 
 def test_run_in_batches_splits_only_inputs_declared_with_batch_one():
-    from mschecker.tensormeta import TensorMeta
+    from mschecker.tensors.meta import TensorMeta
 
     calls = []
 

@@ -123,7 +123,7 @@ def test_vae_fp32_on_the_offending_nodes_recovers_the_image(vae):
     the image threshold, while most of the graph stays fp16 -- written as atc takes it: keep_dtype for the ONNX
     nodes, customize_dtypes for the GroupNorms GE's fusion creates from the hot Reshape / InstanceNormalization
     (atc applies keep_dtype before fusion, so the covered ONNX names do not reach the fused op)."""
-    from mschecker.npu import NpuPolicy
+    from mschecker.npu.policy import NpuPolicy
     from mschecker.npu.policy import covered_names
 
     model, feeds, ref, peaks = vae

@@ -35,7 +35,7 @@ def test_round_trip(tmp_path, external):
 def test_models_over_the_protobuf_limit_run_through_external_data(monkeypatch):
     """The > 2 GB path of an in-memory model on onnxruntime (sd15 UNet: its large initializers go to the session
     as OrtValues, no file written), exercised on the tiny UNet by lowering the limits."""
-    import mschecker.runners as runners
+    import mschecker.modelcheck.runners as runners
     import mschecker.sd.pipeline as pipeline
 
     model = build_unet("tiny")

@@ -1,4 +1,4 @@
-"""The pipeline through mschecker.runners: onnxruntime via make_runner, the float64 graph executor, capture."""
+"""The pipeline through mschecker.modelcheck.runners: onnxruntime via make_runner, the float64 graph executor, capture."""
 import numpy as np
 import pytest
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mschecker import golden_store
+from mschecker.tensors import golden_store
 from mschecker.sd import SDModels
 from mschecker.sd.goldens import GOLDEN_DIR, SETTINGS, compute_pinned, graph_hashes
 

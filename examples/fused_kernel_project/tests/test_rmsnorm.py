@@ -1,14 +1,14 @@
 """fusedkern's test suite: the fused fp16 RMSNorm against its float64 reference, contract and goldens.
 
 Everything numerical comes from mschecker: the reference comparison and its report (assert_close_to_reference),
-the error contract (fusedkern.checks.RMSNORM_CONTRACT), adversarial inputs (mschecker.strategies), the
+the error contract (fusedkern.checks.RMSNORM_CONTRACT), adversarial inputs (mschecker.kernels.strategies), the
 registry-driven property check (check_kernel) and the goldens (the mschecker_golden fixture).
 Run `FUSEDKERN_BUG=1 pytest` to watch the planted bug fail every one of them with a readable report.
 """
 import numpy as np
 from hypothesis import given
 
-from mschecker import strategies as S
+from mschecker.kernels import strategies as S
 from mschecker.testing import assert_close_to_reference, check_kernel, check_planted_bugs
 
 from fusedkern import rmsnorm

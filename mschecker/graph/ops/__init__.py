@@ -13,14 +13,14 @@ table.py holds the table itself (OpSpec, register), a leaf the op modules import
 """
 from __future__ import annotations
 
-from .table import DEVICE_DOMAIN, OPS, OpFn, OpSpec, attribute_values, register
+from mschecker.graph.ops.table import DEVICE_DOMAIN, OPS, OpFn, OpSpec, attribute_values, register
 
 __all__ = ["OPS", "OpFn", "OpSpec", "attribute_values", "device_ops", "lookup", "register", "supported_ops"]
 
 
 
 def _load_all() -> None:
-    from . import compute, device, elementwise, onnx_reference, pointwise, tensor  # noqa: F401  (they register)
+    from mschecker.graph.ops import compute, device, elementwise, onnx_reference, pointwise, tensor  # noqa: F401  (they register)
 
 
 def supported_ops() -> list[str]:

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .table import register
+from mschecker.graph.ops.table import register
 
 
 # ---------------------------------------------------------------- matrix unit (cube) ops

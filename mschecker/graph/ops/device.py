@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..policy import convert_float
-from .table import DEVICE_DOMAIN as DOMAIN, register
+from mschecker.graph.policy import convert_float
+from mschecker.graph.ops.table import DEVICE_DOMAIN as DOMAIN, register
 
 
 def _key(ir_type: str) -> str:

@@ -11,10 +11,10 @@ import functools
 
 import numpy as np
 
-from .table import register
-from ...fastfp16 import f16_arith, lut_unary
-from ...dtypes import is_float
-from ...reference import elementary as em
+from mschecker.graph.ops.table import register
+from mschecker.fastfp16 import f16_arith, lut_unary
+from mschecker.dtypes import is_float
+from mschecker.reference import elementary as em
 
 
 _F16 = np.dtype(np.float16)

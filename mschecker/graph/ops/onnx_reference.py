@@ -9,7 +9,7 @@ from __future__ import annotations
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.ops import load_op
 
-from .table import register
+from mschecker.graph.ops.table import register
 
 DELEGATED = (
     # issue 4's list (Slice and Trilu are written out in tensor.py: per-node Python cost on every attention mask)

@@ -1,5 +1,5 @@
 """ONNX's float-computing pointwise ops (Elu, Selu, Celu, Softplus, Mish, HardSigmoid, HardSwish, Softsign, PRelu)
-and ReduceProd, through registry kernels (mschecker/kernel_entries/pointwise.py, products.py), so that the policy decides
+and ReduceProd, through registry kernels (mschecker/kernels/entries/pointwise.py, products.py), so that the policy decides
 their numerics: the float64 reference, or the NPU profile's variant in the node's dtype and implmode, held to a
 contract like every other kernel.
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...reference import pointwise as defaults
-from ...dtypes import is_float
-from .compute import reduce_axes
-from .table import register
+from mschecker.reference import pointwise as defaults
+from mschecker.dtypes import is_float
+from mschecker.graph.ops.compute import reduce_axes
+from mschecker.graph.ops.table import register
 
 
 def _unary(op_type: str, kernel: str, attributes: dict[str, float] | None = None, min_opset: int = 1) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from ...dtypes import dtype_name
-from .table import register
-from .onnx_reference import run_onnx_reference
+from mschecker.dtypes import dtype_name
+from mschecker.graph.ops.table import register
+from mschecker.graph.ops.onnx_reference import run_onnx_reference
 
 
 def _ints(x) -> list[int]:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from mschecker import strategies as S
-from mschecker.contracts import subnormal_floor
+from mschecker.kernels import strategies as S
+from mschecker.kernels.contracts import subnormal_floor
 from mschecker.dtypes import gamma, unit_roundoff
-from mschecker.registry import Case, Contract
+from mschecker.kernels.registry import Case, Contract
 from mschecker.testing import planted_bug, register_user_kernel
 
 from .reference import rmsnorm_reference

@@ -1,0 +1,132 @@
+"""The check as a library: run a model on inputs and compare every output with golden tensors (`check_model`),
+and record a model's outputs as a golden set (`record_goldens`). The check command, `golden record`, the demo and
+regression campaigns call these; commands only parse flags and render.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mschecker.tensors import golden_store
+from mschecker.compare import CheckReport, compare_arrays
+from mschecker.errors import InputError
+from mschecker.fsio import file_sha256
+from mschecker.npu.entries import check_runner_entries
+from mschecker.modelcheck.runners import make_runner
+from mschecker.tensors.meta import TensorMeta, apply_overrides
+from mschecker.tensors.sets import read_tensors, split_spec
+
+
+def golden_tolerance_hint(golden_spec) -> dict | None:
+    """The tolerance hint of a golden directory's manifest, if the golden set is one."""
+    items = split_spec(golden_spec)
+    if len(items) == 1 and os.path.isdir(items[0]) and os.path.lexists(golden_store.manifest_path(items[0])):
+        return golden_store.read_manifest(items[0]).get("tolerance")
+    return None
+
+
+def check_model(model, inputs, golden, rule, *, device: str = "ort", profile: str | None = None,
+                npu_options: dict | None = None, shapes: dict | None = None, dtypes: dict | None = None,
+                topk: int = 10, runner=None, tolerance_from: str = "caller", referee=None,
+                referee_k: float | None = None, judge: str = "both") -> CheckReport:
+    """Run `model` on `inputs`, compare every output with `golden` under `rule`; returns a CheckReport.
+
+    device / profile / npu_options: the runner (runners.make_runner; npu_options are npu.knobs.apply_knobs'
+    keywords, for device "npu").
+    shapes/dtypes: --shape/--dtype overrides ({name or None: value}); input overrides describe the input files,
+    output overrides describe raw golden files. Outputs match goldens by name where the golden set has names,
+    else by position; a missing one is an InputError naming the output. tolerance_from says where `rule` came
+    from (recorded in the report's meta).
+    referee: a mschecker.modelcheck.referee side (referee.parse_side): the report is then a RefereedReport whose verdict
+    combines both per ``judge`` (referee.combine); referee_k: its k (None: PyTorch's default per output).
+    """
+    shapes, dtypes = dict(shapes or {}), dict(dtypes or {})
+    t0 = time.perf_counter()
+    if runner is None:
+        runner = make_runner(model, device=device, profile=profile, **(npu_options or {}))
+        check_runner_entries(runner, f"model {model}")  # profile entries that match no node of this model
+    t_load = time.perf_counter()
+    in_metas, out_names = runner.inputs(), [m.name for m in runner.outputs()]
+    if not out_names:
+        raise InputError(f"model {model}: declares no outputs, nothing to compare")
+    metas = apply_overrides(in_metas, {k: v for k, v in shapes.items() if k not in out_names},
+                            {k: v for k, v in dtypes.items() if k not in out_names}, others=out_names)
+    feeds = read_tensors(inputs, metas, role="input")
+    t_read = time.perf_counter()
+    outputs = runner.run(feeds)
+    t_run = time.perf_counter()
+    golden_metas = [TensorMeta(n, tuple(outputs[n].shape), dtypes.get(n, outputs[n].dtype)) for n in out_names]
+    goldens = read_tensors(golden, golden_metas, role="golden")
+    tensors = [compare_arrays(outputs[n], goldens[n], rule, name=n, topk=topk) for n in out_names]
+    t_cmp = time.perf_counter()
+    verdict = None
+    if referee is not None:
+        from mschecker.modelcheck.referee import check_judge, referee_model
+
+        check_judge(judge, "judge")
+        verdict = referee_model(model, feeds, outputs, referee, k=referee_k, reduced=device == "npu",
+                                truth=outputs if device == "reference" else None)
+    meta = {
+        "model": str(model),
+        "model_sha256": file_sha256(model),
+        "inputs": split_spec(inputs),
+        "golden": split_spec(golden),
+        "runner": runner.name,
+        "device": device,
+        "profile": profile,
+        "npu_options": {k: str(v) for k, v in (npu_options or {}).items()},
+        "tolerance_from": tolerance_from,
+        "timings_s": {"load": round(t_load - t0, 4), "read_inputs": round(t_read - t_load, 4),
+                      "run": round(t_run - t_read, 4), "compare": round(t_cmp - t_run, 4)},
+    }
+    if verdict is None:
+        return CheckReport(tensors=tensors, rule=rule, meta=meta)
+    meta["timings_s"]["referee"] = round(time.perf_counter() - t_cmp, 4)
+    return RefereedReport(tensors=tensors, rule=rule, meta=meta, referee=verdict, judge=judge)
+
+
+@dataclass
+class RefereedReport(CheckReport):
+    """A CheckReport with a referee verdict beside the tolerance one (docs/REFEREE.md). ``passed`` -- the exit
+    code and the JSON's top-level "passed"/"verdict" -- combines the two per ``judge`` (referee.combine), so a
+    script reading the JSON and one reading the exit code agree; ``tolerance_passed`` keeps the tolerance-only
+    verdict, and the JSON adds "tolerance_passed", "judge" and "referee"."""
+
+    referee: object = None
+    judge: str = "both"
+
+    @property
+    def tolerance_passed(self) -> bool:
+        return all(t.passed for t in self.tensors)
+
+    @property
+    def passed(self) -> bool:
+        from mschecker.modelcheck.referee import combine
+
+        return combine(self.tolerance_passed, self.referee, self.judge)
+
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        out.update(tolerance_passed=self.tolerance_passed, judge=self.judge, referee=self.referee.to_dict())
+        return out
+
+
+def record_goldens(model, inputs, out, *, device="ort", profile=None, npu_options: dict | None = None, shapes=None,
+                   dtypes=None, tolerance: dict | None = None, update: bool = False) -> tuple[dict, list[str]]:
+    """Run the model and record its outputs; returns (manifest, changes against the previous manifest, preceded by
+    'repaired ...' for every file that no longer matched that manifest)."""
+    out = Path(out)
+    golden_store.refuse_existing(out, update)  # before running the model: refusing early writes nothing
+    old = golden_store.read_manifest(out) if update and golden_store.manifest_path(out).is_file() else None
+    damaged = golden_store.verify(out) if old is not None else []  # files that no longer matched their manifest
+    runner = make_runner(model, device=device, profile=profile, **(npu_options or {}))
+    check_runner_entries(runner, f"model {model}")
+    metas = apply_overrides(runner.inputs(), shapes or {}, dtypes or {})
+    outputs = runner.run(read_tensors(inputs, metas, role="input"))
+    extra = {"model": Path(model).name, "model_sha256": file_sha256(model), "inputs": [Path(i).name for i in split_spec(inputs)],
+             "device": device, "profile": profile,
+             "npu_options": {k: str(v) for k, v in (npu_options or {}).items()}}
+    manifest = golden_store.record(out, outputs, producer=runner.name, tolerance=tolerance, extra=extra, update=update)
+    return manifest, [f"repaired {p}" for p in damaged] + golden_store.changes(old, manifest)
