@@ -224,16 +224,18 @@ def test_bf16_raw_golden_via_dtype_override(tmp_path):
 
 
 def test_tolerance_flags_and_manifest_hint():
-    from types import SimpleNamespace
+    """One precedence (mschecker.compare.resolve_rule): flags > manifest hint > default, with its source named."""
+    from mschecker.compare import resolve_rule
 
-    from mschecker.commands._args import tolerance_rule
-
-    def args(**kw):
-        return SimpleNamespace(**{k: kw.get(k) for k in ("tolerance", "atol", "rtol", "ulp", "cosine")})
-
-    assert tolerance_rule(args(), HINT) == HINT_RULE  # no flags: the manifest's hint
-    with_cos = tolerance_rule(args(cosine=0.99), HINT)
-    assert (with_cos.atol, with_cos.rtol, with_cos.cosine) == (HINT["atol"], HINT["rtol"], 0.99)
-    explicit = tolerance_rule(args(atol=1e-3), HINT)  # an elementwise flag replaces the hint entirely
-    assert (explicit.atol, explicit.rtol) == (1e-3, 0.0)
-    assert tolerance_rule(args(), None) == ToleranceRule.from_args()
+    assert resolve_rule({}, HINT) == (HINT_RULE, "golden manifest hint")  # no flags: the manifest's hint
+    with_cos, source = resolve_rule({"cosine": 0.99}, HINT)
+    assert (with_cos.atol, with_cos.rtol, with_cos.cosine, source) == (HINT["atol"], HINT["rtol"], 0.99,
+                                                                       "golden manifest hint + --cosine")
+    explicit, source = resolve_rule({"atol": 1e-3}, HINT)  # an elementwise flag replaces the hint entirely
+    assert (explicit.atol, explicit.rtol, source) == (1e-3, 0.0, "flags")
+    assert resolve_rule({}, None) == (ToleranceRule.from_args(), "default")
+    assert resolve_rule({"cosine": 0.5}, None) == (ToleranceRule.from_args(cosine=0.5), "flags")
+    assert resolve_rule({"tolerance": None}, {"atol": None}) == (ToleranceRule.from_args(), "default")
+    exact = ToleranceRule(atol=0.0, rtol=0.0)  # the golden helpers' default: a stated cosine adds to it
+    assert resolve_rule({"cosine": 0.9}, None, default=exact) == (ToleranceRule(0.0, 0.0, cosine=0.9), "flags")
+    assert resolve_rule({}, HINT, default=exact)[0] == HINT_RULE

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 import onnx
 
-from mschecker.compare import ToleranceRule
+from mschecker.compare import ToleranceRule, resolve_rule
 from mschecker.errors import InputError
 from mschecker.untrusted import plain
 from mschecker.graph.executor import Executor, node_label
@@ -45,14 +45,15 @@ EXIT_CODES = {"PASS": 0, "FIXED": 0, "FAIL": 1}
 
 
 def tolerance_rule(tolerance) -> ToleranceRule:
-    """atol = rtol = tolerance (the project's --tolerance convention); must be a positive finite number."""
+    """atol = rtol = tolerance (the project's --tolerance convention, mschecker.compare.resolve_rule); bisect needs a
+    positive finite number (a zero tolerance leaves nothing to search for)."""
     try:
         value = float(tolerance)
     except (TypeError, ValueError):
         raise InputError(f"--tolerance: expected a positive number, got {tolerance!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise InputError(f"--tolerance: expected a positive number, got {tolerance!r}")
-    return ToleranceRule.from_args(tolerance=value)
+    return resolve_rule({"tolerance": value})[0]
 
 
 @dataclass

@@ -175,14 +175,11 @@ class _RecordingRunner:
 
 def _run_check(p: dict, *, fingerprints: bool = False) -> dict:
     """fingerprints: record per-node fingerprints (graph executor devices only; see the module docstring)."""
-    from types import SimpleNamespace
-
-    from mschecker.commands._args import tolerance_rule
+    from mschecker.compare.rules import resolve_rule
     from mschecker.modelcheck.check import check_model, golden_tolerance_hint
     from mschecker.modelcheck.runners import make_runner
 
-    flags = SimpleNamespace(**{k: p["tolerance"].get(k) for k in ("tolerance", "atol", "rtol", "ulp", "cosine")})
-    rule = tolerance_rule(flags, hint=golden_tolerance_hint(p["golden"]))
+    rule, _ = resolve_rule(p["tolerance"], golden_tolerance_hint(p["golden"]))
     options = p["npu_options"] if p["device"] == "npu" else {}
     runner = make_runner(p["model"], device=p["device"], profile=p["profile"], **options)
     recording = None

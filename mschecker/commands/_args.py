@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mschecker.compare.rules import TOLERANCE_KEYS
 from mschecker.dtypes import resolve_dtype
 from mschecker.errors import EXIT_CODES_HELP, UsageError
 from mschecker.npu.knobs import add_npu_arguments, knobs_from_args, npu_flags_given, options_for
@@ -43,25 +44,13 @@ def add_tolerance_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cosine", type=_float("--cosine", lo=-1.0), help="minimum cosine similarity per output")
 
 
-ELEMENTWISE_FLAGS = ("tolerance", "atol", "rtol", "ulp")
+def stated_tolerance(args) -> dict:
+    """The tolerance flags as given (None = not given), for mschecker.compare.resolve_rule."""
+    return {k: getattr(args, k) for k in TOLERANCE_KEYS}
 
 
 def tolerance_given(args) -> bool:
-    return any(getattr(args, k) is not None for k in (*ELEMENTWISE_FLAGS, "cosine"))
-
-
-def tolerance_rule(args, hint: dict | None = None):
-    """The ToleranceRule from the flags; without elementwise flags, `hint` (a golden manifest's tolerance) supplies
-    the element rule when there is one."""
-    from mschecker.compare import ToleranceRule
-
-    elementwise = any(getattr(args, k) is not None for k in ELEMENTWISE_FLAGS)
-    hinted = None if elementwise else ToleranceRule.from_hint(hint, cosine=args.cosine)
-    if hinted is not None:  # the hint's element rule; a --cosine flag adds to (or replaces) its cosine
-        return hinted
-    # from_args raises InputError itself for bad values
-    return ToleranceRule.from_args(tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, ulp=args.ulp,
-                                   cosine=args.cosine)
+    return any(v is not None for v in stated_tolerance(args).values())
 
 
 def add_device_args(p: argparse.ArgumentParser) -> None:

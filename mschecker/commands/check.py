@@ -8,19 +8,11 @@ Without tolerance flags, a golden directory's manifest hint is used, else Tolera
 """
 from __future__ import annotations
 
+from mschecker.compare.rules import resolve_rule
 from mschecker.modelcheck.check import check_model, golden_tolerance_hint
-from mschecker.commands._args import (ELEMENTWISE_FLAGS, Parser, _int, add_device_args, add_override_args, add_referee_args,
+from mschecker.commands._args import (Parser, _int, add_device_args, add_override_args, add_referee_args,
                     add_tolerance_args, check_writable, npu_knobs, parse_dtypes, parse_shapes, referee_from_args,
-                    tolerance_given, tolerance_rule)
-
-
-def tolerance_source(args, hint) -> str:
-    """Where the rule came from, for the report: "flags", "flags + golden manifest hint", "golden manifest hint"
-    or "default" (mirrors _args.tolerance_rule)."""
-    elementwise = any(getattr(args, k) is not None for k in ELEMENTWISE_FLAGS)
-    if elementwise or not hint:
-        return "flags" if tolerance_given(args) else "default"
-    return "golden manifest hint" + (" + --cosine" if args.cosine is not None else "")
+                    stated_tolerance)
 
 
 def build_parser(prog: str = "mschecker") -> Parser:
@@ -83,9 +75,9 @@ def main(argv: list[str]) -> int:
     shapes, dtypes = parse_shapes(args.shape), parse_dtypes(args.dtype)
     profile, npu_options = npu_knobs(args)
     referee, referee_k, judge = referee_from_args(args)  # a bad side: one line, before the model runs
-    hint = golden_tolerance_hint(args.golden)
-    report = check_model(args.model, args.input, args.golden, tolerance_rule(args, hint=hint), device=args.device,
+    rule, source = resolve_rule(stated_tolerance(args), golden_tolerance_hint(args.golden))
+    report = check_model(args.model, args.input, args.golden, rule, device=args.device,
                          profile=profile, npu_options=npu_options, shapes=shapes, dtypes=dtypes, topk=args.topk,
-                         tolerance_from=tolerance_source(args, hint), referee=referee, referee_k=referee_k,
+                         tolerance_from=source, referee=referee, referee_k=referee_k,
                          judge=judge)
     return emit_report(report, args)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from mschecker import golden_data
 from mschecker.errors import InputError
+from mschecker.compare.rules import resolve_rule
 from mschecker.modelcheck.check import check_model, golden_tolerance_hint
-from mschecker.commands._args import Parser, _int, add_device_args, add_tolerance_args, npu_knobs, tolerance_rule
-from mschecker.commands.check import add_report_args, check_report_paths, emit_report, tolerance_source
+from mschecker.commands._args import Parser, _int, add_device_args, add_tolerance_args, npu_knobs, stated_tolerance
+from mschecker.commands.check import add_report_args, check_report_paths, emit_report
 
 DEFAULT_DIR = golden_data.path("default")  # the repository's golden/default, installed as package data
 MODEL, INPUTS, GOLDEN = "model.onnx", ("x.bin", "t.bin"), "expected"
@@ -36,8 +37,8 @@ def main(argv: list[str]) -> int:
     check_report_paths(args)
     model, inputs, golden = default_paths()
     profile, npu_options = npu_knobs(args)
-    hint = golden_tolerance_hint(str(golden))
-    report = check_model(model, inputs, str(golden), tolerance_rule(args, hint=hint), device=args.device,
+    rule, source = resolve_rule(stated_tolerance(args), golden_tolerance_hint(str(golden)))
+    report = check_model(model, inputs, str(golden), rule, device=args.device,
                          profile=profile, npu_options=npu_options, topk=args.topk,
-                         tolerance_from=tolerance_source(args, hint))
+                         tolerance_from=source)
     return emit_report(report, args)

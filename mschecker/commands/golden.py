@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mschecker.compare.rules import resolve_rule
 from mschecker.tensors import golden_store
 from mschecker.modelcheck.check import record_goldens
 from mschecker.errors import InputError
 from mschecker.untrusted import plain
 from mschecker.commands._args import (Parser, add_device_args, add_override_args, add_tolerance_args, npu_knobs, parse_dtypes,
-                    parse_shapes, tolerance_given, tolerance_rule)
+                    parse_shapes, stated_tolerance, tolerance_given)
 
 
 def build_parser() -> Parser:
@@ -67,7 +68,7 @@ def main(argv: list[str]) -> int:
     if args.action == "verify":
         return verify_tree(Path(args.directory))
     if tolerance_given(args):
-        tolerance = tolerance_rule(args).to_dict()
+        tolerance = resolve_rule(stated_tolerance(args))[0].to_dict()
     else:  # the fp32 hint fits onnxruntime's fp32 outputs only; other devices leave it to the rule's default
         tolerance = dict(DEFAULT_FP32_HINT) if args.device == "ort" else None
     profile, npu_options = npu_knobs(args)

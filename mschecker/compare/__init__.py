@@ -7,11 +7,12 @@ guarantees, docs/TOLERANCE.md for the rules and docs/REPORT_SCHEMA.md for the JS
 from mschecker.compare.engine import DEFAULT_CHUNK_ELEMS, REL_THRESHOLDS, compare_arrays
 from mschecker.compare.results import (SCHEMA_VERSION, BoundStats, CheckReport, NonFiniteStats, TensorComparison, WorstElement,
                       json_float, json_safe)
-from mschecker.compare.rules import DEFAULT_ATOL, DEFAULT_RTOL, BoundRule, ToleranceRule
+from mschecker.compare.rules import (DEFAULT_ATOL, DEFAULT_RTOL, ELEMENTWISE_KEYS, TOLERANCE_KEYS, BoundRule,
+                                     ToleranceRule, resolve_rule)
 from mschecker.compare.ulp import ulp_percentile
 
 __all__ = [
     "DEFAULT_ATOL", "DEFAULT_CHUNK_ELEMS", "DEFAULT_RTOL", "REL_THRESHOLDS", "SCHEMA_VERSION", "BoundRule",
-    "BoundStats", "CheckReport", "NonFiniteStats", "TensorComparison", "ToleranceRule", "WorstElement",
+    "BoundStats", "CheckReport", "NonFiniteStats", "TensorComparison", "ToleranceRule", "WorstElement", "resolve_rule", "TOLERANCE_KEYS", "ELEMENTWISE_KEYS",
     "compare_arrays", "json_float", "json_safe", "ulp_percentile",
 ]

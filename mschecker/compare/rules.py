@@ -13,7 +13,9 @@ Both answer two questions for the engine: `count_finite_mismatches` (pairs where
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -196,6 +198,35 @@ class ToleranceRule:
             "cosine": None if self.cosine is None else float(self.cosine),
             "text": self.describe(),
         }
+
+
+#: The keys a stated tolerance may have (flags, a campaign's [tolerance] table, the golden helpers' keywords);
+#: the first four are the element rule's, cosine is the tensor rule added on top.
+TOLERANCE_KEYS = ("tolerance", "atol", "rtol", "ulp", "cosine")
+ELEMENTWISE_KEYS = TOLERANCE_KEYS[:4]
+
+
+def resolve_rule(stated: Mapping | None, hint: Mapping | None = None, *,
+                 default: ToleranceRule | None = None) -> tuple[ToleranceRule, str]:
+    """The one precedence of a tolerance: what the user stated > a golden manifest's hint > the default.
+
+    `stated` maps TOLERANCE_KEYS to values (None = not given). An elementwise key stated decides the element rule
+    (ToleranceRule.from_args); otherwise the hint's element rule applies, a stated cosine added to (or replacing)
+    its own; otherwise `default` (ToleranceRule's documented 1e-5 when None; the golden helpers pass exact), with
+    a stated cosine on top. Returns (rule, source), the source as the report names it: "flags",
+    "golden manifest hint", "golden manifest hint + --cosine" or "default".
+    """
+    given = {k: stated[k] for k in TOLERANCE_KEYS if stated and stated.get(k) is not None}
+    if any(k in given for k in ELEMENTWISE_KEYS):
+        return ToleranceRule.from_args(**given), "flags"
+    cosine = given.get("cosine")
+    if ToleranceRule.from_hint(hint) is not None:  # the hint states a rule of its own
+        return ToleranceRule.from_hint(hint, cosine=cosine), "golden manifest hint" + (" + --cosine" if cosine is not None else "")
+    if default is None:
+        return ToleranceRule.from_args(cosine=cosine), "flags" if cosine is not None else "default"
+    if cosine is None:
+        return default, "default"
+    return dataclasses.replace(default, cosine=ToleranceRule.from_args(cosine=cosine).cosine), "flags"
 
 
 @dataclass

@@ -21,7 +21,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from mschecker.compare import BoundRule, CheckReport, TensorComparison, ToleranceRule, compare_arrays
+from mschecker.compare import (TOLERANCE_KEYS, BoundRule, CheckReport, TensorComparison, ToleranceRule, compare_arrays,
+                               resolve_rule)
 from mschecker.dtypes import dtype_name, is_float
 from mschecker.kernels.check import (OutputCheck, _to_f64, as_tuple, check_case, compare_to_contract, run_reference,
                           run_variant)
@@ -143,7 +144,7 @@ def _tolerance_as_rule(rule, tolerance):
         return tolerance, None
     if isinstance(tolerance, Mapping):
         return ToleranceRule.from_args(**{k: v for k, v in tolerance.items()
-                                          if k in ("tolerance", "atol", "rtol", "ulp", "cosine", "ulp_format")}), None
+                                          if k in (*TOLERANCE_KEYS, "ulp_format")}), None
     return rule, tolerance
 
 
@@ -230,6 +231,8 @@ def contract_report(case: Case, outs, refs, contract: Contract, variant: Variant
 # ----------------------------------------------------------------------------------------------------------------
 
 DEFAULT_GOLDEN_DIR = Path("tests/golden")
+#: A golden pins what the code produced: without a stated tolerance, any change is one to look at.
+EXACT = ToleranceRule(atol=0.0, rtol=0.0)
 
 
 def _golden_rule(rule, tolerance, atol, rtol, ulp, cosine, manifest: dict | None) -> ToleranceRule:
@@ -242,10 +245,8 @@ def _golden_rule(rule, tolerance, atol, rtol, ulp, cosine, manifest: dict | None
         rule, tolerance = _tolerance_as_rule(rule, tolerance)
     if rule is not None:
         return rule
-    if any(v is not None for v in (tolerance, atol, rtol, ulp, cosine)):
-        return ToleranceRule.from_args(tolerance=tolerance, atol=atol, rtol=rtol, ulp=ulp, cosine=cosine)
-    hinted = ToleranceRule.from_hint((manifest or {}).get("tolerance"))
-    return hinted if hinted is not None else ToleranceRule(atol=0.0, rtol=0.0)
+    stated = {"tolerance": tolerance, "atol": atol, "rtol": rtol, "ulp": ulp, "cosine": cosine}
+    return resolve_rule(stated, (manifest or {}).get("tolerance"), default=EXACT)[0]
 
 
 def _record_command(nodeid: str | None, directory: Path, default_dir: Path | None) -> str:
