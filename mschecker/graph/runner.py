@@ -8,12 +8,11 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from mschecker.errors import InputError
 from mschecker.tensors.meta import tensor_meta
 from mschecker.graph.capture import CaptureFilter, CaptureFn
 from mschecker.graph.executor import Executor
 from mschecker.graph.loader import from_proto, load_model
-from mschecker.graph.policy import KernelUnavailable, Policy, ReferencePolicy
+from mschecker.graph.policy import Policy
 
 
 class GraphRunner:
@@ -46,23 +45,3 @@ class GraphRunner:
 
     def run_captured(self, feeds, capture: CaptureFn, capture_filter: CaptureFilter | None = None):
         return self.executor.run(feeds, capture=capture, capture_filter=capture_filter, progress=self.progress)
-
-
-def make_graph_runner(model, device: str, profile: str | None = None, *, label: str | None = None,
-                      **options) -> GraphRunner:
-    """GraphRunner for device "reference" (float64) or "npu" (emulated; profile + options as
-    mschecker.npu.knobs.apply_knobs); ``model`` and ``label`` as GraphRunner takes them."""
-    if device == "reference":
-        if profile is not None or any(v for v in options.values()):
-            raise InputError("--device reference is the float64 truth: it takes no --profile or precision options")
-        return GraphRunner(model, ReferencePolicy(), label=label)
-    if device == "npu":
-        from mschecker.npu.policy import NpuPolicy
-        from mschecker.npu.knobs import apply_knobs
-
-        try:
-            policy = NpuPolicy(apply_knobs(profile, **options))
-        except KernelUnavailable as exc:
-            raise InputError(f"--device npu: {exc}") from None
-        return GraphRunner(model, policy, label=label)
-    raise InputError(f"unknown graph device {device!r} (reference or npu)")

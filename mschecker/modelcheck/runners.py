@@ -236,6 +236,33 @@ def _strip_cpp_location(line: str) -> str:
     return (head.rstrip(" :") + ": " if head.strip() else "") + rest.strip()
 
 
+def _reference_runner(model, profile, label, options) -> Runner:
+    from mschecker.graph.policy import ReferencePolicy  # lazy: the graph executor (heavy) only for this device
+    from mschecker.graph.runner import GraphRunner
+
+    if profile is not None or any(v for v in options.values()):
+        raise InputError("--device reference is the float64 truth: it takes no --profile or precision options")
+    return GraphRunner(model, ReferencePolicy(), label=label)
+
+
+def _npu_runner(model, profile, label, options) -> Runner:
+    """The emulated NPU: `profile` and `options` as mschecker.npu.knobs.apply_knobs takes them."""
+    from mschecker.graph.policy import KernelUnavailable  # lazy: the executor and the emulator (heavy)
+    from mschecker.graph.runner import GraphRunner
+    from mschecker.npu.knobs import apply_knobs
+    from mschecker.npu.policy import NpuPolicy
+
+    try:
+        policy = NpuPolicy(apply_knobs(profile, **options))
+    except KernelUnavailable as exc:
+        raise InputError(f"--device npu: {exc}") from None
+    return GraphRunner(model, policy, label=label)
+
+
+#: The devices the graph executor runs, by the policy that gives them their numerics.
+GRAPH_DEVICES = {"reference": _reference_runner, "npu": _npu_runner}
+
+
 def make_runner(model, device: str = "ort", profile: str | None = None, *, label: str | None = None,
                 **options) -> Runner:
     """The runner for a device: "ort" (onnxruntime CPU), "reference" (float64 graph executor) or "npu" (the
@@ -247,18 +274,11 @@ def make_runner(model, device: str = "ort", profile: str | None = None, *, label
         if profile is not None:
             raise InputError(f"--profile {profile} applies to --device npu or reference, not ort")
         return OrtRunner(model, label=label, **options)
-    if device in ("reference", "npu"):
+    if device in GRAPH_DEVICES:
         if isinstance(model, (str, Path)):
             _check_model_path(model)
-        try:
-            from mschecker.graph.runner import make_graph_runner
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("mschecker.graph"):
-                raise InputError(f"--device {device} needs the graph executor (mschecker.graph), "
-                                 f"which is not in this build") from None
-            raise
-        runner = make_graph_runner(model, device, profile, label=label, **options)
-        from mschecker.npu.entries import check_opset
+        runner = GRAPH_DEVICES[device](model, profile, label, options)
+        from mschecker.npu.entries import check_opset  # lazy: only graph devices have an executor opset
 
         check_opset(runner.executor.model.opset, model_label(model, label))  # newer than the executor knows
         return runner

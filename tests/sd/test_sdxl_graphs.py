@@ -154,11 +154,11 @@ def test_interface_is_optimums(models, stage):
 def test_runs_on_the_graph_executor_like_onnxruntime(models, stage):
     """Equal / Cast(int32) / ArgMax / GatherND (the pooling) and the text_time path run on mschecker's own float64
     executor and agree with onnxruntime's float32."""
-    from mschecker.graph.runner import make_graph_runner
+    from mschecker.modelcheck.runners import make_runner
 
     feeds = {"input_ids": IDS} if stage != "unet" else unet_feeds()
     expected = run(models[stage], feeds)
-    got = make_graph_runner(models[stage], "reference").run(feeds)
+    got = make_runner(models[stage], "reference").run(feeds)
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-4, err_msg=name)
 
