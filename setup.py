@@ -3,7 +3,7 @@
 Each extension is a compiled fast path of a numpy implementation that stays in the package and gives the same
 results (bit for bit where the numpy twin says so); mschecker/native.py loads them, checks the constants each
 shares with its Python side, and makes a missing one an error under MSCHECKER_REQUIRE_NATIVE=1 (set in CI):
-- mschecker._fastcompare: the one-pass kernel of the streaming comparison (mschecker/compare.py);
+- mschecker._fastcompare: the one-pass kernel of the streaming comparison (mschecker/compare/engine.py);
 - mschecker._fastfp16: fp16 loops of the emulated NPU (sequential fp16 sums, fp16 softmax, fp16 binary ops;
   mschecker/fastfp16.py, optimized_kernels/softmax.py);
 - mschecker._fastref: the float64 reference's exp and softmax (reference/exp64.py, reference/softmax.py).

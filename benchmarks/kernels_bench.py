@@ -3,7 +3,7 @@
 Part 1 iterates the registry (so kernel families added later appear without edits): for each kernel, on its
 largest golden case, each correct variant and the fp32 peer are timed in the same run (median of repeats), their
 peak extra memory is measured (tracemalloc: numpy reports its buffers to it; a separate call, so tracing does
-not slow the timing), and their error is taken against the float64 reference with kernelcheck.check_case (max
+not slow the timing), and their error is taken against the float64 reference with kernels.check.check_case (max
 |err|, err/bound of the variant's contract, verdict). The peer is the kernel's "fp32" variant, else the
 float64 reference itself (marked as such). Golden cases are small: there the times show per-call overhead more
 than throughput; Part 2 gives realistic sizes.

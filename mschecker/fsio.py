@@ -282,6 +282,27 @@ def unlink_quietly(path) -> None:
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
+def safe_external_path(model_dir: Path, location: str, tensor_name: str, model_path: Path) -> Path:
+    """The real path of an ONNX external-data file, or InputError when `location` (untrusted: it comes from the
+    model file) escapes the model's folder: absolute, `..`, or a symlink out. Checked before any byte is read."""
+    where = f"{model_path}: initializer {tensor_name!r} external data location {location!r}"
+    if not location:
+        raise InputError(f"{where} is empty")
+    if os.path.isabs(location) or Path(location).is_absolute() or location.startswith(("/", "\\")) \
+            or (len(location) > 1 and location[1] == ":"):
+        raise InputError(f"{where} is an absolute path; external data must live inside the model's folder")
+    parts = Path(location.replace("\\", "/")).parts
+    if ".." in parts:
+        raise InputError(f"{where} climbs out of the model's folder through '..'")
+    root = model_dir.resolve()
+    target = (model_dir / location).resolve()
+    if target != root and root not in target.parents:
+        raise InputError(f"{where} resolves (through a symlink) to {target}, outside the model's folder {root}")
+    if not target.is_file():
+        raise InputError(f"{where}: file {target} does not exist")
+    return target
+
+
 def safe_component(name: str, default: str = "tensor") -> str:
     """A file-name component derived from an untrusted name: characters outside [A-Za-z0-9._-] become '_', leading
     dots are dropped (no `..`, no hidden files), at most 200 characters (file systems cap a name at 255 bytes)."""
@@ -341,7 +362,7 @@ def release_file_pages(x) -> None:
         _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_DONTNEED)
 
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "check_readable", "check_write_target",
+__all__ = ["safe_external_path", "atomic_write", "atomic_write_bytes", "atomic_write_text", "check_readable", "check_write_target",
            "file_sha256", "fsync_directory", "is_temp_leftover", "make_directory", "os_reason", "read_bytes", "read_text",
            "release_file_pages", "remove_directories", "replace_into", "safe_component", "unlink_quietly",
            "write_error", "write_temp"]

@@ -300,5 +300,5 @@ DIM = Int(lo=0, hi=2**63 - 1)
 SHAPE = ListOf(DIM, max_len=64)  # numpy supports at most 64 dimensions
 DTYPE = Checked(Str(max_len=64), _known_dtype)
 
-#: msame sidecar `x.bin.json` (written by tensorio.write_tensor).
+#: msame sidecar `x.bin.json` (written by tensors.io.write_tensor).
 SIDECAR = Table({"shape": (SHAPE, True), "dtype": (DTYPE, True)})

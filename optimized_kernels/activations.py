@@ -312,7 +312,7 @@ def _saturate(v: np.ndarray, dt) -> np.ndarray:
 
 def _nonfinite_limits(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """GELU's limits for non-finite inputs (+inf -> +inf, -inf -> -0, NaN -> NaN), the convention of every activation
-    kernel here (kernelcheck: a non-finite reference value needs the same value). The device arithmetic gives NaN
+    kernel here (kernels.check: a non-finite reference value needs the same value). The device arithmetic gives NaN
     at +-inf in IEEE mode (inf * vrec(inf) = inf * 0 in the i-GELU, -inf * exp(-inf) in the tanh form) and +-65504
     or 0 in saturation mode, where no non-finite tensor reaches a kernel (every instruction saturates)."""
     y = np.where(np.isnan(x), x.astype(y.dtype), y)

@@ -26,7 +26,7 @@ F32 = np.dtype(np.float32)
 #: Softplus returns x itself above this (PyTorch's threshold): ln(1 + e^x) - x = log1p(e^-x) < e^-20 = 2.1e-9
 #: there, a relative error below 2.1e-9 / 20 = 1.03e-10 (0.002 u32) that also keeps exp(x) finite in fp32.
 SOFTPLUS_THRESHOLD = 20.0
-#: ONNX's attribute defaults as fp32 values (mschecker/reference/pointwise.py holds the same numbers).
+#: ONNX's attribute defaults as fp32 values (reference/pointwise.py holds the same numbers).
 HARD_SIGMOID_ALPHA, HARD_SIGMOID_BETA = float(np.float32(0.2)), 0.5
 HARD_SWISH_ALPHA = float(np.float32(1.0 / 6.0))
 SELU_ALPHA = float(np.float32(1.67326319217681884765625))

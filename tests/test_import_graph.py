@@ -4,6 +4,9 @@ that breaks on the first refactoring; this test names the cycle and the import l
 from __future__ import annotations
 
 import ast
+import functools
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +47,7 @@ def _imports(tree, local_only: bool):
             yield from (n for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
 
 
+@functools.cache
 def import_graph(local_only: bool = False) -> dict[str, dict[str, int]]:
     """module -> {imported mschecker module: line of the first such import}."""
     mods = _modules()
@@ -115,6 +119,80 @@ def test_the_import_graph_has_no_cycle():
         raise AssertionError("import cycle:\n  " + "\n  ".join(steps))
 
 
+#: The layers of the house, lowest first: a package imports only from layers below its own (or from itself), at
+#: top level or inside a function. docs/ARCHITECTURE.md says what each holds and why it sits where it does.
+LAYERS = [
+    {"mschecker"},                            # the flat infrastructure: errors, fsio, dtypes, native, console, ...
+    {"mschecker.reference"},                  # float64 truth
+    {"mschecker.optimized_kernels"},          # reduced-precision variants (their definitions too)
+    {"mschecker.tensors", "mschecker.compare"},
+    {"mschecker.kernels"},                    # the registry, contracts, the contract check, suite, goldens
+    {"mschecker.graph"},                      # the executor: policy-neutral, never names the NPU
+    {"mschecker.npu"},                        # the emulated device
+    {"mschecker.devdump"},                    # the device's own dumps, mapped onto the emulated plan
+    {"mschecker.bisect"},
+    {"mschecker.modelcheck"},                 # runners, the check, its reports, the referee (may convert via bisect)
+    {"mschecker.sd"},
+    {"mschecker.campaign", "mschecker.testing"},
+    {"mschecker.commands"},
+    {"mschecker.cli"},                        # the entry point (a flat module, but the top of the house)
+]
+#: What the two top-level numerics folders may use of mschecker: they read the same on disk and installed.
+NUMERICS_MAY_IMPORT = {"mschecker",  # the package itself, as `from mschecker import native` names it
+                       "mschecker.dtypes", "mschecker.fastfp16", "mschecker.native", "mschecker.threads"}
+
+
+def layer_of(module: str) -> int:
+    key = "mschecker.cli" if module == "mschecker.cli" else package_of(module)
+    for rank, layer in enumerate(LAYERS):
+        if key in layer:
+            return rank
+    raise AssertionError(f"{module}: its package {key} has no layer in LAYERS")
+
+
+def layer_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    out = []
+    for module, targets in graph.items():
+        for target, line in targets.items():
+            same = package_of(module) == package_of(target) and "mschecker.cli" not in (module, target)
+            if not same and layer_of(target) >= layer_of(module):
+                out.append(f"{module}:{line} imports {target} (layer {layer_of(target)} >= {layer_of(module)})")
+    return out
+
+
+def test_packages_import_only_from_lower_layers():
+    """Function-local imports count: a lazy import is still a dependency (it once hid three package cycles)."""
+    violations = layer_violations(import_graph())
+    assert not violations, "\n".join(violations)
+
+
+def test_every_package_has_a_layer():
+    for module in _modules():
+        layer_of(module)
+
+
+def test_the_layer_check_finds_a_planted_upward_import():
+    planted = {"mschecker.graph.runner": {"mschecker.npu.policy": 7}, "mschecker.npu.policy": {}}
+    assert layer_violations(planted) == ["mschecker.graph.runner:7 imports mschecker.npu.policy (layer 6 >= 5)"]
+    assert layer_violations({"mschecker.npu.policy": {"mschecker.graph.runner": 3}, "mschecker.graph.runner": {}}) == []
+
+
+def test_the_numerics_folders_use_only_leaf_infrastructure():
+    graph = import_graph()
+    bad = [f"{m}:{line} imports {t}" for m, targets in graph.items() if package_of(m) in (
+        "mschecker.reference", "mschecker.optimized_kernels") for t, line in targets.items()
+        if package_of(t) == "mschecker" and t not in NUMERICS_MAY_IMPORT]
+    assert not bad, bad
+
+
+def test_the_numerics_folders_import_absolutely():
+    """`from ..dtypes import x` resolves only once installed (the folders sit outside mschecker/ on disk)."""
+    relative = [f"{path.relative_to(ROOT)}:{node.lineno}" for pkg in ("mschecker.reference", "mschecker.optimized_kernels")
+                for path in PACKAGES[pkg].rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.ImportFrom) and node.level]
+    assert not relative, relative
+
+
 def test_the_cycle_finder_finds_a_planted_cycle():
     graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}}
     cycle = find_cycle(graph)
@@ -128,3 +206,18 @@ def test_function_local_and_relative_imports_are_edges():
     found = [t for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
              for t in _targets("mschecker.sd.check", False, node)]
     assert "mschecker.sd.golden" in found and "mschecker.graph.runner" in found
+
+
+def test_a_plain_onnxruntime_check_imports_no_emulator():
+    """The default check (onnxruntime) pays for neither the graph executor, the NPU policy nor the kernel
+    registry: they load only for --device reference/npu (mschecker.modelcheck.runners.GRAPH_DEVICES)."""
+    code = ("import sys\nfrom mschecker.cli import main\nsys.argv = ['mschecker', '--model', 'golden/default/model.onnx',"
+            " '--input', 'golden/default/x.bin,golden/default/t.bin', '--golden', 'golden/default/expected']\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('mschecker'))))\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = run.stdout.split()[-1:] and run.stdout.splitlines()[-1].split()
+    assert "mschecker.modelcheck.check" in loaded  # the check ran in this process
+    heavy = [m for m in loaded if m.startswith(("mschecker.graph", "mschecker.kernels", "mschecker.npu.policy",
+                                                  "mschecker.bisect", "mschecker.sd", "mschecker.devdump"))]
+    assert not heavy, heavy

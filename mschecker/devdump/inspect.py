@@ -109,9 +109,9 @@ def _mapped(folder, model, graph_json, profile) -> DeviceDump:
         dump = DeviceDump(folder, loaded.proto, graph_json=graph_json, flag="dump inspect")
         dump.model_nodes = list(loaded.proto.graph.node)
         return dump
-    from mschecker.bisect.policy import npu_policy
+    from mschecker.npu.policy import NpuPolicy
 
-    npu = Executor(loaded, npu_policy(apply_knobs(profile)))
+    npu = Executor(loaded, NpuPolicy(apply_knobs(profile)))  # the plan only: no run, no clamps to record
     dump = DeviceDump(folder, npu.model.proto, device_ops=from_plan(npu.model.proto, npu.policy.op_type_of),
                       flag="dump inspect")
     dump.model_nodes = list(npu.model.proto.graph.node)

@@ -8,7 +8,6 @@ models larger than protobuf's 2 GB limit load without copying their weights into
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from mschecker.errors import InputError
+from mschecker.fsio import safe_external_path
+from mschecker.onnxfile import check_external_locations, external_info, read_model_proto
 
 
 @dataclass
@@ -40,29 +41,6 @@ class LoadedModel:
         raise InputError(f"{self.path}: the model imports no default-domain (ai.onnx) opset")
 
 
-def _external_info(tensor: onnx.TensorProto) -> dict[str, str]:
-    return {e.key: e.value for e in tensor.external_data}
-
-
-def safe_external_path(model_dir: Path, location: str, tensor_name: str, model_path: Path) -> Path:
-    """The real path of an external-data file, or InputError when `location` escapes the model's folder."""
-    where = f"{model_path}: initializer {tensor_name!r} external data location {location!r}"
-    if not location:
-        raise InputError(f"{where} is empty")
-    if os.path.isabs(location) or Path(location).is_absolute() or location.startswith(("/", "\\")) \
-            or (len(location) > 1 and location[1] == ":"):
-        raise InputError(f"{where} is an absolute path; external data must live inside the model's folder")
-    parts = Path(location.replace("\\", "/")).parts
-    if ".." in parts:
-        raise InputError(f"{where} climbs out of the model's folder through '..'")
-    root = model_dir.resolve()
-    target = (model_dir / location).resolve()
-    if target != root and root not in target.parents:
-        raise InputError(f"{where} resolves (through a symlink) to {target}, outside the model's folder {root}")
-    if not target.is_file():
-        raise InputError(f"{where}: file {target} does not exist")
-    return target
-
 
 def tensor_dtype(tensor: onnx.TensorProto, where: str) -> np.dtype:
     try:
@@ -73,7 +51,7 @@ def tensor_dtype(tensor: onnx.TensorProto, where: str) -> np.dtype:
 
 def external_array(tensor: onnx.TensorProto, model_dir: Path, model_path: Path) -> np.ndarray:
     """A read-only memmap of one external tensor (checked path, offset and length)."""
-    info = _external_info(tensor)
+    info = external_info(tensor)
     path = safe_external_path(model_dir, info.get("location", ""), tensor.name, model_path)
     where = f"{model_path}: initializer {tensor.name!r}"
     dtype = tensor_dtype(tensor, where)
@@ -150,41 +128,6 @@ def dtype_name_of(dtype: np.dtype) -> str:
 _PACKED_TYPES = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(onnx.TensorProto, n)}
 
 
-def _check_all_external(graph: onnx.GraphProto, model_dir: Path, model_path: Path) -> None:
-    """Validate every external location (initializers, Constant attributes, subgraphs) before reading anything."""
-    tensors = list(graph.initializer)
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR:
-                tensors.append(attr.t)
-            elif attr.type == onnx.AttributeProto.GRAPH:
-                _check_all_external(attr.g, model_dir, model_path)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    _check_all_external(g, model_dir, model_path)
-    for t in tensors:
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            safe_external_path(model_dir, _external_info(t).get("location", ""), t.name, model_path)
-
-
-def read_model_proto(path) -> onnx.ModelProto:
-    """The model file parsed WITHOUT its external data, every external-data location checked (inside the model's
-    folder); for load_model and for runners that hand the file to onnxruntime, which follows locations itself.
-    A FIFO, socket or device is refused by os.stat before any open."""
-    from mschecker.fsio import check_readable
-
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: model file does not exist")
-    check_readable(path, "model")
-    try:
-        proto = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError and others
-        detail = str(exc).strip().splitlines()
-        raise InputError(f"{path}: not a readable ONNX model ({type(exc).__name__}"
-                         f"{': ' + detail[0][:200] if detail else ''})") from None
-    _check_all_external(proto.graph, path.parent, path)
-    return proto
 
 
 def load_model(path) -> LoadedModel:
@@ -200,6 +143,6 @@ def from_proto(proto: onnx.ModelProto, base_dir=None) -> LoadedModel:
     """Wrap an in-memory model (tests, builders). External data, if any, resolves against `base_dir`."""
     base = Path(base_dir) if base_dir is not None else None
     if base is not None:
-        _check_all_external(proto.graph, base, base / "<in-memory model>")
+        check_external_locations(proto.graph, base, base / "<in-memory model>")
     inits = {t.name: tensor_to_array(t, base, base) for t in proto.graph.initializer}
     return LoadedModel(path=(base or Path(".")) / "<in-memory model>", proto=proto, initializers=inits)

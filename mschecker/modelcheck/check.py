@@ -13,8 +13,7 @@ from mschecker.tensors import golden_store
 from mschecker.compare import CheckReport, compare_arrays
 from mschecker.errors import InputError
 from mschecker.fsio import file_sha256
-from mschecker.npu.entries import check_runner_entries
-from mschecker.modelcheck.runners import make_runner
+from mschecker.modelcheck.runners import GRAPH_DEVICES, make_runner
 from mschecker.tensors.meta import TensorMeta, apply_overrides
 from mschecker.tensors.sets import read_tensors, split_spec
 
@@ -25,6 +24,17 @@ def golden_tolerance_hint(golden_spec) -> dict | None:
     if len(items) == 1 and os.path.isdir(items[0]) and os.path.lexists(golden_store.manifest_path(items[0])):
         return golden_store.read_manifest(items[0]).get("tolerance")
     return None
+
+
+def _runner_for(model, device: str, profile, npu_options):
+    """The runner of a one-model command, its profile entries checked against the model (an entry that matches
+    no node would silently protect nothing)."""
+    runner = make_runner(model, device=device, profile=profile, **(npu_options or {}))
+    if device in GRAPH_DEVICES:
+        from mschecker.npu.entries import check_runner_entries  # lazy: onnxruntime runs have no profile entries
+
+        check_runner_entries(runner, f"model {model}")
+    return runner
 
 
 def check_model(model, inputs, golden, rule, *, device: str = "ort", profile: str | None = None,
@@ -45,8 +55,7 @@ def check_model(model, inputs, golden, rule, *, device: str = "ort", profile: st
     shapes, dtypes = dict(shapes or {}), dict(dtypes or {})
     t0 = time.perf_counter()
     if runner is None:
-        runner = make_runner(model, device=device, profile=profile, **(npu_options or {}))
-        check_runner_entries(runner, f"model {model}")  # profile entries that match no node of this model
+        runner = _runner_for(model, device, profile, npu_options)
     t_load = time.perf_counter()
     in_metas, out_names = runner.inputs(), [m.name for m in runner.outputs()]
     if not out_names:
@@ -121,8 +130,7 @@ def record_goldens(model, inputs, out, *, device="ort", profile=None, npu_option
     golden_store.refuse_existing(out, update)  # before running the model: refusing early writes nothing
     old = golden_store.read_manifest(out) if update and golden_store.manifest_path(out).is_file() else None
     damaged = golden_store.verify(out) if old is not None else []  # files that no longer matched their manifest
-    runner = make_runner(model, device=device, profile=profile, **(npu_options or {}))
-    check_runner_entries(runner, f"model {model}")
+    runner = _runner_for(model, device, profile, npu_options)
     metas = apply_overrides(runner.inputs(), shapes or {}, dtypes or {})
     outputs = runner.run(read_tensors(inputs, metas, role="input"))
     extra = {"model": Path(model).name, "model_sha256": file_sha256(model), "inputs": [Path(i).name for i in split_spec(inputs)],

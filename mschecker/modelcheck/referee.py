@@ -316,7 +316,7 @@ def model_proto(model):
         return model
     if not isinstance(model, (str, Path)):  # mschecker.graph.loader.LoadedModel
         return model.proto
-    from mschecker.graph.loader import read_model_proto
+    from mschecker.onnxfile import read_model_proto
 
     proto = read_model_proto(model)  # every external-data location checked before onnx follows them
     onnx.load_external_data_for_model(proto, str(Path(model).parent))
@@ -461,7 +461,7 @@ def graph_output_reader():
 
 class DirSide:
     """A folder holding the referee's graph outputs (another device's run): ``<safe name>.npy`` per output (the
-    naming goldens use: tensorio.safe_filename) or a golden directory with its manifest; a device-dump reader
+    naming goldens use: tensors.io.safe_filename) or a golden directory with its manifest; a device-dump reader
     (graph_output_reader) is asked first when there is one. Outputs it lacks are listed, not errors."""
 
     def __init__(self, folder):

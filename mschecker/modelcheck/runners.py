@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from mschecker.onnxfile import read_model_proto
 from mschecker.dtypes import resolve_dtype
 from mschecker.errors import InputError
 from mschecker.tensors.meta import TensorMeta, check_feeds
@@ -56,8 +57,6 @@ def _check_model_path(model_path) -> Path:
 def _check_external_data(path: Path) -> None:
     """Every external-data location of the model file checked (inside its folder, no `..`, no symlink out)
     before onnxruntime sees the file: onnxruntime follows locations itself, and some versions followed `..`."""
-    from mschecker.graph.loader import read_model_proto
-
     read_model_proto(path)
 
 

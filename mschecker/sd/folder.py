@@ -144,14 +144,14 @@ class PipelineFiles:
 
     def model_header(self, name: str) -> onnx.ModelProto:
         """The model without its external weights (graph_header's model: opsets and inline constants kept)."""
-        from mschecker.graph.loader import read_model_proto
+        from mschecker.onnxfile import read_model_proto
 
         model = self.model(name)
         return model if isinstance(model, onnx.ModelProto) else read_model_proto(model)
 
     def graph_header(self, name: str) -> onnx.GraphProto:
         """The graph without its weights (cheap even for a 3.4 GB external-data UNet), every external-data file
-        it names checked to exist inside the folder (mschecker.graph.loader.read_model_proto), so a missing
+        it names checked to exist inside the folder (mschecker.onnxfile.read_model_proto), so a missing
         weights.pb is reported before any stage runs."""
         return self.model_header(name).graph
 

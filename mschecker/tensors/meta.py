@@ -1,7 +1,7 @@
 """What a model declares about a tensor (TensorMeta) and the one check of tensors against it: a tensor read from a
 file, a set of feeds before a run (onnxruntime's or the graph executor's), --shape/--dtype overrides.
 
-A leaf of the import graph: readers (tensorio, tensorsets), runners, the executor and the commands use it."""
+A leaf of the import graph: readers (tensors.io, tensors.sets), runners, the executor and the commands use it."""
 from __future__ import annotations
 
 from dataclasses import dataclass

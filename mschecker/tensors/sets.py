@@ -1,6 +1,6 @@
 """Sets of tensors, named by a model's inputs or outputs, from any form a user gives them: a comma list of files in
 msame order, a directory (of named files, TensorProto .pb files, or a golden set with its manifest), a multi-array
-.npz or a Polygraphy JSON. Single files and their formats are tensorio's; golden directories are golden's."""
+.npz or a Polygraphy JSON. Single files and their formats are tensors.io's; golden directories are golden's."""
 from __future__ import annotations
 
 import os

@@ -45,7 +45,7 @@ def test_every_supported_onnx_op_maps_to_a_row(chip):
 
 
 def test_fusion_only_ir_types_have_rows():
-    # The fused IR types the fusion helper emits (DESIGN.md) must resolve on both chips.
+    # The fused IR types the fusions emit (docs/FUSION.md) must resolve on both chips.
     for ir in ("GroupNorm", "Gelu", "LayerNorm", "BatchMatMulV2", "MatMulV2", "FlashAttentionScore",
                "PromptFlashAttention", "GroupNormSilu", "GeGluV2", "Swish", "INTrainingUpdateV2"):
         for chip in dt.CHIPS:
@@ -99,7 +99,7 @@ def test_onnx_types_claimed_by_several_rows_have_an_explicit_rule():
 @pytest.mark.parametrize("chip,ir,where,kernel,name", _variant_refs())
 def test_named_variants_exist_and_are_fp16(chip, ir, where, kernel, name):
     # Catches: a typo in a variant name, a kernel renamed in the registry, or a bf16/fp32 variant named for the
-    # fp16 path. (Variants other helpers are adding fail here until they land: DESIGN.md lists them.)
+    # fp16 path.
     reg = registry.registry()
     assert kernel in reg, f"{ir} ({chip}, {where}): no registry kernel {kernel!r}"
     info = reg[kernel]
