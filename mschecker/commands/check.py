@@ -8,8 +8,7 @@ Without tolerance flags, a golden directory's manifest hint is used, else Tolera
 """
 from __future__ import annotations
 
-from mschecker.compare.rules import resolve_rule
-from mschecker.modelcheck.check import check_model, golden_tolerance_hint
+from mschecker.modelcheck.check import check_model
 from mschecker.commands._args import (Parser, _int, add_device_args, add_override_args, add_referee_args,
                     add_tolerance_args, check_writable, npu_knobs, parse_dtypes, parse_shapes, referee_from_args,
                     stated_tolerance)
@@ -75,9 +74,7 @@ def main(argv: list[str]) -> int:
     shapes, dtypes = parse_shapes(args.shape), parse_dtypes(args.dtype)
     profile, npu_options = npu_knobs(args)
     referee, referee_k, judge = referee_from_args(args)  # a bad side: one line, before the model runs
-    rule, source = resolve_rule(stated_tolerance(args), golden_tolerance_hint(args.golden))
-    report = check_model(args.model, args.input, args.golden, rule, device=args.device,
+    report = check_model(args.model, args.input, args.golden, tolerance=stated_tolerance(args), device=args.device,
                          profile=profile, npu_options=npu_options, shapes=shapes, dtypes=dtypes, topk=args.topk,
-                         tolerance_from=source, referee=referee, referee_k=referee_k,
-                         judge=judge)
+                         referee=referee, referee_k=referee_k, judge=judge)
     return emit_report(report, args)

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from mschecker import golden_data
 from mschecker.errors import InputError
-from mschecker.compare.rules import resolve_rule
-from mschecker.modelcheck.check import check_model, golden_tolerance_hint
+from mschecker.modelcheck.check import check_model
 from mschecker.commands._args import Parser, _int, add_device_args, add_tolerance_args, npu_knobs, stated_tolerance
 from mschecker.commands.check import add_report_args, check_report_paths, emit_report
 
@@ -37,8 +36,6 @@ def main(argv: list[str]) -> int:
     check_report_paths(args)
     model, inputs, golden = default_paths()
     profile, npu_options = npu_knobs(args)
-    rule, source = resolve_rule(stated_tolerance(args), golden_tolerance_hint(str(golden)))
-    report = check_model(model, inputs, str(golden), rule, device=args.device,
-                         profile=profile, npu_options=npu_options, topk=args.topk,
-                         tolerance_from=source)
+    report = check_model(model, inputs, str(golden), tolerance=stated_tolerance(args), device=args.device,
+                         profile=profile, npu_options=npu_options, topk=args.topk)
     return emit_report(report, args)

@@ -10,20 +10,45 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mschecker.tensors import golden_store
-from mschecker.compare import CheckReport, compare_arrays
+from mschecker.compare import CheckReport, compare_arrays, resolve_rule
 from mschecker.errors import InputError
 from mschecker.fsio import file_sha256
 from mschecker.modelcheck.runners import GRAPH_DEVICES, make_runner
 from mschecker.tensors.meta import TensorMeta, apply_overrides
-from mschecker.tensors.sets import read_tensors, split_spec
+from mschecker.tensors.sets import match_named, read_tensors, split_spec
+
+
+def golden_directory(golden_spec) -> str | None:
+    """The golden directory (one folder with a manifest) the spec names, or None for other golden forms."""
+    items = split_spec(golden_spec)
+    if len(items) == 1 and os.path.isdir(items[0]) and os.path.lexists(golden_store.manifest_path(items[0])):
+        return items[0]
+    return None
 
 
 def golden_tolerance_hint(golden_spec) -> dict | None:
     """The tolerance hint of a golden directory's manifest, if the golden set is one."""
-    items = split_spec(golden_spec)
-    if len(items) == 1 and os.path.isdir(items[0]) and os.path.lexists(golden_store.manifest_path(items[0])):
-        return golden_store.read_manifest(items[0]).get("tolerance")
-    return None
+    directory = golden_directory(golden_spec)
+    return golden_store.read_manifest(directory).get("tolerance") if directory else None
+
+
+class _Goldens:
+    """The golden side of one check, its manifest parsed once: the tolerance hint and the tensors come from it."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.directory = golden_directory(spec)
+        self.manifest = golden_store.read_manifest(self.directory) if self.directory else None
+
+    @property
+    def hint(self) -> dict | None:
+        return self.manifest.get("tolerance") if self.manifest else None
+
+    def read(self, metas) -> dict:
+        if self.directory is None:
+            return read_tensors(self.spec, metas, role="golden")
+        named = golden_store.load(self.directory, verify=True, manifest=self.manifest)
+        return match_named(named, metas, role="golden", source=self.directory)
 
 
 def _runner_for(model, device: str, profile, npu_options):
@@ -37,11 +62,14 @@ def _runner_for(model, device: str, profile, npu_options):
     return runner
 
 
-def check_model(model, inputs, golden, rule, *, device: str = "ort", profile: str | None = None,
-                npu_options: dict | None = None, shapes: dict | None = None, dtypes: dict | None = None,
-                topk: int = 10, runner=None, tolerance_from: str = "caller", referee=None,
-                referee_k: float | None = None, judge: str = "both") -> CheckReport:
+def check_model(model, inputs, golden, rule=None, *, tolerance: dict | None = None, device: str = "ort",
+                profile: str | None = None, npu_options: dict | None = None, shapes: dict | None = None,
+                dtypes: dict | None = None, topk: int = 10, runner=None, tolerance_from: str = "caller",
+                referee=None, referee_k: float | None = None, judge: str = "both") -> CheckReport:
     """Run `model` on `inputs`, compare every output with `golden` under `rule`; returns a CheckReport.
+
+    rule None: the rule is resolved from `tolerance` (the stated keys, compare.TOLERANCE_KEYS) and a golden
+    directory's manifest hint (compare.resolve_rule), and tolerance_from is where it came from.
 
     device / profile / npu_options: the runner (runners.make_runner; npu_options are npu.knobs.apply_knobs'
     keywords, for device "npu").
@@ -53,6 +81,9 @@ def check_model(model, inputs, golden, rule, *, device: str = "ort", profile: st
     combines both per ``judge`` (referee.combine); referee_k: its k (None: PyTorch's default per output).
     """
     shapes, dtypes = dict(shapes or {}), dict(dtypes or {})
+    golden_side = _Goldens(golden)
+    if rule is None:
+        rule, tolerance_from = resolve_rule(tolerance, golden_side.hint)
     t0 = time.perf_counter()
     if runner is None:
         runner = _runner_for(model, device, profile, npu_options)
@@ -67,7 +98,7 @@ def check_model(model, inputs, golden, rule, *, device: str = "ort", profile: st
     outputs = runner.run(feeds)
     t_run = time.perf_counter()
     golden_metas = [TensorMeta(n, tuple(outputs[n].shape), dtypes.get(n, outputs[n].dtype)) for n in out_names]
-    goldens = read_tensors(golden, golden_metas, role="golden")
+    goldens = golden_side.read(golden_metas)
     tensors = [compare_arrays(outputs[n], goldens[n], rule, name=n, topk=topk) for n in out_names]
     t_cmp = time.perf_counter()
     verdict = None
@@ -79,7 +110,7 @@ def check_model(model, inputs, golden, rule, *, device: str = "ort", profile: st
                                 truth=outputs if device == "reference" else None)
     meta = {
         "model": str(model),
-        "model_sha256": file_sha256(model),
+        "model_sha256": getattr(runner, "model_sha256", None) or file_sha256(model),
         "inputs": split_spec(inputs),
         "golden": split_spec(golden),
         "runner": runner.name,
@@ -133,7 +164,8 @@ def record_goldens(model, inputs, out, *, device="ort", profile=None, npu_option
     runner = _runner_for(model, device, profile, npu_options)
     metas = apply_overrides(runner.inputs(), shapes or {}, dtypes or {})
     outputs = runner.run(read_tensors(inputs, metas, role="input"))
-    extra = {"model": Path(model).name, "model_sha256": file_sha256(model), "inputs": [Path(i).name for i in split_spec(inputs)],
+    sha256 = getattr(runner, "model_sha256", None) or file_sha256(model)
+    extra = {"model": Path(model).name, "model_sha256": sha256, "inputs": [Path(i).name for i in split_spec(inputs)],
              "device": device, "profile": profile,
              "npu_options": {k: str(v) for k, v in (npu_options or {}).items()}}
     manifest = golden_store.record(out, outputs, producer=runner.name, tolerance=tolerance, extra=extra, update=update)

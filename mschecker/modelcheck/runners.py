@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from mschecker.onnxfile import read_model_proto
+from mschecker.onnxfile import read_model_file
 from mschecker.dtypes import resolve_dtype
 from mschecker.errors import InputError
 from mschecker.tensors.meta import TensorMeta, check_feeds
@@ -52,12 +52,6 @@ def _check_model_path(model_path) -> Path:
         raise InputError(f"model {path}: is a directory, expected an .onnx file")
     check_readable(path, "model")
     return path
-
-
-def _check_external_data(path: Path) -> None:
-    """Every external-data location of the model file checked (inside its folder, no `..`, no symlink out)
-    before onnxruntime sees the file: onnxruntime follows locations itself, and some versions followed `..`."""
-    read_model_proto(path)
 
 
 @contextlib.contextmanager
@@ -122,8 +116,10 @@ class OrtRunner:
         ort = import_onnxruntime()
 
         self.path = _check_model_path(model) if isinstance(model, (str, Path)) else None
-        if self.path is not None:
-            _check_external_data(self.path)
+        #: the model file's sha256, from the read that checked it (None for an in-memory model)
+        self.model_sha256 = None
+        if self.path is not None:  # every external-data location checked before onnxruntime follows them (some
+            _, self.model_sha256 = read_model_file(self.path)  # versions followed `..`)
         where = self.label = model_label(model, label)
         self.name = f"onnxruntime {ort.__version__} (CPUExecutionProvider)"
         opts = ort.SessionOptions()

@@ -269,8 +269,12 @@ def verify(directory) -> list[str]:
         manifest = read_manifest(directory)
     except InputError as exc:
         return [str(exc)]
-    directory = Path(directory)
-    problems, tracked = [], set()
+    return _verified(Path(directory), manifest)[0]
+
+
+def _verified(directory: Path, manifest: dict) -> tuple[list[str], dict[str, np.ndarray]]:
+    """(verify's problems, the tensors it mapped while checking them): `load` reuses the mappings."""
+    problems, tracked, arrays = [], set(), {}
     for name, entry in manifest["tensors"].items():
         path = directory / entry["file"]
         tracked.add(entry["file"])
@@ -297,17 +301,19 @@ def verify(directory) -> list[str]:
         if list(arr.shape) != list(entry["shape"]) or dtype_name(arr.dtype) != entry["dtype"]:
             problems.append(f"{name}: {entry['file']} holds {dtype_name(arr.dtype)}{list(arr.shape)}, manifest says "
                             f"{entry['dtype']}{entry['shape']}")
+            continue
+        arrays[name] = arr
     try:
         listing = sorted(os.listdir(directory))
     except OSError as exc:
-        return problems + [f"cannot list {directory} ({fsio.os_reason(exc)})"]
+        return problems + [f"cannot list {directory} ({fsio.os_reason(exc)})"], arrays
     clear = f"`mschecker golden record --update` or deleting it clears it"
     for name in listing:
         if name.endswith(".npy") and name not in tracked:
             problems.append(f"untracked file {name} (not in {MANIFEST}; left by an interrupted record? {clear})")
         elif fsio.is_temp_leftover(name):
             problems.append(f"leftover temp file {name} (an interrupted write; {clear})")
-    return problems
+    return problems, arrays
 
 
 def find_golden_dirs(root) -> list[Path]:
@@ -334,16 +340,16 @@ def _load_entry(directory: Path, name: str, entry: dict) -> np.ndarray:
     return arr
 
 
-def load(directory, *, verify: bool = True) -> dict[str, np.ndarray]:
-    """Golden tensors in manifest order (memory-mapped). With verify, any problem is an InputError."""
+def load(directory, *, verify: bool = True, manifest: dict | None = None) -> dict[str, np.ndarray]:
+    """Golden tensors in manifest order (memory-mapped). With verify, any problem is an InputError. `manifest`:
+    the directory's manifest when the caller has already read it (the check reads it once, for its hint too)."""
     directory = Path(directory)
-    manifest = read_manifest(directory)
-    if verify:
-        problems = [p for p in _find_problems(directory) if not p.startswith(("untracked", "leftover"))]
-        if problems:
-            more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-            raise InputError(f"golden directory {directory}: {problems[0]}{more}; run `mschecker golden verify {directory}`")
-    return {name: _load_entry(directory, name, entry) for name, entry in manifest["tensors"].items()}
-
-
-_find_problems = verify  # `load`'s keyword `verify` shadows the function inside it
+    manifest = read_manifest(directory) if manifest is None else manifest
+    if not verify:
+        return {name: _load_entry(directory, name, entry) for name, entry in manifest["tensors"].items()}
+    problems, arrays = _verified(directory, manifest)
+    problems = [p for p in problems if not p.startswith(("untracked", "leftover"))]
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise InputError(f"golden directory {directory}: {problems[0]}{more}; run `mschecker golden verify {directory}`")
+    return {name: arrays[name] for name in manifest["tensors"]}

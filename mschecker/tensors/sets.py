@@ -51,8 +51,17 @@ def read_tensors(spec: str | Sequence[str], metas: Sequence[TensorMeta] | None =
         source = items[0]
     else:
         return _read_list(items, metas, role, kind)
+    return match_named(named, metas, role=role, source=source, positional=positional)
+
+
+def match_named(named: dict[str, np.ndarray], metas: Sequence[TensorMeta] | None, *, role: str, source: str,
+                positional: bool = False) -> dict[str, np.ndarray]:
+    """A named set of tensors (a directory, .npz, Polygraphy JSON, a loaded golden set) keyed by `metas`, as
+    read_tensors does: by name, or by position when the names are positional (arr_0, input_0.pb)."""
+    kind = "model input" if role == "input" else "model output"
     if metas is None:
         return named
+    metas = list(metas)
     meta_names = [m.name for m in metas]
     if positional and not all(n in named for n in meta_names):  # tensors really named input_0... match by name
         ordered = [named[k] for k in sorted(named, key=lambda k: int(POSITIONAL_NAME.match(k).group(1)))]
