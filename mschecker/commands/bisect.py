@@ -18,6 +18,8 @@ from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args,
 from mschecker.tensors.meta import apply_overrides, tensor_meta
 from mschecker.errors import InputError, UsageError
 from mschecker.commands._args import Parser, _float, _int, add_override_args, check_writable_dir, parse_dtypes, parse_shapes
+from mschecker.bisect import Budget, bisect_model, read_samples, tolerance_rule
+from mschecker.fsio import check_write_target
 
 
 def build_parser(prog: str = "mschecker bisect") -> Parser:
@@ -67,7 +69,6 @@ def build_parser(prog: str = "mschecker bisect") -> Parser:
 
 
 def main(argv: list[str]) -> int:
-    from mschecker.bisect import Budget, bisect_model, read_samples, tolerance_rule
     from mschecker.bisect.report import render_console, write_outputs
 
     args = build_parser().parse_args(argv)
@@ -102,8 +103,6 @@ def check_out(out, *, json_report: bool = False, html_report: bool = False) -> N
     from pathlib import Path
 
     from mschecker.bisect.report import output_targets
-    from mschecker.fsio import check_write_target
-
     folder = check_writable_dir(out, "--out")
     if not Path(folder).is_dir():
         return  # created by the write; nothing in it yet

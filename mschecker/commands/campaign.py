@@ -33,8 +33,9 @@ import sys
 
 from rich.console import Console
 
-from mschecker.errors import UsageError
 from mschecker.commands._args import COUNT_MAX, Parser, bounded_float, bounded_int, check_writable
+from mschecker.errors import InputError, UsageError
+from mschecker.fsio import atomic_write_text
 
 DEFAULT_STORE = "mschecker-campaign.sqlite"
 ACTIONS = ("run", "compare", "history", "export", "bisect", "prune")
@@ -74,7 +75,7 @@ def _store_arg(p: Parser) -> None:
                    help=f"the SQLite results store (default ./{DEFAULT_STORE})")
 
 
-def run_main(argv: list[str]) -> int:
+def _run_parser() -> Parser:
     p = Parser(prog="mschecker campaign run", description="Run a campaign file's cells on Dask and store them.")
     p.add_argument("file", help="the campaign file (TOML)")
     p.add_argument("--scheduler", metavar="ADDR", help="an existing Dask scheduler (tcp://host:8786); default: a "
@@ -90,58 +91,61 @@ def run_main(argv: list[str]) -> int:
     _keep_fingerprints_arg(p, "after a run whose every cell finished (exit 0 or 1), drop the per-node "
                               "fingerprints of the campaign's finished runs but the newest N and the run's "
                               "baseline (default: keep all; see `campaign prune`)")
-    args = p.parse_args(argv)
+    return p
+
+
+def run_main(argv: list[str]) -> int:
+    args = _run_parser().parse_args(argv)
     if args.json:
         check_writable(args.json, "--json")
     if args.scheduler and args.workers:
         raise UsageError("--workers sizes the local cluster; it cannot be combined with --scheduler")
-    from mschecker.campaign.engine import EngineConfig
-    from mschecker.campaign.compare import judge_run_against_history
+    from mschecker.campaign.engine import EngineConfig  # lazy: Dask and the campaign only for this subcommand
     from mschecker.campaign.history import check_store_holds_window
-    from mschecker.campaign.report import render_comparison, render_expected, render_run, to_json
     from mschecker.campaign.runner import run_campaign
     from mschecker.campaign.spec import load_campaign
-    from mschecker.campaign.store import Store
-    from mschecker.fsio import atomic_write_text
 
     spec = load_campaign(args.file)
     expected = _expected_for_run(spec, args)
     if args.history:  # before anything runs: a window the store cannot fill is bad input, nothing written
         check_store_holds_window(args.store, spec.name, args.run_id, args.history)
     config = EngineConfig(scheduler=args.scheduler, workers=args.workers, connect_timeout_s=args.connect_timeout)
-    console = _console()
     with _CellProgress() as progress:
         summary = run_campaign(spec, args.store, config, run_id=args.run_id, on_start=progress.start,
                                on_result=progress.advance)
+    code = _report_run(summary, expected, args)
+    if args.keep_fingerprints and code != 3:  # an incomplete run is resumed, not housekept
+        _prune_after_run(args.store, summary, args.keep_fingerprints)
+    if args.json:
+        from mschecker.campaign.report import dumps
+
+        atomic_write_text(args.json, dumps({**summary.to_dict(), "exit_code": code}))
+    print(f"run id: {summary.run_id} (store {args.store})")
+    if code == 3:
+        _say_incomplete(summary)
+    return code
+
+
+def _report_run(summary, expected, args) -> int:
+    """The run's console report (cells, history, comparison or expected statuses); returns its exit code."""
+    from mschecker.campaign.compare import apply_expected, judge_run_against_history, run_exit_code
+    from mschecker.campaign.report import render_comparison, render_expected, render_run
+    from mschecker.campaign.store import Store
+
+    console = _console()
     with Store.open(args.store) as store:
         render_run(summary, store.cells(summary.run_id), console)
         if args.history:
             judge_run_against_history(store, summary, args.history)
     if summary.comparison is not None and expected is not None:
-        from mschecker.campaign.compare import apply_expected as apply
-
-        apply(summary.comparison, expected, strict=args.strict_expected)
+        apply_expected(summary.comparison, expected, strict=args.strict_expected)
     if summary.comparison is not None:
         render_comparison(summary.comparison, console)
     elif summary.baseline_note:
         console.print(f"baseline: {summary.baseline_note}", highlight=False)
     if summary.comparison is None and expected is not None:
         render_expected(summary.statuses, expected, console)
-    from mschecker.campaign.compare import run_exit_code
-
-    code = run_exit_code(summary, expected, args.strict_expected)
-    if args.keep_fingerprints and code != 3:  # an incomplete run is resumed, not housekept
-        _prune_after_run(args.store, summary, args.keep_fingerprints)
-    if args.json:
-        data = summary.to_dict()
-        data["exit_code"] = code
-        from mschecker.campaign.report import dumps
-
-        atomic_write_text(args.json, dumps(data))
-    print(f"run id: {summary.run_id} (store {args.store})")
-    if code == 3:
-        _say_incomplete(summary)
-    return code
+    return run_exit_code(summary, expected, args.strict_expected)
 
 
 def _keep_fingerprints_arg(p: Parser, help_: str, **kw) -> None:
@@ -155,7 +159,6 @@ def _prune_after_run(store_path, summary, keep_last: int) -> None:
     """--keep-fingerprints N of `campaign run`: prune, keeping the run's baseline too. The run and its verdict
     are stored already: a prune that cannot write (store locked, disk full) is one warning line, not a failure."""
     from mschecker.campaign.store import Store
-    from mschecker.errors import InputError
     from mschecker.untrusted import plain
 
     try:
@@ -259,8 +262,6 @@ def compare_main(argv: list[str]) -> int:
     from mschecker.campaign.expected import load_expected
     from mschecker.campaign.report import render_comparison, to_json, write_html
     from mschecker.campaign.store import Store
-    from mschecker.fsio import atomic_write_text
-
     expected = load_expected(args.expected) if args.expected else None
     with Store.open(args.store) as store:
         comparison = compare_runs(store, args.baseline, args.run, history=args.history)
@@ -306,7 +307,6 @@ def prune_main(argv: list[str]) -> int:
                         "on disk meanwhile, the store locked; without it the freed pages are reused by later runs)")
     args = p.parse_args(argv)
     from mschecker.campaign.store import Store
-    from mschecker.errors import InputError
     from mschecker.untrusted import plain
 
     with Store.open(args.store) as store:
@@ -373,11 +373,7 @@ def bisect_main(argv: list[str]) -> int:
 
     from mschecker.campaign.culprit import investigate
     from mschecker.campaign.store import Store
-    from mschecker.fsio import atomic_write_text
-
     if not Path(args.store).is_file():
-        from mschecker.errors import InputError
-
         raise InputError(f"store {args.store}: not found")
     with Store.open(args.store) as store, _RerunProgress() as progress:
         report = investigate(store, args.baseline, args.run, args.cell, model_repo=args.model_repo,

@@ -12,6 +12,7 @@ from mschecker.modelcheck.check import check_model
 from mschecker.commands._args import (Parser, _int, add_device_args, add_override_args, add_referee_args,
                     add_tolerance_args, check_writable, npu_knobs, parse_dtypes, parse_shapes, referee_from_args,
                     stated_tolerance)
+from mschecker.fsio import unlink_quietly
 
 
 def build_parser(prog: str = "mschecker") -> Parser:
@@ -43,7 +44,6 @@ def emit_report(report, args) -> int:
     import os
 
     from mschecker.console import make_console
-    from mschecker.fsio import unlink_quietly
     from mschecker.modelcheck.report import render_console, write_html, write_json
 
     render_console(report, make_console())

@@ -14,6 +14,7 @@ import json
 
 from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
 from mschecker.commands._args import COUNT_MAX, Parser, bounded_int, check_writable
+from mschecker.fsio import atomic_write_text
 
 
 def build_parser(prog: str = "mschecker plan") -> Parser:
@@ -38,8 +39,6 @@ def main(argv: list[str]) -> int:
     doc = plan.to_json()
     text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
     if out is not None:
-        from mschecker.fsio import atomic_write_text
-
         atomic_write_text(out, text)
     if args.json:
         print(text, end="")

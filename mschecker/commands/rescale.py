@@ -16,6 +16,8 @@ from __future__ import annotations
 from mschecker.errors import InputError
 from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
 from mschecker.commands._args import Parser, bounded_int, check_writable
+from mschecker.fsio import write_file_set
+from mschecker.tensors.meta import tensor_meta
 
 
 def build_parser(prog: str = "mschecker rescale") -> Parser:
@@ -38,11 +40,8 @@ def main(argv: list[str]) -> int:
     from mschecker.bisect.policy import npu_policy
     from mschecker.bisect.rescale import apply_rescale, choose_k, plan_rescale, prove, relative_difference
     from mschecker.bisect.writers import serialize
-    from mschecker.fsio import write_file_set
     from mschecker.graph.executor import Executor
     from mschecker.graph.loader import load_model
-    from mschecker.tensors.meta import tensor_meta
-
     args = build_parser().parse_args(argv)
     out = check_writable(args.out, "--out")
     report_path = check_writable(str(out.with_suffix("")) + ".txt", "--out")

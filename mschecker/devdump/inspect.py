@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from mschecker.devdump.evidence import DeviceDump, DumpCoverage
 from mschecker.devdump.model import DumpScan
 from mschecker.devdump.scan import scan_folder
+from mschecker.errors import InputError
+from mschecker.untrusted import plain
+from mschecker.devdump.mapping import from_plan
 
 
 @dataclass
@@ -41,8 +44,6 @@ class Inspection:
     def render(self, console, *, limit: int | None = None) -> None:
         from rich.table import Table
         from rich.text import Text
-
-        from mschecker.untrusted import plain
 
         s = self.scan
         console.print(Text(f"{plain(s.folder)}: {', '.join(s.kinds) or 'no dump'}; {len(s.ops)} dumped ops; "
@@ -82,9 +83,6 @@ def inspect_folder(folder, *, model=None, graph_json=None, profile="ascend910b")
     if model is None:
         scan = scan_folder(folder, "dump inspect")
         if not scan.ops:
-            from mschecker.errors import InputError
-            from mschecker.untrusted import plain
-
             first = f" (first file not used: {plain(scan.skipped[0])})" if scan.skipped else ""
             raise InputError(f"dump inspect {plain(folder)}: holds no dump{first}")
         return Inspection(scan)
@@ -102,8 +100,6 @@ def _mapped(folder, model, graph_json, profile) -> DeviceDump:
     from mschecker.graph.executor import Executor
     from mschecker.graph.loader import load_model
     from mschecker.npu.knobs import apply_knobs
-    from mschecker.devdump.mapping import from_plan
-
     loaded = load_model(model)
     if graph_json:
         dump = DeviceDump(folder, loaded.proto, graph_json=graph_json, flag="dump inspect")

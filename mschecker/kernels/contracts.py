@@ -11,6 +11,7 @@ import numpy as np
 
 from mschecker.dtypes import gamma, is_float, unit_roundoff
 from mschecker.kernels.registry import Case, Contract, Variant
+from mschecker.dtypes import float_format
 
 
 def output_rounding(ref, variant: Variant) -> np.ndarray:
@@ -21,8 +22,6 @@ def output_rounding(ref, variant: Variant) -> np.ndarray:
 def subnormal_floor(variant: Variant) -> float:
     """One subnormal step (2^-24 in fp16): twice the rounding error u*N below the normal range (docs/NUMERICS.md
     §1), the absolute floor for results rounding to ~0."""
-    from mschecker.dtypes import float_format
-
     fmt = float_format(variant.dtype)
     return fmt.smallest_normal * 2.0 ** -fmt.mantissa_bits
 

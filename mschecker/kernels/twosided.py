@@ -2,7 +2,7 @@
 rounding it must perform ("too accurate") passes it. These checks hold every run of a variant to its declared
 storage format and, where the variant (or its correct twin, for a planted bug) has a definition
 (optimized_kernels/definitions.py), to bit-equality with that definition on the same rounded inputs.
-kernelcheck.check_case applies them to every case it checks, so `mschecker kernels` and the tests do too.
+kernels.check.check_case applies them to every case it checks, so `mschecker kernels` and the tests do too.
 """
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ def check_model(model, inputs, golden, rule=None, *, tolerance: dict | None = No
     t_cmp = time.perf_counter()
     verdict = None
     if referee is not None:
-        from mschecker.modelcheck.referee import check_judge, referee_model
+        from mschecker.modelcheck.referee import check_judge, referee_model  # lazy: only with --referee
 
         check_judge(judge, "judge")
         verdict = referee_model(model, feeds, outputs, referee, k=referee_k, reduced=device == "npu",
@@ -111,11 +111,8 @@ def check_model(model, inputs, golden, rule=None, *, tolerance: dict | None = No
     meta = {
         "model": str(model),
         "model_sha256": getattr(runner, "model_sha256", None) or file_sha256(model),
-        "inputs": split_spec(inputs),
-        "golden": split_spec(golden),
-        "runner": runner.name,
-        "device": device,
-        "profile": profile,
+        "inputs": split_spec(inputs), "golden": split_spec(golden),
+        "runner": runner.name, "device": device, "profile": profile,
         "npu_options": {k: str(v) for k, v in (npu_options or {}).items()},
         "tolerance_from": tolerance_from,
         "timings_s": {"load": round(t_load - t0, 4), "read_inputs": round(t_read - t_load, 4),

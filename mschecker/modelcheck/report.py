@@ -20,7 +20,9 @@ from rich.text import Text
 
 from mschecker.compare import CheckReport, TensorComparison
 from mschecker.errors import InputError
+from mschecker.console import no_color
 from mschecker.untrusted import markup, plain
+from mschecker.fsio import atomic_write_text
 
 #: Detail sections (metrics, worst elements, histogram) are shown for every tensor up to this many outputs,
 #: and only for failed tensors beyond it, so a 200-output model does not print 200 sections.
@@ -239,19 +241,13 @@ def _renderables(report: CheckReport, details=None) -> list:
     return out
 
 
-def _no_color() -> bool:
-    # https://no-color.org: present and non-empty disables colour. Rich's own no_color only drops colours but
-    # keeps bold/reverse escapes; color_system=None drops every escape sequence.
-    return bool(os.environ.get("NO_COLOR"))
-
-
 def render_console(report: CheckReport, console: Console | None = None, *, details=None) -> None:
     """Print the report with Rich. Without `console`: stdout, colours only on a TTY and never under NO_COLOR.
 
     details: None (all tensors when there are at most DETAIL_ALL_UP_TO, else only failed ones), "all", "failed".
     """
     if console is None:
-        console = Console(color_system=None) if _no_color() else Console()
+        console = Console(color_system=None) if no_color() else Console()  # mschecker.console's NO_COLOR rule
     for r in _renderables(report, details):
         console.print(r)
 
@@ -271,8 +267,6 @@ def render_text(report: CheckReport, *, width: int = 110, details=None) -> str:
 # --------------------------------------------------------------------------------------------------------------
 
 def _write_atomic(path, text: str, what: str) -> None:
-    from mschecker.fsio import atomic_write_text
-
     try:
         atomic_write_text(path, text)
     except OSError as exc:

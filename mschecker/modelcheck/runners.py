@@ -20,6 +20,7 @@ from mschecker.onnxfile import read_model_file
 from mschecker.dtypes import resolve_dtype
 from mschecker.errors import InputError
 from mschecker.tensors.meta import TensorMeta, check_feeds
+from mschecker.fsio import check_readable
 
 DEVICES = ("ort", "reference", "npu")
 
@@ -45,8 +46,6 @@ def _ort_dtype(type_str: str, where: str) -> np.dtype:
 
 def _check_model_path(model_path) -> Path:
     """A model path that is a regular file (os.stat before any open: a FIFO would block, a device never end)."""
-    from mschecker.fsio import check_readable
-
     path = Path(model_path)
     if os.path.isdir(path):
         raise InputError(f"model {path}: is a directory, expected an .onnx file")

@@ -101,14 +101,6 @@ def _stored(arr: np.ndarray) -> np.ndarray:
     return arr.view(np.uint16) if arr.dtype == bfloat16 else arr
 
 
-def _file_names(names) -> dict[str, str]:
-    """A distinct, filesystem-safe .npy name per tensor name (case-insensitive filesystems included)."""
-    out, used = {}, set()
-    for name in names:
-        out[name] = _choose_file(safe_filename(name), None, {}, used)
-    return out
-
-
 def _choose_file(stem: str, sha: str | None, old_files: Mapping[str, dict], used: set[str]) -> str:
     """The first of stem.npy, stem_2.npy, ... not taken by another new tensor (case-insensitively) and not
     naming a file of the current set with other content (that file must stay intact until the commit)."""

@@ -151,7 +151,7 @@ def pytest_runtest_logreport(report):
 @pytest.fixture
 def mschecker_golden(request):
     """The run's golden directory: ``mschecker_golden.check(name, actual, ulp=1)`` (see mschecker.testing)."""
-    from mschecker.testing import GoldenDir
+    from mschecker.testing.asserts import GoldenDir  # lazy: every pytest run imports the plugin (numpy, compare)
 
     state = _state(request.config)
     return GoldenDir(state.golden_dir, update=state.update_golden, nodeid=request.node.nodeid)

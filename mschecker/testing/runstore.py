@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mschecker import __version__
+
 REPORT_SCHEMA_VERSION = 1
 _ACTIVE: list["RunSession"] = []  # a stack: pytester's in-process runs nest one pytest session in another
 
@@ -219,7 +221,6 @@ def build_run_report(state: RunSession) -> dict:
         tests.append({"nodeid": nodeid, "outcome": state.outcomes.get(nodeid, "unknown"), "checks": checks})
     counts = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "error", "skipped")}
     failed_checks = sum(1 for r in records if not r["passed"])
-    from mschecker import __version__
 
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
