@@ -1,6 +1,6 @@
 /* Optional fused kernel for mschecker.compare: one pass over a float32/float32 chunk whose pairs are all finite.
  *
- * It produces exactly what _Accumulator._finite_pairs accumulates with ~35 numpy passes (see compare.py):
+ * It produces exactly what _Accumulator._finite_pairs accumulates with ~35 numpy passes (see mschecker/compare/engine.py):
  * float64 sums of d*d, a*a, e*e, a*e and |d| (d = (double)a - (double)e, exact IEEE double operations, so every
  * per-element value equals numpy's; only the summation order of the five sums differs), max |d| and max relative
  * error |d| / max(|e|, tiny) with their first index, max |e|, the two relative-threshold counts, the mismatch
@@ -185,9 +185,68 @@ PyDoc_STRVAR(finite_f32_doc,
 "a, e: contiguous float32 buffers of equal length. ulp_tol < 0: the rule has no ULP clause. edges: the 15\n"
 "float64 decade edges. ulp_low (65536 int64), ulp_high (64 int64), hist (17 int64): counters, incremented in\n"
 "place. top_thr: |d| > top_thr makes an element a top-k candidate; its chunk index goes to cand (int64, at\n"
-"least len(a) slots). Returns None (nothing touched) when a pair is not finite, else the tuple\n"
-"(sum_dd, sum_aa, sum_ee, sum_ae, sum_abs, max_abs, max_abs_i, peak, max_rel, max_rel_i, rel_lt_1e3,\n"
-" rel_lt_5e3, mismatches, ulp_max, ncand, min_a, min_e); rel_lt_*: counts of relative error < thr0 / thr1.");
+"least len(a) slots). Returns None (nothing touched) when a pair is not finite, else a FiniteTotals\n"
+"(named fields, TOTALS_FIELDS: sum_dd, sum_aa, sum_ee, sum_ae, sum_abs, max_abs, max_abs_i, peak, max_rel,\n"
+" max_rel_i, rel_lt_1e3, rel_lt_5e3, mismatches, ulp_max, ncand, min_a, min_e); rel_lt_*: counts of relative\n"
+" error < thr0 / thr1.");
+
+/* The result's named fields. The Python side names them too (engine._FAST_FIELDS) and mschecker/native.py compares
+ * the two lists at import (TOTALS_FIELDS), so a field added on one side only is a stale build, caught before use.
+ * To add one: a member of Totals, a row here, its value in totals_new, and the name in engine._FAST_FIELDS. */
+static PyStructSequence_Field totals_fields[] = {
+    {"sum_dd", "float64 sum of d*d, d = a - e"},
+    {"sum_aa", "float64 sum of a*a"},
+    {"sum_ee", "float64 sum of e*e"},
+    {"sum_ae", "float64 sum of a*e"},
+    {"sum_abs", "float64 sum of |d|"},
+    {"max_abs", "max |d| (-1 for an empty chunk)"},
+    {"max_abs_i", "chunk index of the first max |d|"},
+    {"peak", "max |e|"},
+    {"max_rel", "max |d| / max(|e|, tiny)"},
+    {"max_rel_i", "chunk index of the first max relative error"},
+    {"rel_lt_1e3", "count of relative errors < thr0"},
+    {"rel_lt_5e3", "count of relative errors < thr1"},
+    {"mismatches", "count of elements outside the element rule"},
+    {"ulp_max", "largest fp32 ULP distance"},
+    {"ncand", "number of top-k candidates written to cand"},
+    {"min_a", "min a (KL needs a >= 0)"},
+    {"min_e", "min e (KL needs e >= 0)"},
+    {NULL, NULL},
+};
+#define NTOTALS ((int)(sizeof totals_fields / sizeof totals_fields[0]) - 1)
+
+static PyStructSequence_Desc totals_desc = {
+    "mschecker._fastcompare.FiniteTotals", "What finite_f32 accumulated over one chunk.", totals_fields, NTOTALS,
+};
+
+static PyTypeObject *TotalsType;
+
+/* A FiniteTotals of t, or NULL with an exception set. */
+static PyObject *totals_new(const Totals *t) {
+    PyObject *r = PyStructSequence_New(TotalsType);
+    if (!r)
+        return NULL;
+    PyObject *v[NTOTALS] = {
+        PyFloat_FromDouble(t->sdd), PyFloat_FromDouble(t->saa), PyFloat_FromDouble(t->see),
+        PyFloat_FromDouble(t->sae), PyFloat_FromDouble(t->sabs), PyFloat_FromDouble(t->max_abs),
+        PyLong_FromLongLong(t->max_abs_i), PyFloat_FromDouble(t->peak), PyFloat_FromDouble(t->max_rel),
+        PyLong_FromLongLong(t->max_rel_i), PyLong_FromLongLong(t->rel0), PyLong_FromLongLong(t->rel1),
+        PyLong_FromLongLong(t->mism), PyLong_FromUnsignedLong(t->ulp_max), PyLong_FromLongLong(t->ncand),
+        PyFloat_FromDouble(t->min_a), PyFloat_FromDouble(t->min_e),
+    };
+    int ok = 1;
+    for (int i = 0; i < NTOTALS; i++) {
+        if (!v[i])
+            ok = 0;
+        else
+            PyStructSequence_SetItem(r, i, v[i]); /* steals the reference */
+    }
+    if (!ok) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return r;
+}
 
 static PyObject *finite_f32(PyObject *self, PyObject *args) {
     Py_buffer ba, be, bedges, blow, bhigh, bhist, bcand;
@@ -239,10 +298,7 @@ static PyObject *finite_f32(PyObject *self, PyObject *args) {
             for (int k = 0; k < NEDGES + 2; k++) hist[k] += lh[c][k];
         Py_END_ALLOW_THREADS
         if (finite)
-            result = Py_BuildValue("ddddddLddLLLLkLdd", tot.sdd, tot.saa, tot.see, tot.sae, tot.sabs, tot.max_abs,
-                                   (long long)tot.max_abs_i, tot.peak, tot.max_rel, (long long)tot.max_rel_i,
-                                   (long long)tot.rel0, (long long)tot.rel1, (long long)tot.mism,
-                                   (unsigned long)tot.ulp_max, (long long)tot.ncand, tot.min_a, tot.min_e);
+            result = totals_new(&tot);
         else
             result = Py_NewRef(Py_None);
     }
@@ -264,16 +320,37 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "mschecker._fastcompare",
-    "Optional fused one-pass kernel for the streaming comparison (see mschecker/compare.py).", -1, methods,
+    "Optional fused one-pass kernel for the streaming comparison (see mschecker/compare/engine.py).", -1, methods,
 };
 
-/* The sizes the Python side allocates (mschecker/compare.py), compared at import by mschecker/native.py. */
+/* The sizes the Python side allocates (mschecker/compare/engine.py), compared at import by mschecker/native.py. */
+static PyObject *field_names(void) {
+    PyObject *names = PyTuple_New(NTOTALS);
+    for (int i = 0; names && i < NTOTALS; i++) {
+        PyObject *s = PyUnicode_FromString(totals_fields[i].name);
+        if (!s) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyTuple_SET_ITEM(names, i, s);
+    }
+    return names;
+}
+
 PyMODINIT_FUNC PyInit__fastcompare(void) {
+    if (!TotalsType && !(TotalsType = PyStructSequence_NewType(&totals_desc)))
+        return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && (PyModule_AddIntConstant(m, "EXACT_BINS", EXACT_BINS) < 0 || PyModule_AddIntConstant(m, "NEDGES", NEDGES) < 0 ||
-              PyModule_AddIntConstant(m, "LANES", LANES) < 0)) {
+    if (!m)
+        return NULL;
+    PyObject *names = field_names();
+    if (PyModule_AddIntConstant(m, "EXACT_BINS", EXACT_BINS) < 0 || PyModule_AddIntConstant(m, "NEDGES", NEDGES) < 0 ||
+        PyModule_AddIntConstant(m, "LANES", LANES) < 0 || PyModule_AddObjectRef(m, "TOTALS_FIELDS", names) < 0 ||
+        PyModule_AddObjectRef(m, "FiniteTotals", (PyObject *)TotalsType) < 0) {
+        Py_XDECREF(names);
         Py_DECREF(m);
         return NULL;
     }
+    Py_DECREF(names);
     return m;
 }

@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from mschecker.compare import engine as C
-from mschecker.compare import SCHEMA_VERSION, CheckReport, ToleranceRule, compare_arrays
+from mschecker.compare import SCHEMA_VERSION, BoundRule, CheckReport, ElementRule, ToleranceRule, compare_arrays
 from mschecker import dtypes as dtypes_mod
 from mschecker.dtypes import FORMATS, bfloat16, ordinal, ulp_distance
 from mschecker.errors import InputError
@@ -213,6 +213,44 @@ def test_check_report_dict():
     assert d["summary"] == {"tensors": 2, "failed": 1, "failed_names": ["hand"]}
     assert d["meta"]["t"] == "nan"
     assert CheckReport([], rule).passed
+
+
+def test_bound_rule_is_a_sibling_with_the_report_rule_keys():
+    """BoundRule states no tolerance of its own (it is no ToleranceRule), yet its JSON keeps every key of the
+    report's `rule` object, in the same order (docs/REPORT_SCHEMA.md), with the values it always had."""
+    rule = BoundRule(ulp_format="fp16", dtype="float16", why="w")
+    assert isinstance(rule, ElementRule) and not isinstance(rule, ToleranceRule)
+    assert not any(hasattr(rule, k) for k in ("atol", "rtol", "ulp"))
+    d = rule.to_dict()
+    assert list(d) == list(ToleranceRule().to_dict()) + ["why", "storage_dtype"]
+    assert (d["convention"], d["atol"], d["rtol"], d["ulp"], d["ulp_format"], d["cosine"]) == (
+        "mschecker contract", 0.0, 0.0, None, "float16", None)
+    assert rule.fast_path_params() is None
+    with pytest.raises(InputError):
+        BoundRule(ulp_format="fp12")
+
+
+def test_element_rule_protocol_is_abstract():
+    """A rule must state its element rule and its report form; the per-comparison state and the C fast path
+    are optional (none by default)."""
+    with pytest.raises(TypeError):
+        ElementRule()
+
+    class Exact(ElementRule):
+        def count_finite_mismatches(self, state, chunk):
+            return int(np.count_nonzero(chunk.ad))
+
+        def nonfinite_matches(self, state, a64, e64, flat):
+            return (np.isnan(a64) & np.isnan(e64)) | (a64 == e64)
+
+        def describe(self):
+            return "exact"
+
+        def to_dict(self):
+            return {"text": "exact"}
+
+    r = compare_arrays(A, A + np.float32(1.0), Exact())
+    assert r.mismatches == A.size and r.failed_rules == ["elementwise"] and r.bound is None
 
 
 # ----------------------------------------------------------------------------------------------- properties

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from mschecker.compare import engine as C
-from mschecker.compare import ToleranceRule, compare_arrays
+from mschecker.compare import BoundRule, FastPathParams, ToleranceRule, compare_arrays
 
 
 from tests.test_compare_streaming import assert_streaming_equal
@@ -105,6 +105,45 @@ def test_not_used_for_other_dtypes_or_ulp_formats(monkeypatch):
     assert calls == [True]
 
 
+def test_rule_declares_the_fast_path():
+    """The engine asks the rule (fast_path_params), not its type: a rule with no parameters for the kernel
+    (a contract, a ToleranceRule subclass with its own element rule) stays on the numpy path, while the
+    kernel applies the parameters a rule declares."""
+    x = np.ones(4, np.float32)
+
+    class Strict(ToleranceRule):
+        def count_finite_mismatches(self, state, chunk):
+            return int(np.count_nonzero(chunk.ad))
+
+    for rule in (BoundRule(bound=np.ones(4), dtype="float32", ulp_format="fp32"), Strict()):
+        assert rule.fast_path_params() is None
+        _, _, calls = both_paths(x, x, rule)
+        assert not calls
+    assert ToleranceRule(atol=1e-3, rtol=0.0, ulp=2).fast_path_params() == FastPathParams(1e-3, 0.0, 2)
+    assert ToleranceRule(ulp=None).fast_path_params().ulp_tol == -1
+
+    class Declared(Strict):  # the exact rule, which the kernel computes as atol = rtol = 0 without ULP clause
+        def fast_path_params(self):
+            return FastPathParams(0.0, 0.0, -1)
+
+    a = x + np.float32([0.0, 1e-6, 0.0, 1.0])
+    fast, slow, calls = both_paths(a, x, Declared())
+    assert calls == [True] and fast.mismatches == slow.mismatches == 2
+
+
+def test_kernel_result_has_the_engines_field_names():
+    """The kernel returns named fields (FiniteTotals) in the order engine._FAST_FIELDS lists; native.load checks
+    TOTALS_FIELDS at import, so a field added on one side only disables a stale build (an error under
+    MSCHECKER_REQUIRE_NATIVE)."""
+    assert tuple(C._fastcompare.TOTALS_FIELDS) == C._FAST_FIELDS
+    a = np.float32([1.0, 2.0, 3.0])
+    low, high, hist, cand = (np.zeros(s, np.int64) for s in (1 << 16, 64, 17, 3))
+    t = C._fastcompare.finite_f32(a, a + np.float32(0.5), 0.0, 0.0, 1e-38, 1e-3, 5e-3, -1, C._DECADE_EDGES, low,
+                                  high, hist, -1.0, cand)
+    assert isinstance(t, C._fastcompare.FiniteTotals) and len(t) == len(C._FAST_FIELDS)
+    assert (t.max_abs, t.max_abs_i, t.mismatches, t.ncand, t.sum_abs) == (0.5, 0, 3, 3, 1.5)
+
+
 def test_big_ulp_distances_and_ties(monkeypatch):
     """Distances above the exact bins (power-of-two buckets, refinement pass), sign flips and tied maxima."""
     rng = np.random.default_rng(1)
@@ -127,12 +166,13 @@ def test_planted_bug_tie_rule_is_caught(monkeypatch):
     real = C._fastcompare.finite_f32
 
     def last_index(*args):
-        out = list(real(*args))
+        out = real(*args)
         arr_a = np.frombuffer(args[0], np.float32)
         arr_e = np.frombuffer(args[1], np.float32)
         ad = np.abs(arr_a.astype(np.float64) - arr_e.astype(np.float64))
-        out[6] = int(np.flatnonzero(ad == out[5])[-1])  # the planted wrong tie rule
-        return tuple(out)
+        fields = list(out)
+        fields[C._FAST_FIELDS.index("max_abs_i")] = int(np.flatnonzero(ad == out.max_abs)[-1])  # the planted bug
+        return type(out)(fields)
 
     monkeypatch.setattr(C._fastcompare, "finite_f32", last_index)
     fast, slow, _ = both_paths(a, e, ToleranceRule())

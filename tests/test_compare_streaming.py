@@ -1,6 +1,6 @@
 """Streaming: results over random chunk sizes equal the whole-array result, memmaps and strided views included.
 
-What must be equal and why (mschecker/compare.py module docstring): every per-element quantity is a float64
+What must be equal and why (mschecker/compare/engine.py module docstring): every per-element quantity is a float64
 function of that element alone, so maxima, their indices, counts, the top-k, the histograms and the ULP
 percentiles are identical whatever the chunking. Sums (mean |err|, RMSE, cosine, relative Euclidean, SNR, PSNR,
 KL) differ only by summation order; for n <= 400 terms each float64 sum moves by at most gamma_n relative to the

@@ -1,6 +1,6 @@
 """Both sides of every edge of the verdict (docs/TOLERANCE.md): an element exactly on a boundary and the next
 representable value past it, for the atol + rtol*|e| clause, the --ulp N clause, +-0, subnormals, NaN payloads
-and infinities; and the contract rule (kernelcheck.check_output) at |err| = bound and at the overflow threshold.
+and infinities; and the contract rule (kernels.check.check_output) at |err| = bound and at the overflow threshold.
 
 Every case runs on the numpy route and, where it is built, the compiled one (MSCHECKER_NO_FASTCOMPARE), since
 both must draw the edge in the same place. Values are chosen so that the boundary itself is exact in float64

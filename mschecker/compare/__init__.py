@@ -8,11 +8,12 @@ from mschecker.compare.engine import DEFAULT_CHUNK_ELEMS, REL_THRESHOLDS, compar
 from mschecker.compare.results import (SCHEMA_VERSION, BoundStats, CheckReport, NonFiniteStats, TensorComparison, WorstElement,
                       json_float, json_safe)
 from mschecker.compare.rules import (DEFAULT_ATOL, DEFAULT_RTOL, ELEMENTWISE_KEYS, TOLERANCE_KEYS, BoundRule,
-                                     ToleranceRule, resolve_rule)
+                                     ElementRule, FastPathParams, ToleranceRule, resolve_rule)
 from mschecker.compare.ulp import ulp_percentile
 
 __all__ = [
     "DEFAULT_ATOL", "DEFAULT_CHUNK_ELEMS", "DEFAULT_RTOL", "REL_THRESHOLDS", "SCHEMA_VERSION", "BoundRule",
+    "ElementRule", "FastPathParams",
     "BoundStats", "CheckReport", "NonFiniteStats", "TensorComparison", "ToleranceRule", "WorstElement", "resolve_rule", "TOLERANCE_KEYS", "ELEMENTWISE_KEYS",
     "compare_arrays", "json_float", "json_safe", "ulp_percentile",
 ]

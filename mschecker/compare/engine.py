@@ -14,7 +14,8 @@ Speed: float32 chunks whose pairs are all finite go through an optional one-pass
 `_Accumulator._update_fast`) that yields the same exact fields; without it (or with MSCHECKER_NO_FASTCOMPARE=1)
 the numpy path does the same work in ~35 vectorised passes.
 
-Which elements pass is the rule's decision (rules.py: ToleranceRule, BoundRule), asked once per chunk; the
+Which elements pass is the rule's decision (rules.py: an ElementRule, ToleranceRule or BoundRule), asked once per
+chunk, and the rule says whether the C kernel can apply it (ElementRule.fast_path_params); the
 engine computes every metric the same way whatever the rule, so every verdict of mschecker (CLI, kernels,
 plugin, SD, bisection) comes from this one path. Results: results.py; ULP percentiles: ulp.py.
 """
@@ -31,7 +32,7 @@ from mschecker.dtypes import FloatFormat, dtype_name, float_format, is_float, ul
 from mschecker.errors import InputError
 from mschecker.fsio import release_file_pages
 from mschecker.compare.results import NonFiniteStats, TensorComparison, WorstElement
-from mschecker.compare.rules import ChunkView, ToleranceRule
+from mschecker.compare.rules import ChunkView, ElementRule, ToleranceRule
 from mschecker.compare.ulp import _EXACT_ULP_BINS, UlpHistogram, ulp_distances_same_format, ulp_format_of, ulp_percentiles
 
 def _fast_kernel():
@@ -114,7 +115,12 @@ _DECADE_EDGES = 10.0 ** np.arange(-12, 3)
 _DECADE_LABELS = ["0", "<1e-12"] + [f"[1e{k},1e{k + 1})" for k in range(-12, 2)] + ["≥1e2"]
 #: Optional one-pass C kernel (mschecker/_fastcompare.c, loaded by mschecker/native.py), checked at import against
 #: the sizes the numpy path allocates; without it the numpy path does the same work.
-_fastcompare = native.load("_fastcompare", EXACT_BINS=_EXACT_ULP_BINS, NEDGES=_DECADE_EDGES.size)
+#: The named fields of the kernel's result (a PyStructSequence, FiniteTotals), in the kernel's order; each is
+#: what _Accumulator._finite_pairs adds to the field of the same role on the numpy path (_update_fast folds them).
+_FAST_FIELDS = ("sum_dd", "sum_aa", "sum_ee", "sum_ae", "sum_abs", "max_abs", "max_abs_i", "peak", "max_rel",
+                "max_rel_i", "rel_lt_1e3", "rel_lt_5e3", "mismatches", "ulp_max", "ncand", "min_a", "min_e")
+_fastcompare = native.load("_fastcompare", EXACT_BINS=_EXACT_ULP_BINS, NEDGES=_DECADE_EDGES.size,
+                           TOTALS_FIELDS=_FAST_FIELDS)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -124,7 +130,7 @@ _fastcompare = native.load("_fastcompare", EXACT_BINS=_EXACT_ULP_BINS, NEDGES=_D
 class _Accumulator:
     """Running state of one comparison; `update` takes matching chunks, `finish` builds the TensorComparison."""
 
-    def __init__(self, name, shape, a_dtype, e_dtype, rule: ToleranceRule, topk: int):
+    def __init__(self, name, shape, a_dtype, e_dtype, rule: ElementRule, topk: int):
         self.name, self.shape, self.rule, self.topk = name, tuple(shape), rule, max(0, int(topk))
         self.a_dtype, self.e_dtype = a_dtype, e_dtype
         self.fmt: FloatFormat | None = ulp_format_of(rule, a_dtype, e_dtype)
@@ -162,10 +168,13 @@ class _Accumulator:
         self.hist = np.zeros(len(_DECADE_LABELS), dtype=np.int64)
         self._bufs: dict[str, np.ndarray] = {}
         self.rule_state = rule.begin(self.shape)
-        # The C kernel covers the hot case: float32 on both sides, ULPs counted in fp32 (see _update_fast).
+        # The C kernel covers the hot case: a rule it implements (fast_path_params), float32 on both sides, ULPs
+        # counted in fp32 (see _update_fast).
         f32 = np.dtype(np.float32)
-        self._kernel = _fast_kernel() if (rule.fast_path and np.dtype(a_dtype) == f32 and np.dtype(e_dtype) == f32
-                                          and self.fmt is not None and self.fmt.dtype == f32) else None
+        self._fast_params = rule.fast_path_params()
+        self._kernel = _fast_kernel() if (self._fast_params is not None and np.dtype(a_dtype) == f32
+                                          and np.dtype(e_dtype) == f32 and self.fmt is not None
+                                          and self.fmt.dtype == f32) else None
 
     # -- per chunk ------------------------------------------------------------------------------------------
     def _scratch(self, key: str, m: int, dtype=np.float64) -> np.ndarray:
@@ -270,37 +279,34 @@ class _Accumulator:
         k = self.topk
         thr = float(self.top_key[-1]) if k and self.top_key.size >= k else (-1.0 if k else math.inf)
         cand = self._scratch("cand", m, np.int64)
-        out = self._kernel.finite_f32(a, e, float(self.rule.atol), float(self.rule.rtol), float(self.tiny),
-                                      *map(float, REL_THRESHOLDS),
-                                      -1 if self.rule.ulp is None else int(self.rule.ulp), _DECADE_EDGES,
-                                      self.ulp.low, self.ulp.high, self.hist, thr, cand)
-        if out is None:
+        p = self._fast_params
+        t = self._kernel.finite_f32(a, e, p.atol, p.rtol, float(self.tiny), *map(float, REL_THRESHOLDS),
+                                    p.ulp_tol, _DECADE_EDGES, self.ulp.low, self.ulp.high, self.hist, thr, cand)
+        if t is None:
             return False
-        (sdd, saa, see, sae, sabs, max_abs, max_abs_i, peak, max_rel, max_rel_i, rel0, rel1, mism, ulp_max,
-         ncand, min_a, min_e) = out
         self.finite += m
-        self.sum_dd += sdd
-        self.sum_aa += saa
-        self.sum_ee += see
-        self.sum_ae += sae
-        self.sum_abs += sabs
-        if max_abs > self.max_abs:
-            self.max_abs, self.max_abs_flat = max_abs, offset + max_abs_i
-        self.peak = max(self.peak, peak)
-        if max_rel > self.max_rel:
-            self.max_rel, self.max_rel_flat = max_rel, offset + max_rel_i
-        self.rel_counts[0] += rel0
-        self.rel_counts[1] += rel1
-        self.mismatches += mism
+        self.sum_dd += t.sum_dd
+        self.sum_aa += t.sum_aa
+        self.sum_ee += t.sum_ee
+        self.sum_ae += t.sum_ae
+        self.sum_abs += t.sum_abs
+        if t.max_abs > self.max_abs:
+            self.max_abs, self.max_abs_flat = t.max_abs, offset + t.max_abs_i
+        self.peak = max(self.peak, t.peak)
+        if t.max_rel > self.max_rel:
+            self.max_rel, self.max_rel_flat = t.max_rel, offset + t.max_rel_i
+        self.rel_counts[0] += t.rel_lt_1e3
+        self.rel_counts[1] += t.rel_lt_5e3
+        self.mismatches += t.mismatches
         self.ulp.n += m
-        self.ulp.max = max(self.ulp.max, ulp_max)
+        self.ulp.max = max(self.ulp.max, t.ulp_max)
         if self.kl_ok:
-            if min_a < 0 or min_e < 0:
+            if t.min_a < 0 or t.min_e < 0:
                 self.kl_ok, self.kl_note = False, "N/A: tensor has negative values"
             else:
                 self._kl(self._f64("a64", a), self._f64("e64", e))
-        if ncand:
-            c = cand[:ncand]
+        if t.ncand:
+            c = cand[:t.ncand]
             key = np.abs(a[c].astype(np.float64) - e[c].astype(np.float64))
             self._select_top(key, c, a[c].astype(np.float64), e[c].astype(np.float64), None, offset)
         return True
@@ -613,7 +619,7 @@ def _default_workers(nchunks: int) -> int:
     return 1 if nchunks < 8 else max(1, min(8, os.cpu_count() or 1, nchunks))
 
 
-def compare_arrays(actual, expected, rule: ToleranceRule | None = None, *, name: str = "output", topk: int = 10,
+def compare_arrays(actual, expected, rule: ElementRule | None = None, *, name: str = "output", topk: int = 10,
                    chunk_elems: int | None = None, workers: int | None = None) -> TensorComparison:
     """Compare one tensor with its expected value under `rule`, streaming `chunk_elems` elements at a time.
 

@@ -162,7 +162,7 @@ class CheckReport:
     """
 
     tensors: list[TensorComparison]
-    rule: "ToleranceRule"  # compare.rules (which imports this module, not the other way round)
+    rule: "ElementRule"  # compare.rules (which imports this module, not the other way round)
     meta: dict = field(default_factory=dict)
 
     @property

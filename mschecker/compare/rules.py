@@ -8,15 +8,19 @@ chunk by chunk, which elements mismatch. Two rules exist:
 * `BoundRule`: an elementwise error bound that is an array streaming with the data (a kernel's error contract,
   derived per element from its inputs): `mschecker kernels`, the kernel suite, `assert_close_to_reference(contract=)`.
 
-Both answer two questions for the engine: `count_finite_mismatches` (pairs where both sides are finite) and
-`nonfinite_matches` (pairs where at least one side is NaN/inf). docs/TOLERANCE.md states the rules in prose.
+Both are siblings under `ElementRule`, the protocol the engine asks: `count_finite_mismatches` (pairs where both
+sides are finite), `nonfinite_matches` (pairs where at least one side is NaN/inf), per-comparison state
+(begin/merge/finish) and `fast_path_params` (what the C kernel needs, None when it cannot apply the rule).
+docs/TOLERANCE.md states the rules in prose.
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,8 +55,80 @@ class ChunkView:
         return self.start + self.sel
 
 
+class FastPathParams(NamedTuple):
+    """What the C kernel (_fastcompare.c) needs to apply an element rule: |d| > atol + rtol*|e| and, when
+    ulp_tol >= 0, more than ulp_tol fp32 ULPs apart; ulp_tol = -1: no ULP clause."""
+
+    atol: float
+    rtol: float
+    ulp_tol: int
+
+
+def _ulp_format_name(ulp_format: str | None) -> str | None:
+    """The canonical name of a forced ULP format (None: not forced), as reports show it."""
+    return dtype_name(resolve_dtype(ulp_format)) if ulp_format else None
+
+
+def _check_ulp_format(ulp_format: str | None) -> None:
+    """A forced ULP format must be a float format: a bad name is a user's input error, said before any work."""
+    if ulp_format is not None:
+        try:
+            float_format(resolve_dtype(ulp_format))
+        except ValueError:
+            raise InputError(f"tolerance: ulp format must be fp16, bf16, fp32 or fp64, got {ulp_format!r}")
+
+
+class ElementRule(abc.ABC):
+    """The protocol the streaming engine (engine.py) asks, chunk by chunk, which elements pass.
+
+    Subclasses state the element rule (count_finite_mismatches, nonfinite_matches) and how a report shows it
+    (describe, to_dict). Per-comparison state: `begin(shape)` returns it (None by default), every call gets it,
+    `merge` folds a worker's state into another's, `finish` adds the rule's own results to the
+    TensorComparison. Attributes the engine reads: `finite_rule_name` (the name of a finite mismatch in
+    failed_rules), `cosine` (a tensor-level minimum cosine, None: off) and `ulp_format` (the format ULP metrics
+    are counted in, None: the coarser dtype). `fast_path_params` says whether the C kernel implements the rule.
+    """
+
+    finite_rule_name: str = "elementwise"
+    cosine: float | None = None
+    ulp_format: str | None = None
+
+    def begin(self, shape):
+        """State for one comparison (None: the rule has none)."""
+        return None
+
+    @abc.abstractmethod
+    def count_finite_mismatches(self, state, chunk: ChunkView) -> int:
+        """How many of the chunk's finite pairs mismatch."""
+
+    @abc.abstractmethod
+    def nonfinite_matches(self, state, a64: np.ndarray, e64: np.ndarray, flat) -> np.ndarray:
+        """Which pairs with a NaN/inf side match (a bool array); flat: their flat positions in the tensor."""
+
+    def merge(self, state, other_state) -> None:
+        """Fold another worker's state (disjoint chunks of the same tensors) into `state`."""
+        return None
+
+    def finish(self, state, result) -> None:
+        """Add the rule's own results to the TensorComparison (none by default)."""
+        return None
+
+    def fast_path_params(self) -> FastPathParams | None:
+        """The C kernel's parameters when it implements this rule exactly on float32 chunks, else None (the
+        default: the numpy path, which asks count_finite_mismatches, runs)."""
+        return None
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """One line that states the rule exactly."""
+
+    @abc.abstractmethod
+    def to_dict(self) -> dict:
+        """The rule's JSON form (docs/REPORT_SCHEMA.md, `rule`)."""
+
+
 @dataclass(frozen=True)
-class ToleranceRule:
+class ToleranceRule(ElementRule):
     """The pass/fail rule, following the numpy.isclose / torch.testing.assert_close convention.
 
     Element rule (expected e, actual a; asymmetric: the tolerance scales with the *expected* value):
@@ -84,11 +160,7 @@ class ToleranceRule:
             raise InputError(f"tolerance: ulp must be an integer >= 0, got {self.ulp!r}")
         if self.cosine is not None and not (-1.0 <= float(self.cosine) <= 1.0):
             raise InputError(f"tolerance: cosine must lie in [-1, 1], got {self.cosine!r}")
-        if self.ulp_format is not None:
-            try:
-                float_format(resolve_dtype(self.ulp_format))
-            except ValueError:
-                raise InputError(f"tolerance: ulp format must be fp16, bf16, fp32 or fp64, got {self.ulp_format!r}")
+        _check_ulp_format(self.ulp_format)
 
     @classmethod
     def from_args(cls, tolerance=None, atol=None, rtol=None, ulp=None, cosine=None, ulp_format=None):
@@ -118,14 +190,7 @@ class ToleranceRule:
         c = num("cosine", cosine) if cosine is not None else None
         return cls(atol=a, rtol=r, ulp=ulp, cosine=c, ulp_format=ulp_format)
 
-    # -- the element rule, as the streaming engine applies it ------------------------------------------------
-    #: the name of the rule a finite mismatch breaks, in TensorComparison.failed_rules
-    finite_rule_name = "elementwise"
-
-    def begin(self, shape) -> None:
-        """State for one comparison (the tolerance rule has none)."""
-        return None
-
+    # -- the element rule, as the streaming engine applies it (no per-comparison state) -----------------------
     def count_finite_mismatches(self, state, chunk: ChunkView) -> int:
         """Finite pairs outside |d| <= atol + rtol*|e| and, when the rule has a ULP clause, not within `ulp` ULPs
         with both sides finite in the ULP format.
@@ -152,17 +217,12 @@ class ToleranceRule:
         """Pairs where a side is NaN/inf: NaN matches NaN, inf matches same-sign inf, anything else mismatches."""
         return (np.isnan(a64) & np.isnan(e64)) | (a64 == e64)
 
-    def merge(self, state, other_state) -> None:
-        return None
-
-    def finish(self, state, result) -> None:
-        """Add the rule's own results to the TensorComparison (the tolerance rule has none)."""
-        return None
-
-    @property
-    def fast_path(self) -> bool:
-        """True when the engine's C kernel implements this rule exactly (it knows only atol/rtol/ulp)."""
-        return type(self) is ToleranceRule
+    def fast_path_params(self) -> FastPathParams | None:
+        """atol, rtol and the ULP clause: all the C kernel needs. A subclass that redefines the element rule is
+        not what the kernel computes, so it gets None unless it declares its own."""
+        if type(self).count_finite_mismatches is not ToleranceRule.count_finite_mismatches:
+            return None
+        return FastPathParams(float(self.atol), float(self.rtol), -1 if self.ulp is None else int(self.ulp))
 
     @classmethod
     def from_hint(cls, hint, cosine=None) -> "ToleranceRule | None":
@@ -194,7 +254,7 @@ class ToleranceRule:
             "atol": float(self.atol),
             "rtol": float(self.rtol),
             "ulp": self.ulp,
-            "ulp_format": dtype_name(resolve_dtype(self.ulp_format)) if self.ulp_format else None,
+            "ulp_format": _ulp_format_name(self.ulp_format),
             "cosine": None if self.cosine is None else float(self.cosine),
             "text": self.describe(),
         }
@@ -241,7 +301,7 @@ class _BoundState:
 
 
 @dataclass(frozen=True, eq=False)
-class BoundRule(ToleranceRule):
+class BoundRule(ElementRule):
     """|actual - expected| <= bound, elementwise, with `bound` an array broadcastable to the tensor's shape (a
     kernel's error contract evaluated on its inputs); it streams with the data, chunk by chunk.
 
@@ -254,17 +314,19 @@ class BoundRule(ToleranceRule):
       the storage format's overflow threshold (a result within the bound may round to inf);
     * a non-finite expected value needs the same value (NaN for NaN, same-sign inf).
     The rule also tracks the worst err/bound ratio, where it is and the bound there (TensorComparison.bound).
-    `why` is the contract's derivation, shown in reports.
+    `why` is the contract's derivation, shown in reports; `ulp_format` the format the ULP metrics are counted in
+    (the callers pass the storage format). The rule has no tolerance and no cosine rule.
     """
 
     bound: object = None
     dtype: str = "float64"
     why: str = ""
+    ulp_format: str | None = None
 
     finite_rule_name = "contract"
 
     def __post_init__(self):
-        super().__post_init__()
+        _check_ulp_format(self.ulp_format)
         object.__setattr__(self, "dtype", dtype_name(resolve_dtype(self.dtype)))
 
     @staticmethod
@@ -354,17 +416,13 @@ class BoundRule(ToleranceRule):
                                   bound_at_worst=state.bound_at_worst,
                                   expected_nonfinite_mismatches=state.expected_nonfinite_mismatches)
 
-    @property
-    def fast_path(self) -> bool:
-        return False
-
     def describe(self) -> str:
         return (f"elementwise error contract |actual - reference| <= bound(inputs, reference); bound: {self.why}; "
                 "where the reference overflows the storage format the same inf is expected")
 
     def to_dict(self) -> dict:
-        d = super().to_dict()
-        d.update({"convention": "mschecker contract", "why": self.why, "storage_dtype": self.dtype,
-                  "text": self.describe()})
-        return d
+        # atol/rtol/ulp/cosine kept, unused: readers of the report's `rule` (docs/REPORT_SCHEMA.md) expect them
+        return {"convention": "mschecker contract", "atol": 0.0, "rtol": 0.0, "ulp": None,
+                "ulp_format": _ulp_format_name(self.ulp_format), "cosine": None, "text": self.describe(),
+                "why": self.why, "storage_dtype": self.dtype}
 

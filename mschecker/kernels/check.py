@@ -128,7 +128,7 @@ def compare_to_contract(out, ref, bound, dtype: str, *, name: str = "output", wh
     ref = np.asarray(ref, dtype=np.float64)
     if out.shape != ref.shape:
         raise AssertionError(f"variant output shape {out.shape} != reference shape {ref.shape}")
-    rule = BoundRule(atol=0.0, rtol=0.0, ulp_format=dtype, bound=bound, dtype=dtype, why=why)
+    rule = BoundRule(ulp_format=dtype, bound=bound, dtype=dtype, why=why)
     return compare_arrays(out, BoundRule.expected_of(ref, dtype), rule, name=name, topk=topk)
 
 

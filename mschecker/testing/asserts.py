@@ -35,16 +35,17 @@ from mschecker.testing.runstore import RunSession, active
 # Contracts as a reportable rule
 # ----------------------------------------------------------------------------------------------------------------
 
-#: The rule of a contract check (kept under its historical name): compare.BoundRule with the contract's `why`.
+#: compare.BoundRule under its historical public name (in mschecker.testing.__all__, for users); the package
+#: itself says BoundRule.
 ContractRule = BoundRule
 
 
 def contract_comparison(actual, reference, bound, *, name: str = "output", why: str = "", dtype=None,
                         topk: int = 10) -> tuple[TensorComparison, Any]:
     """Metrics of `actual` against the float64 `reference`, with the verdict of the elementwise `bound`
-    (kernelcheck.compare_to_contract: one pass of the streaming engine under a BoundRule).
+    (kernels.check.compare_to_contract: one pass of the streaming engine under a BoundRule).
 
-    Returns (TensorComparison, kernelcheck.OutputCheck). The comparison's expected tensor is the reference,
+    Returns (TensorComparison, kernels.check.OutputCheck). The comparison's expected tensor is the reference,
     except where the reference rounded to `dtype` (the storage format, default actual's) is not finite: there
     it is that rounded value, the inf a correct kernel cannot avoid. `failed_rules` are "contract" (a finite
     expected value missed by more than the bound) and "nonfinite".
@@ -208,7 +209,7 @@ def contract_report(case: Case, outs, refs, contract: Contract, variant: Variant
                     meta: dict, topk: int = 10) -> tuple[CheckReport, str]:
     """The CheckReport of outputs held to a contract (one TensorComparison each) and the failure header.
 
-    The bound is evaluated as kernelcheck does: on the case the variant saw, the float64 reference output(s)
+    The bound is evaluated as kernels.check does: on the case the variant saw, the float64 reference output(s)
     and the variant (its storage and accumulator dtypes). meta gains worst_err_over_bound (max over outputs).
     """
     with np.errstate(all="ignore"):
@@ -222,7 +223,7 @@ def contract_report(case: Case, outs, refs, contract: Contract, variant: Variant
         if not result.passed:
             headers.append(_contract_summary(n, result, contract.why))
     meta["worst_err_over_bound"] = worst
-    rule = ContractRule(atol=0.0, rtol=0.0, ulp_format=variant.dtype, why=contract.why)
+    rule = BoundRule(ulp_format=variant.dtype, why=contract.why)
     return CheckReport(tensors, rule, meta), "\n".join(headers)
 
 
@@ -446,7 +447,7 @@ def _is_strategy(x) -> bool:
 
 
 def kernel_case_report(info: KernelInfo, variant: Variant, case: Case) -> tuple[CheckReport, str]:
-    """The full report of one registered variant on one case (kernelcheck's rounding and reference rules)."""
+    """The full report of one registered variant on one case (kernels.check's rounding and reference rules)."""
     rounded, outs = run_variant(variant, case)
     refs = run_reference(info, rounded)
     names = [f"{info.name}/{variant.name}" + (f"[{i}]" if len(outs) > 1 else "") for i in range(len(outs))]
