@@ -161,18 +161,9 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
     choose="cost", else "error"). `graph_json`: with `npu_dump`, the graph JSON `atc --mode=1 --json` wrote for
     the model the device ran: it maps the device's ops to ONNX nodes (else the dump's own origins and mschecker's
     device plan do); with a dump the reference runs the ONNX graph as given (mschecker.devdump)."""
-    if choose not in ("moves", "cost"):
-        raise InputError(f"--choose {choose!r}: moves or cost")
-    order = order or ("cost" if choose == "cost" else "error")
-    if order not in ORDERS:
-        raise InputError(f"--order {order!r}: one of {', '.join(ORDERS)}")
-    rule = tolerance_rule(tolerance)
-    if not samples:
-        raise InputError("--input: no input set given")
-    check_same_shapes(samples)
+    order, rule = _checked_options(choose, order, tolerance, samples)
     base = apply_knobs(profile) if not isinstance(profile, NumericsProfile) else profile
     loaded = _load(model)
-    timings: dict[str, float] = {}
     reference, npu = _plan(loaded, base)
     if hasattr(npu.policy, "emit_notes"):
         npu.policy.emit_notes()
@@ -184,37 +175,83 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
             raise InputError(f"--npu-dump {npu_dump}: a dump folder holds one run; give exactly one input set "
                              f"(got {len(samples)})")
         dump, reference = _device_dump(npu_dump, graph_json, loaded, npu)
+    result = _lockstep(loaded, base, rule, samples, reference, None if dump else npu, dump, progress)
+    if dump is not None:
+        _check_dump_evidence(npu_dump, result.analysis)
+        return result
+    if rescale:
+        def search_rescaled(rescaled: LoadedModel) -> BisectResult:
+            return bisect_model(rescaled, samples, profile=base, tolerance=tolerance, budget=budget,
+                                check_onnx=check_onnx, granularity=granularity, progress=progress, cost=cost,
+                                frontier=frontier, choose=choose, rescale=False, order=order)
+        done = _rescale_first(result, loaded, search_rescaled)
+        if done is not None:
+            return done
+    return _search_and_prove(result, loaded, reference, npu, cost_model, budget=budget, progress=progress,
+                             granularity=granularity, order=order, frontier=frontier, choose=choose,
+                             check_onnx=check_onnx)
+
+
+def _checked_options(choose: str, order: str | None, tolerance,
+                     samples: Sequence[Sample]) -> tuple[str, ToleranceRule]:
+    """The options checked before any work (InputError: exit 2): the search order (its default follows
+    `choose`) and the tolerance rule."""
+    if choose not in ("moves", "cost"):
+        raise InputError(f"--choose {choose!r}: moves or cost")
+    order = order or ("cost" if choose == "cost" else "error")
+    if order not in ORDERS:
+        raise InputError(f"--order {order!r}: one of {', '.join(ORDERS)}")
+    rule = tolerance_rule(tolerance)
+    if not samples:
+        raise InputError("--input: no input set given")
+    check_same_shapes(samples)
+    return order, rule
+
+
+def _lockstep(loaded: LoadedModel, base: NumericsProfile, rule: ToleranceRule, samples: Sequence[Sample],
+              reference: Executor, npu: Executor | None, dump, progress: Progress | None) -> BisectResult:
+    """The lockstep pass and the culprit ranking: the result every verdict starts from."""
+    timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    analysis = analyse(reference, None if dump else npu, list(samples), rule, dump=dump, progress=progress)
+    analysis = analyse(reference, npu, list(samples), rule, dump=dump, progress=progress)
     timings["lockstep_pass"] = time.perf_counter() - t0
     records = {n.name: n for n in analysis.nodes}
     ranking = [records[name] for name in rank_candidates(analysis)]
-    result = BisectResult(str(loaded.path), base, rule, list(samples), analysis, ranking, timings=timings,
-                          npu_side="dump" if dump else "emulator")
-    if dump is not None:
-        _check_dump_evidence(npu_dump, analysis)
-        return result
-    if rescale:
-        t0 = time.perf_counter()
-        result.rescale = try_rescale(loaded, analysis, base, list(samples), rule)
-        timings["rescale"] = time.perf_counter() - t0
-        if result.rescale.passed:
-            return result
-        if result.rescale.model is not None and not result.rescale.refused:
-            # exact, yet not enough alone: the moves are searched on the rescaled model, what atc will compile
-            from mschecker.graph.loader import from_proto
+    return BisectResult(str(loaded.path), base, rule, list(samples), analysis, ranking, timings=timings,
+                        npu_side="dump" if dump else "emulator")
 
-            inner = bisect_model(from_proto(result.rescale.model, loaded.path.parent), samples, profile=base,
-                                 tolerance=tolerance, budget=budget, check_onnx=check_onnx, granularity=granularity,
-                                 progress=progress, cost=cost, frontier=frontier, choose=choose, rescale=False,
-                                 order=order)
-            if inner.verdict == "FIXED":
-                result.rescale.combined = True
-                inner.rescale, inner.model, inner.analysis_before_rescale = result.rescale, result.model, analysis
-                inner.timings = {**timings, **{k: v for k, v in inner.timings.items() if k != "lockstep_pass"},
-                                 "lockstep_pass_rescaled": inner.timings.get("lockstep_pass", 0.0)}
-                return inner
-            # no move passes on the rescaled model: the moves alone, on the model as given
+
+def _rescale_first(result: BisectResult, loaded: LoadedModel,
+                   search_rescaled: Callable[[LoadedModel], BisectResult]) -> BisectResult | None:
+    """The exact rescale, tried before the search (try_rescale): the result to return when the rescale alone
+    passes, or when the moves `search_rescaled` finds on the rescaled model pass with it (the combined fix);
+    None when the moves are to be searched on the model as given."""
+    t0 = time.perf_counter()
+    result.rescale = try_rescale(loaded, result.analysis, result.profile, list(result.samples), result.rule)
+    result.timings["rescale"] = time.perf_counter() - t0
+    if result.rescale.passed:
+        return result
+    if result.rescale.model is None or result.rescale.refused:
+        return None
+    # exact, yet not enough alone: the moves are searched on the rescaled model, what atc will compile
+    from mschecker.graph.loader import from_proto
+
+    inner = search_rescaled(from_proto(result.rescale.model, loaded.path.parent))
+    if inner.verdict != "FIXED":
+        return None  # no move passes on the rescaled model: the moves alone, on the model as given
+    result.rescale.combined = True
+    inner.rescale, inner.model, inner.analysis_before_rescale = result.rescale, result.model, result.analysis
+    inner.timings = {**result.timings, **{k: v for k, v in inner.timings.items() if k != "lockstep_pass"},
+                     "lockstep_pass_rescaled": inner.timings.get("lockstep_pass", 0.0)}
+    return inner
+
+
+def _search_and_prove(result: BisectResult, loaded: LoadedModel, reference: Executor, npu: Executor, cost_model,
+                      *, budget: Budget | None, progress: Progress | None, granularity: str, order: str,
+                      frontier: bool, choose: str, check_onnx: bool) -> BisectResult:
+    """The fix search on the emulator, then, for a fix with changes, its proof pass, the leave-one-out
+    attribution (up to 16 changes) and the patched ONNX model's check."""
+    analysis, base, timings = result.analysis, result.profile, result.timings
     t0 = time.perf_counter()
     facts = op_facts(npu)
     coster = None
@@ -222,51 +259,84 @@ def bisect_model(model: str | Path | LoadedModel, samples: Sequence[Sample], *, 
         from mschecker.npu.cost import shapes_of
         from mschecker.bisect.frontier import Coster
 
-        coster = Coster(loaded, base, facts, shapes_of(analysis, npu, samples[0].feeds), cost_model)
-    evaluator = ModelEvaluator(loaded, base, list(samples), analysis, rule, budget, progress, facts=facts)
-    result.ordering = _ordering(rank_candidates(analysis, granularity), order, analysis, npu, samples, coster)
+        coster = Coster(loaded, base, facts, shapes_of(analysis, npu, result.samples[0].feeds), cost_model)
+    evaluator = ModelEvaluator(loaded, base, list(result.samples), analysis, result.rule, budget, progress,
+                               facts=facts)
+    _run_search(result, evaluator, npu, facts, coster, granularity, order, frontier)
+    timings["fix_search"] = time.perf_counter() - t0
+    config = _chosen_config(result, coster, choose)
+    if config is None or not config.changes:
+        return result
+    _prove(result, config, loaded, reference, facts, progress)
+    if config.changes <= 16:
+        t0 = time.perf_counter()
+        result.attribution = _attribute(evaluator, config)
+        timings["attribution"] = time.perf_counter() - t0
+    if check_onnx and result.proof.passed:
+        _check_onnx(result, config, loaded, npu)
+    return result
+
+
+def _run_search(result: BisectResult, evaluator: Evaluator, npu: Executor, facts, coster, granularity: str,
+                order: str, frontier: bool) -> None:
+    """The candidates ordered (result.ordering) and searched (result.search); with `frontier`, the ranked
+    prefixes evaluated too."""
+    analysis = result.analysis
+    result.ordering = _ordering(rank_candidates(analysis, granularity), order, analysis, npu, result.samples, coster)
     names = result.ordering.items
     layers = [n.name for n in analysis.nodes if n.op_type in LAYER_OPS and not n.folded] or \
-        [n.name for n in ranking]
+        [n.name for n in result.ranking]
     position = {n.name: n.index for n in analysis.nodes}
     position.update({item: min(position[m] for m in members(item, analysis)) for item in names
                      if op_type_of(item)})
-    result.search = search(evaluator, names, high_precision_capable(npu, base, names), layers, position,
-                           baseline=_as_given(analysis, timings["lockstep_pass"]), fusion_of=fusion_of(facts))
+    result.search = search(evaluator, names, high_precision_capable(npu, result.profile, names), layers, position,
+                           baseline=_as_given(analysis, result.timings["lockstep_pass"]), fusion_of=fusion_of(facts))
     if frontier:
         _frontier_points(evaluator, names)
-    timings["fix_search"] = time.perf_counter() - t0
+
+
+def _chosen_config(result: BisectResult, coster, choose: str) -> FixConfig | None:
+    """The configuration to prove: the search's (fewest changes), or with `choose` "cost" the cheapest passing
+    one; pricing every evaluated configuration fills result.frontier either way."""
     config = result.search.recommended
     if coster is not None and result.search.log:  # every evaluated configuration priced: the cheapest passes
         t0 = time.perf_counter()
         cheapest_config = _by_cost(result, coster)
         if choose == "cost" and cheapest_config is not None:
             config = cheapest_config
-        timings["cost"] = time.perf_counter() - t0
-    if config is None or not config.changes:
-        return result
-    rec = Recommendation.from_config(config, analysis, base, facts)
+        result.timings["cost"] = time.perf_counter() - t0
+    return config
+
+
+def _prove(result: BisectResult, config: FixConfig, loaded: LoadedModel, reference: Executor, facts,
+           progress: Progress | None) -> None:
+    """The recommendation written as ATC files (result.recommendation) and the lockstep pass under it
+    (result.proof)."""
+    base = result.profile
+    rec = Recommendation.from_config(config, result.analysis, base, facts)
     # the proof runs what the ATC files give when read back (writers.written_profile), not the search's object
     rec.fixed, _ = written_profile(rec.items.profile(base, facts), str(loaded.path))
     result.recommendation = rec
     t0 = time.perf_counter()
     fixed_npu = Executor(loaded, npu_policy(rec.fixed))
-    result.proof = analyse(reference, fixed_npu, list(samples), rule, own_error=False, progress=progress,
-                           label="proof pass")
-    timings["proof"] = time.perf_counter() - t0
-    if config.changes <= 16:
-        t0 = time.perf_counter()
-        result.attribution = _attribute(evaluator, config)
-        timings["attribution"] = time.perf_counter() - t0
-    if check_onnx and result.proof.passed and base.storage_dtype != "float16":
+    result.proof = analyse(reference, fixed_npu, list(result.samples), result.rule, own_error=False,
+                           progress=progress, label="proof pass")
+    result.timings["proof"] = time.perf_counter() - t0
+
+
+def _check_onnx(result: BisectResult, config: FixConfig, loaded: LoadedModel, npu: Executor) -> None:
+    """The patched fp16 ONNX model of a proven fix, checked on onnxruntime (result.onnx_check, onnx_bytes); not
+    built for a profile that does not store fp16."""
+    base = result.profile
+    if base.storage_dtype != "float16":
         result.onnx_check = OnnxCheck(False, False, error=f"not built: the patched model is fp16 and profile "
                                                          f"{base.name} stores {base.storage_dtype}")
-    elif check_onnx and result.proof.passed:
-        t0 = time.perf_counter()
-        result.onnx_check, result.onnx_bytes = _patched_check(loaded, config, list(samples), analysis, rule,
-                                                              [n.name for n in ranking], _onnx_names(npu))
-        timings["onnx_check"] = time.perf_counter() - t0
-    return result
+        return
+    t0 = time.perf_counter()
+    result.onnx_check, result.onnx_bytes = _patched_check(loaded, config, list(result.samples), result.analysis,
+                                                          result.rule, [n.name for n in result.ranking],
+                                                          _onnx_names(npu))
+    result.timings["onnx_check"] = time.perf_counter() - t0
 
 
 @dataclass

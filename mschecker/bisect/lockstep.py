@@ -160,6 +160,27 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
             dump: DeviceDump | None = None, own_error: bool = True,
             progress: Progress | None = None, label: str = "lockstep pass") -> Analysis:
     """The lockstep pass (module docstring). `npu` is the emulator's executor, or None with `dump` (one sample)."""
+    lockstep = _Lockstep(reference, npu, dump, rule, own_error)
+    per_sample: list[dict[str, ErrorStats]] = []
+    ref_outputs: list[dict[str, np.ndarray]] = []
+    node_count = len(reference.steps)
+    total = node_count * len(samples)
+    for si, sample in enumerate(samples):
+        def tick(k: int, done: int = si * node_count) -> None:  # `done`: the nodes of the samples before
+            if progress is not None:
+                progress(label, done + k + 1, total)
+        sample_out, kept = lockstep.walk(sample, tick)
+        per_sample.append(sample_out)
+        ref_outputs.append({n: kept[n] for n in reference.output_names if n in kept})
+    lockstep.set_inherited()
+    return Analysis(lockstep.records, lockstep.outputs, per_sample, ref_outputs, lockstep.ranges,
+                    dump.coverage if dump is not None else None,
+                    [n for n in reference.output_names if n in lockstep.judgeable])
+
+
+def _node_records(reference: Executor, npu: Executor | None, dump: DeviceDump | None) -> list[NodeRecord]:
+    """One empty record per node in execution order: what the NPU side bound, whether it is host-folded, and the
+    float tensors it reads that nodes produce."""
     steps = reference.steps
     op_type = getattr(npu.policy, "op_type_of", None) if npu is not None else None
     records = [NodeRecord(st.index, st.label, op_type(st.node) if op_type else st.node.op_type,
@@ -167,91 +188,127 @@ def analyse(reference: Executor, npu: Executor | None, samples: list[Sample], ru
                           (st.folded is not None or st.ctx.description.startswith("host-folded")) if npu is None else
                           npu.steps[k].ctx.description.startswith("host-folded"))
                for k, st in enumerate(steps)]
-    by_tensor: dict[str, OutputRecord] = {}
-    ranges: dict[str, ReferenceRange] = {}
-    outputs: dict[str, ErrorStats] = {}
-    per_sample: list[dict[str, ErrorStats]] = []
-    ref_outputs: list[dict[str, np.ndarray]] = []
     produced = {o for st in steps for o in st.outputs if o}
-    judgeable: dict[str, None] = {}
     for record, st in zip(records, steps):
         record.inputs = [i for i in dict.fromkeys(st.inputs) if i in produced]
-    graph_outputs = set(reference.output_names)
-    recording = npu.policy if npu is not None and isinstance(npu.policy, RecordingNpuPolicy) else None
-    total = len(steps) * len(samples)
-    for si, sample in enumerate(samples):
+    return records
+
+
+class _Lockstep:
+    """One pass's fixed inputs, and what it accumulates over every node and sample: per-tensor records (worst over
+    the samples), every float tensor's reference range, the graph outputs' verdicts, and which graph outputs have
+    a value to judge. Per-sample values (tensors, the sample's output stats) live in walk() and die with it."""
+
+    def __init__(self, reference: Executor, npu: Executor | None, dump: DeviceDump | None, rule: ToleranceRule,
+                 own_error: bool):
+        self.reference, self.npu, self.dump, self.rule, self.own_error = reference, npu, dump, rule, own_error
+        self.records = _node_records(reference, npu, dump)
+        self.graph_outputs = set(reference.output_names)
+        self.recording = npu.policy if npu is not None and isinstance(npu.policy, RecordingNpuPolicy) else None
+        self.by_tensor: dict[str, OutputRecord] = {}
+        self.ranges: dict[str, ReferenceRange] = {}
+        self.outputs: dict[str, ErrorStats] = {}
+        self.judgeable: dict[str, None] = {}
+
+    def walk(self, sample: Sample, tick: Callable[[int], None]) -> tuple[dict[str, ErrorStats],
+                                                                            dict[str, np.ndarray]]:
+        """Both sides through one sample, node by node (`tick(k)` after node k): the sample's graph-output stats
+        and the reference's graph outputs (the only tensors kept beyond their node)."""
         sample_out: dict[str, ErrorStats] = {}
         kept: dict[str, np.ndarray] = {}
-        chain = _Chain(steps) if npu is None else None
-        ref_walk = reference.walk(sample.feeds)
-        npu_walk = npu.walk(sample.feeds) if npu is not None else None
+        chain = _Chain(self.reference.steps) if self.npu is None else None
+        ref_walk = self.reference.walk(sample.feeds)
+        npu_walk = self.npu.walk(sample.feeds) if self.npu is not None else None
         for k, (rstep, rargs, rout) in enumerate(ref_walk):
-            record = records[k]
             if npu_walk is not None:
-                nstep, _nargs, nout = next(npu_walk)
-                del _nargs
-                hidden = recording.take_hidden(nstep.node.name) if recording else (0, 0)
-                ref_inputs = {n: a for n, a in zip(rstep.inputs, rargs) if n and n not in reference.initializers}
-                own_out = npu.run_node(k, ref_inputs) if own_error and not record.folded else None
-                if recording:  # the own run's clamps are not the pass's tensors: forget them
-                    recording.take_hidden(nstep.node.name)
+                nout, own_out, hidden = self._emulated(k, rstep, rargs, npu_walk)
             else:
-                hidden = (0, 0)
-                # a host-folded node (a constant, shape arithmetic) is no device op: nothing to dump, nothing missing
-                nout = {} if record.folded else {name: dump.load(name, np.shape(v)) for name, v in rout.items()
-                                                 if isinstance(v, np.ndarray) and is_float(v.dtype)}
-                own_out = _reference_on_dumps(reference, k, rstep, rargs, dump, chain) \
-                    if own_error and not record.folded else None
-            for name, ref in _float_outputs(rout):
-                rng = ranges.setdefault(name, ReferenceRange())
-                rng.add(ref)
-                actual = nout.get(name)
-                rec = by_tensor.get(name)
-                if rec is None:
-                    rec = by_tensor[name] = OutputRecord(name, tuple(ref.shape), reference=rng)
-                    record.outputs.append(rec)
-                if name in graph_outputs:
-                    judgeable[name] = None
-                if actual is None and npu is None:
-                    _statistics_only(dump, name, ref, rec, rule, outputs if name in graph_outputs else None)
-                if actual is None or not is_float(actual.dtype):
-                    continue
-                where = f"{record.label} output {name!r}"
-                err = ErrorStats.of(actual, ref, rule, where)
-                rec.error = err.worst(rec.error)
-                rec.headroom = Headroom.of(actual, *hidden).worst(rec.headroom)
-                if own_out is not None and own_out.get(name) is not None:
-                    if npu is not None:
-                        own = ErrorStats.brief(own_out[name], ref, rule)
-                    else:  # device dump vs the reference run on the dumped inputs
-                        own = ErrorStats.brief(actual, own_out[name], rule)
-                    rec.own = own.worst(rec.own)
-                elif npu is None and own_error:  # no dumped input: everything this output carries is its own
-                    rec.own = err.worst(rec.own)
-                if name in graph_outputs:
-                    sample_out[name] = err
-                    outputs[name] = err.worst(outputs.get(name))
-            for name in graph_outputs.intersection(rout):
-                kept[name] = rout[name]
-                actual = nout.get(name)
-                if not is_float(np.asarray(rout[name]).dtype):
-                    judgeable[name] = None
-                if not is_float(np.asarray(rout[name]).dtype) and actual is not None:
-                    # an integer / bool graph output (labels, indices): judged exactly like the float ones
-                    err = ErrorStats.of(np.asarray(actual), np.asarray(rout[name]), rule, f"output {name!r}")
-                    sample_out[name] = err
-                    outputs[name] = err.worst(outputs.get(name))
+                (nout, own_out), hidden = self._dumped(k, rstep, rargs, rout, chain), (0, 0)
+            self._compare_floats(self.records[k], rout, nout, own_out, hidden, sample_out)
+            self._compare_graph_outputs(rout, nout, sample_out, kept)
             del rargs, rout, nout, own_out
-            if progress is not None:
-                progress(label, si * len(steps) + k + 1, total)
-        per_sample.append(sample_out)
-        ref_outputs.append({n: kept[n] for n in reference.output_names if n in kept})
-    for record in records:
-        errors = [by_tensor[i].error.rel_l2 for i in record.inputs if i in by_tensor and by_tensor[i].error]
-        record.inherited = max(errors, default=0.0)
-    return Analysis(records, outputs, per_sample, ref_outputs, ranges,
-                    dump.coverage if dump is not None else None,
-                    [n for n in reference.output_names if n in judgeable])
+            tick(k)
+        return sample_out, kept
+
+    def _emulated(self, k: int, rstep, rargs, npu_walk) -> tuple[dict, dict | None, tuple]:
+        """The emulator's node k: its outputs, its own run on the reference's inputs (own error), and the
+        overflows its kernels clamped (hidden)."""
+        recording = self.recording
+        nstep, _nargs, nout = next(npu_walk)
+        del _nargs
+        hidden = recording.take_hidden(nstep.node.name) if recording else (0, 0)
+        ref_inputs = {n: a for n, a in zip(rstep.inputs, rargs) if n and n not in self.reference.initializers}
+        own_out = self.npu.run_node(k, ref_inputs) if self.own_error and not self.records[k].folded else None
+        if recording:  # the own run's clamps are not the pass's tensors: forget them
+            recording.take_hidden(nstep.node.name)
+        return nout, own_out, hidden
+
+    def _dumped(self, k: int, rstep, rargs, rout: dict, chain: _Chain) -> tuple[dict, dict | None]:
+        """The device dump's tensors of node k, and the reference run on its dumped inputs (own error)."""
+        dump, folded = self.dump, self.records[k].folded
+        # a host-folded node (a constant, shape arithmetic) is no device op: nothing to dump, nothing missing
+        nout = {} if folded else {name: dump.load(name, np.shape(v)) for name, v in rout.items()
+                                  if isinstance(v, np.ndarray) and is_float(v.dtype)}
+        own_out = _reference_on_dumps(self.reference, k, rstep, rargs, dump, chain) \
+            if self.own_error and not folded else None
+        return nout, own_out
+
+    def _compare_floats(self, record: NodeRecord, rout: dict, nout: dict, own_out: dict | None, hidden: tuple,
+                        sample_out: dict[str, ErrorStats]) -> None:
+        """Every float output of a node against the reference: accumulated and own error, headroom, the
+        reference's range; a graph output's stats also into the sample's and the worst over samples."""
+        npu, rule, graph_outputs = self.npu, self.rule, self.graph_outputs
+        for name, ref in _float_outputs(rout):
+            rng = self.ranges.setdefault(name, ReferenceRange())
+            rng.add(ref)
+            actual = nout.get(name)
+            rec = self.by_tensor.get(name)
+            if rec is None:
+                rec = self.by_tensor[name] = OutputRecord(name, tuple(ref.shape), reference=rng)
+                record.outputs.append(rec)
+            if name in graph_outputs:
+                self.judgeable[name] = None
+            if actual is None and npu is None:
+                _statistics_only(self.dump, name, ref, rec, rule, self.outputs if name in graph_outputs else None)
+            if actual is None or not is_float(actual.dtype):
+                continue
+            where = f"{record.label} output {name!r}"
+            err = ErrorStats.of(actual, ref, rule, where)
+            rec.error = err.worst(rec.error)
+            rec.headroom = Headroom.of(actual, *hidden).worst(rec.headroom)
+            if own_out is not None and own_out.get(name) is not None:
+                if npu is not None:
+                    own = ErrorStats.brief(own_out[name], ref, rule)
+                else:  # device dump vs the reference run on the dumped inputs
+                    own = ErrorStats.brief(actual, own_out[name], rule)
+                rec.own = own.worst(rec.own)
+            elif npu is None and self.own_error:  # no dumped input: everything this output carries is its own
+                rec.own = err.worst(rec.own)
+            if name in graph_outputs:
+                sample_out[name] = err
+                self.outputs[name] = err.worst(self.outputs.get(name))
+
+    def _compare_graph_outputs(self, rout: dict, nout: dict, sample_out: dict[str, ErrorStats],
+                               kept: dict[str, np.ndarray]) -> None:
+        """The node's graph outputs kept for the fix search; the integer / bool ones judged here (the float ones
+        were, by _compare_floats)."""
+        for name in self.graph_outputs.intersection(rout):
+            kept[name] = rout[name]
+            actual = nout.get(name)
+            if not is_float(np.asarray(rout[name]).dtype):
+                self.judgeable[name] = None
+            if not is_float(np.asarray(rout[name]).dtype) and actual is not None:
+                # an integer / bool graph output (labels, indices): judged exactly like the float ones
+                err = ErrorStats.of(np.asarray(actual), np.asarray(rout[name]), self.rule, f"output {name!r}")
+                sample_out[name] = err
+                self.outputs[name] = err.worst(self.outputs.get(name))
+
+    def set_inherited(self) -> None:
+        """Each node's inherited error: the worst accumulated error among the tensors it reads (every sample)."""
+        by_tensor = self.by_tensor
+        for record in self.records:
+            errors = [by_tensor[i].error.rel_l2 for i in record.inputs if i in by_tensor and by_tensor[i].error]
+            record.inherited = max(errors, default=0.0)
 
 
 class _Chain:

@@ -128,65 +128,19 @@ def _before_after(result: BisectResult) -> list[dict]:
 # ------------------------------------------------------------------------------------------- console
 def render_console(result: BisectResult, console=None, files: dict[str, str] | None = None,
                    frontier_table: bool = False) -> None:
-    from rich.table import Table
     from rich.text import Text
 
     from mschecker.console import make_console
 
     console = console or make_console()  # outside a terminal: wide, no escapes (names and numbers never cut)
-    a, s = result.analysis, result.search
-    style = {"PASS": "bold green", "FIXED": "bold yellow", "FAIL": "bold red"}[result.verdict]
-    console.print(Text.assemble(("bisect ", "bold"), (result.verdict, style), "  ", Text(plain(result.model)),
-                                f"  profile {result.profile.name}  tolerance {result.rule.describe()}"))
-    first = a.first_crossing(result.rule.rtol)
-    if first is not None:
-        why = "overflows" if first.overflow else f"breaks the tolerance (rel L2 {first.error:.3g})"
-        console.print(Text.assemble("first node past the threshold: ", (plain(first.label), "bold"), f" {why}"))
-    low = a.first_low_headroom()
-    if low is not None and low is not first:
-        head = _headroom_entry(low)
-        console.print(Text.assemble("first node near the format's max: ", (plain(low.label), "bold"),
-                                    f" (max |x| = {head['fraction_of_max']:.3g} of the max)"
-                                    if not low.overflow else " (overflows)"))
-    table = Table(title="culprits by own error (own = the node on the reference's inputs)")
-    table.add_column("#")
-    table.add_column("node (op type)", overflow="fold", ratio=3)  # the model's own name, never cut
-    for col in ("own rel L2", "inherited", "rel L2", "peak/max", "overflow", "in fix", "outputs without it"):
-        table.add_column(col, ratio=1)
-    attribution = {x.node: x for x in result.attribution}
-    culprit_names = {c.name for c in result.culprits}
-    for rank, n in enumerate(result.ranking[:TOP], 1):
-        head = max((o.headroom.fraction_of_max for o in n.outputs if o.headroom), default=0.0)
-        att = attribution.get(n.name)
-        table.add_row(str(rank), Text(plain(n.label)), f"{n.own_error:.3g}", f"{n.inherited:.3g}", f"{n.error:.3g}",
-                      f"{head:.3g}",
-                      "yes" if n.overflow else "", "yes" if n.name in culprit_names else "",
-                      "" if att is None else f"{att.without_rel_l2:.3g}" + ("" if att.passes_without else " fail"))
-    console.print(table)
-    if a.dump is not None:
-        d = a.dump
-        console.print(Text(f"device dump {plain(d.folder)}: {len(d.matched)} tensors matched, "
-                           f"{len(d.missing)} missing, {len(d.extra)} extra, {len(d.misshaped)} misshaped"))
-        for label, items in (("missing", d.missing), ("extra", d.extra), ("misshaped", d.misshaped)):
-            if items:
-                console.print(Text(f"  {label}: " + ", ".join(plain(i) for i in items[:8])
-                                   + (" ..." if len(items) > 8 else "")))
+    s = result.search
+    _print_verdict(console, result)
+    console.print(_culprit_table(result))
+    if result.analysis.dump is not None:
+        _print_dump(console, result.analysis.dump)
     if s is not None:
-        if s.baseline is not None and s.baseline.passed:
-            line = "fix search: the profile as given passes (1 evaluation: the lockstep pass)"
-        else:
-            probe = {None: "", True: "; every capable node in high_precision passes: searched with that move",
-                     False: "; +1 for the high_precision probe that failed"}[s.hp_probe]
-            if s.regime == "accumulation":
-                what = ("one fp32 island searched against the ranked prefix" if s.move == "keep_dtype" else
-                        "the passing ranked prefix kept")
-                line = (f"fix search: the error accumulates over many nodes, {what}: {s.located_in} evaluations "
-                        f"(bound {s.bound}, n = {len(s.candidates)} candidates{probe})")
-            else:
-                line = (f"fix search: {len(s.culprits)} culprit(s) located in {s.located_in} evaluations (bound "
-                        f"2 + (k+1)*ceil(log2 n) = {s.bound} for k = {len(s.culprits)}, n = {len(s.candidates)}"
-                        f"{probe})")
-        console.print(line + f", {s.evaluations} in all" + (f"; stopped: {s.exhausted}" if s.exhausted else ""))
+        stopped = f"; stopped: {s.exhausted}" if s.exhausted else ""
+        console.print(_search_line(s) + f", {s.evaluations} in all" + stopped)
         if result.ordering is not None and result.ordering.order != "error":
             console.print(Text(_order_line(result.ordering)))
     cost = _cost_entry(result)
@@ -197,47 +151,10 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
                       markup=False, highlight=False)
     if result.frontier is not None and frontier_table:
         console.print(_frontier_table(result.frontier))
-    rs = result.rescale
-    if rs is not None:
-        if rs.refused:
-            console.print(Text(f"exact rescale: not possible: {plain(rs.refused)}"))
-        else:
-            console.print(Text(f"exact rescale by 2^-{rs.k} of {len(rs.tensors)} tensor(s) beyond fp16's range: "
-                               f"float64 outputs {'identical' if rs.float64_rel_diff == 0 else 'equal'} (max rel "
-                               f"diff {rs.float64_rel_diff:.3g}); on the emulated device it "
-                               f"{'passes' if rs.passed else 'fails'} (worst rel L2 {rs.worst_rel_l2:.3g})"
-                               + ("; the fix search below ran on the rescaled model" if rs.combined else ""),
-                               style="bold" if rs.passed else ""))
-            if rs.used:
-                for line in rs.report.lines():
-                    console.print(Text("  " + plain(line)))
+    if result.rescale is not None:
+        _print_rescale(console, result.rescale)
     if result.verdict == "FIXED" and result.recommendation is not None:
-        rec = result.recommendation
-        console.print(Text("fix (proven on every sample):", style="bold"))
-        for line in fix_lines(result.profile, rec.fixed):
-            console.print(Text("  " + line))
-        for name, item in rec.rewritten.items():
-            console.print(Text(f"  (node {plain(name)} cannot be named in an ATC file: written as {plain(item)})"))
-        ba = Table(title="before / after (worst over samples)")
-        for col in ("output", "rel L2 before", "rel L2 after", "max abs before", "max abs after", "after passes"):
-            ba.add_column(col)
-        for name, before in (result.analysis_before_rescale or a).outputs.items():  # the model as given
-            after = result.proof.outputs[name]
-            ba.add_row(Text(plain(name)), f"{before.rel_l2:.3g}", f"{after.rel_l2:.3g}", f"{before.max_abs or 0:.3g}",
-                       f"{after.max_abs or 0:.3g}", "yes" if after.passed else "no")
-        console.print(ba)
-        isl = _islands(result)
-        if isl:
-            console.print(f"fp32 islands: {len(isl)} ({sum(len(i.nodes) for i in isl)} nodes, "
-                          f"{sum(len(i.cast_in) + len(i.cast_out) for i in isl)} cast points)")
-        if result.onnx_check is not None:
-            oc = result.onnx_check
-            console.print(Text("patched ONNX on onnxruntime: " + (
-                f"{'meets' if oc.passed else 'MISSES'} the tolerance (worst rel L2 {oc.worst_rel_l2:.3g})"
-                if oc.ran else f"not run ({plain(oc.error)})")
-                + (f"; onnxruntime's fp16 kernels needed {len(oc.extra_fp32)} more node(s) in fp32: "
-                   + ", ".join(plain(x) for x in oc.extra_fp32[:6]) + (" ..." if len(oc.extra_fp32) > 6 else "")
-                   if oc.extra_fp32 else "")))
+        _print_fix(console, result)
     elif s is not None and result.verdict == "FAIL" and s.best is not None:
         console.print(Text(plain(f"no passing configuration; closest: {s.best.config.describe()}, worst output "
                                  f"rel L2 {s.best.worst_rel_l2:.3g}, failing outputs "
@@ -252,6 +169,127 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
                       + (f"; the minimal set found: {mine} change(s)" if mine is not None else ""))
     if files:
         console.print(Text("written: " + ", ".join(plain(f) for f in files.values())))
+
+
+def _print_verdict(console, result: BisectResult) -> None:
+    """The verdict line, then where the error first crosses the tolerance and where headroom first runs low."""
+    from rich.text import Text
+
+    a = result.analysis
+    style = {"PASS": "bold green", "FIXED": "bold yellow", "FAIL": "bold red"}[result.verdict]
+    console.print(Text.assemble(("bisect ", "bold"), (result.verdict, style), "  ", Text(plain(result.model)),
+                                f"  profile {result.profile.name}  tolerance {result.rule.describe()}"))
+    first = a.first_crossing(result.rule.rtol)
+    if first is not None:
+        why = "overflows" if first.overflow else f"breaks the tolerance (rel L2 {first.error:.3g})"
+        console.print(Text.assemble("first node past the threshold: ", (plain(first.label), "bold"), f" {why}"))
+    low = a.first_low_headroom()
+    if low is not None and low is not first:
+        head = _headroom_entry(low)
+        console.print(Text.assemble("first node near the format's max: ", (plain(low.label), "bold"),
+                                    f" (max |x| = {head['fraction_of_max']:.3g} of the max)"
+                                    if not low.overflow else " (overflows)"))
+
+
+def _culprit_table(result: BisectResult):
+    """The top of the culprit ranking, with each node's part in the fix."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="culprits by own error (own = the node on the reference's inputs)")
+    table.add_column("#")
+    table.add_column("node (op type)", overflow="fold", ratio=3)  # the model's own name, never cut
+    for col in ("own rel L2", "inherited", "rel L2", "peak/max", "overflow", "in fix", "outputs without it"):
+        table.add_column(col, ratio=1)
+    attribution = {x.node: x for x in result.attribution}
+    culprit_names = {c.name for c in result.culprits}
+    for rank, n in enumerate(result.ranking[:TOP], 1):
+        head = max((o.headroom.fraction_of_max for o in n.outputs if o.headroom), default=0.0)
+        att = attribution.get(n.name)
+        table.add_row(str(rank), Text(plain(n.label)), f"{n.own_error:.3g}", f"{n.inherited:.3g}", f"{n.error:.3g}",
+                      f"{head:.3g}",
+                      "yes" if n.overflow else "", "yes" if n.name in culprit_names else "",
+                      "" if att is None else f"{att.without_rel_l2:.3g}" + ("" if att.passes_without else " fail"))
+    return table
+
+
+def _print_dump(console, d) -> None:
+    """How the device dump matched the graph's tensors (the first eight of each kind of mismatch)."""
+    from rich.text import Text
+
+    console.print(Text(f"device dump {plain(d.folder)}: {len(d.matched)} tensors matched, "
+                       f"{len(d.missing)} missing, {len(d.extra)} extra, {len(d.misshaped)} misshaped"))
+    for label, items in (("missing", d.missing), ("extra", d.extra), ("misshaped", d.misshaped)):
+        if items:
+            console.print(Text(f"  {label}: " + ", ".join(plain(i) for i in items[:8])
+                               + (" ..." if len(items) > 8 else "")))
+
+
+def _search_line(s) -> str:
+    """What the fix search located and in how many evaluations, against its bound."""
+    if s.baseline is not None and s.baseline.passed:
+        return "fix search: the profile as given passes (1 evaluation: the lockstep pass)"
+    probe = {None: "", True: "; every capable node in high_precision passes: searched with that move",
+             False: "; +1 for the high_precision probe that failed"}[s.hp_probe]
+    if s.regime == "accumulation":
+        what = ("one fp32 island searched against the ranked prefix" if s.move == "keep_dtype" else
+                "the passing ranked prefix kept")
+        return (f"fix search: the error accumulates over many nodes, {what}: {s.located_in} evaluations "
+                f"(bound {s.bound}, n = {len(s.candidates)} candidates{probe})")
+    return (f"fix search: {len(s.culprits)} culprit(s) located in {s.located_in} evaluations (bound "
+            f"2 + (k+1)*ceil(log2 n) = {s.bound} for k = {len(s.culprits)}, n = {len(s.candidates)}"
+            f"{probe})")
+
+
+def _print_rescale(console, rs) -> None:
+    """The exact rescale's outcome (or why none exists), and its changes when the fix uses it."""
+    from rich.text import Text
+
+    if rs.refused:
+        console.print(Text(f"exact rescale: not possible: {plain(rs.refused)}"))
+        return
+    console.print(Text(f"exact rescale by 2^-{rs.k} of {len(rs.tensors)} tensor(s) beyond fp16's range: "
+                       f"float64 outputs {'identical' if rs.float64_rel_diff == 0 else 'equal'} (max rel "
+                       f"diff {rs.float64_rel_diff:.3g}); on the emulated device it "
+                       f"{'passes' if rs.passed else 'fails'} (worst rel L2 {rs.worst_rel_l2:.3g})"
+                       + ("; the fix search below ran on the rescaled model" if rs.combined else ""),
+                       style="bold" if rs.passed else ""))
+    if rs.used:
+        for line in rs.report.lines():
+            console.print(Text("  " + plain(line)))
+
+
+def _print_fix(console, result: BisectResult) -> None:
+    """A proven fix: its ATC settings, the outputs before / after, its fp32 islands, the patched ONNX check."""
+    from rich.table import Table
+    from rich.text import Text
+
+    rec = result.recommendation
+    console.print(Text("fix (proven on every sample):", style="bold"))
+    for line in fix_lines(result.profile, rec.fixed):
+        console.print(Text("  " + line))
+    for name, item in rec.rewritten.items():
+        console.print(Text(f"  (node {plain(name)} cannot be named in an ATC file: written as {plain(item)})"))
+    ba = Table(title="before / after (worst over samples)")
+    for col in ("output", "rel L2 before", "rel L2 after", "max abs before", "max abs after", "after passes"):
+        ba.add_column(col)
+    for name, before in (result.analysis_before_rescale or result.analysis).outputs.items():  # the model as given
+        after = result.proof.outputs[name]
+        ba.add_row(Text(plain(name)), f"{before.rel_l2:.3g}", f"{after.rel_l2:.3g}", f"{before.max_abs or 0:.3g}",
+                   f"{after.max_abs or 0:.3g}", "yes" if after.passed else "no")
+    console.print(ba)
+    isl = _islands(result)
+    if isl:
+        console.print(f"fp32 islands: {len(isl)} ({sum(len(i.nodes) for i in isl)} nodes, "
+                      f"{sum(len(i.cast_in) + len(i.cast_out) for i in isl)} cast points)")
+    if result.onnx_check is not None:
+        oc = result.onnx_check
+        console.print(Text("patched ONNX on onnxruntime: " + (
+            f"{'meets' if oc.passed else 'MISSES'} the tolerance (worst rel L2 {oc.worst_rel_l2:.3g})"
+            if oc.ran else f"not run ({plain(oc.error)})")
+            + (f"; onnxruntime's fp16 kernels needed {len(oc.extra_fp32)} more node(s) in fp32: "
+               + ", ".join(plain(x) for x in oc.extra_fp32[:6]) + (" ..." if len(oc.extra_fp32) > 6 else "")
+               if oc.extra_fp32 else "")))
 
 
 # ------------------------------------------------------------------------------------------- plot

@@ -327,114 +327,178 @@ def _fusion_off_trials(evaluate: Evaluator, note, config: FixConfig, fusion_of: 
             current = trial
 
 
+@dataclass
+class _SearchState:
+    """What the search has reached so far. The steps update it in place rather than return it: the budget can
+    stop any of them (BudgetExhausted), and the anytime result is built from whatever they had reached."""
+
+    candidates: list[str]                  # the pool the group testing searches (the capable ones after the probe)
+    best_pass: Evaluation | None = None    # the passing evaluation with the fewest changes so far
+    closest: Evaluation | None = None      # the evaluation nearest to passing (fewest overflows, then least error)
+    culprits: list[str] = field(default_factory=list)
+    regime: str = "culprits"   # or "accumulation" (SearchResult.regime)
+    move: str = "keep_dtype"   # the move the group testing applies: keep_dtype, or high_precision (module docstring)
+    hp_tried: bool = False     # the high_precision probe ran (the worst candidate is capable)
+    probed: int = 0            # 1 when the high_precision probe ran and failed (it costs one evaluation)
+    located: int | None = None  # evaluations until the culprits were located
+
+    def note(self, ev: Evaluation) -> Evaluation:
+        bp = self.best_pass
+        if ev.passed and (bp is None or ev.config.changes < bp.config.changes):
+            self.best_pass = ev
+        cl = self.closest
+        if cl is None or (len(ev.overflow_nodes), ev.worst_rel_l2) < (len(cl.overflow_nodes), cl.worst_rel_l2):
+            self.closest = ev
+        return ev
+
+    def config(self, items) -> FixConfig:
+        """`items` under the move the group testing applies."""
+        return FixConfig(**{self.move: frozenset(items)})
+
+
 def search(evaluate: Evaluator, candidates: list[str], hp_capable: set[str], layers: list[str],
            position: dict[str, int], baseline: Evaluation | None = None,
            fusion_of: dict[str, str] | None = None) -> SearchResult:
     """The group testing described in the module docstring; `position`: node name -> execution index;
     `baseline`: the profile as given, already judged (the lockstep pass is that evaluation), else evaluated;
     `fusion_of`: item -> the fusion pass that created it (step 5; None: no fusion-off moves)."""
-    n = len(candidates)
-    log2n = max(1, math.ceil(math.log2(n))) if n > 1 else 1
-    state = {"best_pass": None, "closest": None}
-
-    def note(ev: Evaluation) -> Evaluation:
-        bp = state["best_pass"]
-        if ev.passed and (bp is None or ev.config.changes < bp.config.changes):
-            state["best_pass"] = ev
-        cl = state["closest"]
-        if cl is None or (len(ev.overflow_nodes), ev.worst_rel_l2) < (len(cl.overflow_nodes), cl.worst_rel_l2):
-            state["closest"] = ev
-        return ev
-
-    culprits: list[str] = []
-    exhausted = located = None
-    regime = "culprits"
-    move = "keep_dtype"   # the move the group testing applies: keep_dtype, or high_precision (module docstring)
-    hp_tried = False
-    probed = 0            # 1 when the high_precision probe ran and failed (it costs one evaluation)
+    state = _SearchState(candidates)
+    exhausted = None
     order = sorted(candidates, key=position.__getitem__)
     try:
-        if baseline is None:
-            baseline = evaluate(FixConfig(), "profile as given")
-        else:
-            evaluate.record(baseline)
-        note(baseline)
+        baseline = _judge_as_given(evaluate, state, baseline)
         if baseline.passed:
             return SearchResult(baseline, FixConfig(), baseline, [], candidates, evaluate.count, 1, None,
                                 log=list(evaluate.log), located_in=evaluate.count)
-        everything = None
-        hp_pool = [c for c in candidates if c in hp_capable]
-        hp_tried = bool(candidates) and candidates[0] in hp_capable
-        if hp_tried:  # the worst node's implmode binds other kernels: the cheap move first
-            everything = note(evaluate(FixConfig(high_precision=frozenset(hp_pool)),
-                                       f"all {len(hp_pool)} high_precision-capable candidates in high_precision"))
-            if everything.passed:
-                move, candidates = "high_precision", hp_pool
-            else:
-                probed = 1
-        if candidates and (everything is None or not everything.passed):
-            everything = note(evaluate(FixConfig(keep_dtype=frozenset(candidates)),
-                                       f"all {len(candidates)} candidates in fp32"))
-        n = len(candidates)
-        log2n = max(1, math.ceil(math.log2(n))) if n > 1 else 1
-        if n:
-            def config(items) -> FixConfig:
-                return FixConfig(**{move: frozenset(items)})
-            if everything.passed:
-                pool, low, high = list(candidates), 0, n   # prefix `low` fails (baseline), `high` passes
-                while True:
-                    while high - low > 1:
-                        mid = (low + high) // 2
-                        cfg = config(culprits + pool[:mid])
-                        if note(evaluate(cfg, f"{len(culprits)} culprit(s) + top {mid} of {len(pool)}")).passed:
-                            high = mid
-                        else:
-                            low = mid
-                    if high == 0:
-                        break
-                    if not culprits and high > ACCUMULATION_PREFIX:
-                        regime = "accumulation"
-                        culprits = _accumulation(evaluate, note, pool[:high], order) if move == "keep_dtype" \
-                            else list(pool[:high])  # implmodes: the passing prefix (an island means storage)
-                        break
-                    culprits.append(pool[high - 1])
-                    pool = pool[:high - 1]
-                    low, high = -1, len(pool)  # F + the whole remaining prefix passes; F alone is untested
-                located = evaluate.count
-                hp = [c for c in culprits if c in hp_capable] if regime == "culprits" and move == "keep_dtype" \
-                    else []
-                if hp:
-                    keep = [c for c in culprits if c not in hp_capable]
-                    cfg = FixConfig(keep_dtype=frozenset(keep), high_precision=frozenset(hp))
-                    if not note(evaluate(cfg, f"high_precision instead of fp32 for {len(hp)} culprit(s)")).passed \
-                            and len(hp) > 1:
-                        chosen: set[str] = set()
-                        for c in hp:
-                            trial = FixConfig(keep_dtype=frozenset(set(culprits) - chosen - {c}),
-                                              high_precision=frozenset(chosen | {c}))
-                            if note(evaluate(trial, f"high_precision instead of fp32 for {c}")).passed:
-                                chosen.add(c)
-                if fusion_of and state["best_pass"] is not None:
-                    _fusion_off_trials(evaluate, note, state["best_pass"].config, fusion_of)
+        everything = _probe_everything(evaluate, state, hp_capable)
+        if state.candidates and everything.passed:
+            _locate_culprits(evaluate, state, order)
+            state.located = evaluate.count
+            _prefer_high_precision(evaluate, state, hp_capable)
+            if fusion_of and state.best_pass is not None:
+                _fusion_off_trials(evaluate, state.note, state.best_pass.config, fusion_of)
     except BudgetExhausted as exc:
         exhausted = str(exc)
-    best_pass = state["best_pass"]
-    if best_pass is not None:  # prefer the cheapest move at equal size: the refinement's config when it passed
-        ties = [e for e in evaluate.log if e.passed and e.config.changes == best_pass.config.changes]
-        best_pass = max(ties, key=lambda e: (len(e.config.high_precision), -len(e.config.fusion_off)))
-    thumb = None
-    if layers and exhausted is None:
-        every = layers[RULE_OF_THUMB_EVERY - 1::RULE_OF_THUMB_EVERY]
-        if every:
-            try:
-                thumb = evaluate(FixConfig(keep_dtype=frozenset(every)),
-                                 f"rule of thumb: fp32 every {RULE_OF_THUMB_EVERY}th layer", counted=False)
-            except BudgetExhausted:  # pragma: no cover - uncounted evaluations never exhaust
-                thumb = None
-    bound = 2 + probed + (2 if regime == "accumulation" and move == "keep_dtype" else
-                          1 if regime == "accumulation" else len(culprits) + 1) * log2n
-    return SearchResult(baseline, best_pass.config if best_pass else None, best_pass or state["closest"],
-                        culprits, candidates, evaluate.count, bound, exhausted, thumb, layers,
-                        list(evaluate.log), regime=regime,
-                        located_in=located if located is not None else evaluate.count, move=move,
-                        hp_probe=None if not hp_tried else not probed)
+    best_pass = _cheapest_move_at_equal_size(evaluate.log, state.best_pass)
+    thumb = _rule_of_thumb(evaluate, layers) if layers and exhausted is None else None
+    return SearchResult(baseline, best_pass.config if best_pass else None, best_pass or state.closest,
+                        state.culprits, state.candidates, evaluate.count,
+                        _evaluation_bound(state, _ceil_log2(len(state.candidates))), exhausted, thumb, layers,
+                        list(evaluate.log), regime=state.regime,
+                        located_in=state.located if state.located is not None else evaluate.count, move=state.move,
+                        hp_probe=None if not state.hp_tried else not state.probed)
+
+
+def _judge_as_given(evaluate: Evaluator, state: _SearchState, baseline: Evaluation | None) -> Evaluation:
+    """Step 1: the profile as given, evaluated unless the lockstep pass already judged it (then only counted)."""
+    if baseline is None:
+        baseline = evaluate(FixConfig(), "profile as given")
+    else:
+        evaluate.record(baseline)
+    return state.note(baseline)
+
+
+def _probe_everything(evaluate: Evaluator, state: _SearchState, hp_capable: set[str]) -> Evaluation | None:
+    """Step 2: every candidate moved at once, which decides whether any fix exists and with which move. When the
+    worst candidate's implmode binds other kernels, every capable candidate in high_precision first (passing: the
+    group testing searches those with that move); else, or when that fails, every candidate in fp32. None
+    without candidates."""
+    everything = None
+    hp_pool = [c for c in state.candidates if c in hp_capable]
+    state.hp_tried = bool(state.candidates) and state.candidates[0] in hp_capable
+    if state.hp_tried:  # the worst node's implmode binds other kernels: the cheap move first
+        everything = state.note(evaluate(FixConfig(high_precision=frozenset(hp_pool)),
+                                         f"all {len(hp_pool)} high_precision-capable candidates in high_precision"))
+        if everything.passed:
+            state.move, state.candidates = "high_precision", hp_pool
+            return everything
+        state.probed = 1
+    if state.candidates:
+        everything = state.note(evaluate(FixConfig(keep_dtype=frozenset(state.candidates)),
+                                         f"all {len(state.candidates)} candidates in fp32"))
+    return everything
+
+
+def _locate_culprits(evaluate: Evaluator, state: _SearchState, order: list[str]) -> None:
+    """Step 3: culprit after culprit, each the last item of the shortest ranked prefix that passes with the
+    culprits found before it, until they pass alone. More than ACCUMULATION_PREFIX items in the first prefix
+    switch to the accumulation regime (the error is spread over many nodes)."""
+    pool, low, high = list(state.candidates), 0, len(state.candidates)  # prefix `low` fails (baseline), `high` passes
+    while True:
+        high = _shortest_passing_prefix(evaluate, state, pool, low, high)
+        if high == 0:
+            return
+        if not state.culprits and high > ACCUMULATION_PREFIX:
+            state.regime = "accumulation"
+            state.culprits = _accumulation(evaluate, state.note, pool[:high], order) if state.move == "keep_dtype" \
+                else list(pool[:high])  # implmodes: the passing prefix (an island means storage)
+            return
+        state.culprits.append(pool[high - 1])
+        pool = pool[:high - 1]
+        low, high = -1, len(pool)  # F + the whole remaining prefix passes; F alone is untested
+
+
+def _shortest_passing_prefix(evaluate: Evaluator, state: _SearchState, pool: list[str], low: int, high: int) -> int:
+    """Binary search between a failing prefix length `low` and a passing one `high` of `pool`, each prefix tried
+    together with the culprits found so far: the shortest passing length."""
+    while high - low > 1:
+        mid = (low + high) // 2
+        cfg = state.config(state.culprits + pool[:mid])
+        if state.note(evaluate(cfg, f"{len(state.culprits)} culprit(s) + top {mid} of {len(pool)}")).passed:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+def _prefer_high_precision(evaluate: Evaluator, state: _SearchState, hp_capable: set[str]) -> None:
+    """Step 4: the culprits kept in fp32 whose high_precision implmode binds other kernels try that cheaper move
+    instead, all at once, then (when that fails) one by one. Only for culprits the fp32 move located."""
+    culprits = state.culprits
+    hp = [c for c in culprits if c in hp_capable] if state.regime == "culprits" and state.move == "keep_dtype" \
+        else []
+    if not hp:
+        return
+    keep = [c for c in culprits if c not in hp_capable]
+    cfg = FixConfig(keep_dtype=frozenset(keep), high_precision=frozenset(hp))
+    if state.note(evaluate(cfg, f"high_precision instead of fp32 for {len(hp)} culprit(s)")).passed or len(hp) <= 1:
+        return
+    chosen: set[str] = set()
+    for c in hp:
+        trial = FixConfig(keep_dtype=frozenset(set(culprits) - chosen - {c}), high_precision=frozenset(chosen | {c}))
+        if state.note(evaluate(trial, f"high_precision instead of fp32 for {c}")).passed:
+            chosen.add(c)
+
+
+def _cheapest_move_at_equal_size(log: list[Evaluation], best_pass: Evaluation | None) -> Evaluation | None:
+    """Among the passing evaluations as small as `best_pass`, the one with the cheapest moves: the refinement's
+    configuration (most high_precision, fewest fusion passes off) when it passed."""
+    if best_pass is None:
+        return None
+    ties = [e for e in log if e.passed and e.config.changes == best_pass.config.changes]
+    return max(ties, key=lambda e: (len(e.config.high_precision), -len(e.config.fusion_off)))
+
+
+def _rule_of_thumb(evaluate: Evaluator, layers: list[str]) -> Evaluation | None:
+    """The rule of thumb's configuration, an uncounted evaluation reported next to the minimal set (module
+    docstring); None when the model has too few layers for it."""
+    every = layers[RULE_OF_THUMB_EVERY - 1::RULE_OF_THUMB_EVERY]
+    if not every:
+        return None
+    try:
+        return evaluate(FixConfig(keep_dtype=frozenset(every)),
+                        f"rule of thumb: fp32 every {RULE_OF_THUMB_EVERY}th layer", counted=False)
+    except BudgetExhausted:  # pragma: no cover - uncounted evaluations never exhaust
+        return None
+
+
+def _ceil_log2(n: int) -> int:
+    """ceil(log2 n), at least 1: the evaluations one binary search over n candidates takes."""
+    return max(1, math.ceil(math.log2(n))) if n > 1 else 1
+
+
+def _evaluation_bound(state: _SearchState, log2n: int) -> int:
+    """The bound on the evaluations that locate the culprits (module docstring, step 3): 2 + (k+1)*ceil(log2 n),
+    plus the failed high_precision probe; the accumulation regime costs one search (two with the island's)."""
+    return 2 + state.probed + (2 if state.regime == "accumulation" and state.move == "keep_dtype" else
+                               1 if state.regime == "accumulation" else len(state.culprits) + 1) * log2n
