@@ -239,3 +239,4 @@ def test_tolerance_flags_and_manifest_hint():
     exact = ToleranceRule(atol=0.0, rtol=0.0)  # the golden helpers' default: a stated cosine adds to it
     assert resolve_rule({"cosine": 0.9}, None, default=exact) == (ToleranceRule(0.0, 0.0, cosine=0.9), "flags")
     assert resolve_rule({}, HINT, default=exact)[0] == HINT_RULE
+    assert resolve_rule({}, None, default=exact) == (exact, "default")
