@@ -10,6 +10,7 @@ import pytest
 
 from mschecker.campaign.cells import run_cell
 from mschecker.campaign.compare import higher_is_better
+from mschecker.campaign.kinds import metric_info
 from mschecker.campaign.spec import parse_campaign
 from mschecker.errors import InputError
 
@@ -75,6 +76,7 @@ def test_sd_cell_records_stage_ratios():
     assert m["referee_pass"] == 1.0
     assert {"text_embeddings.referee_ratio", "latents_final.referee_ratio", "decoded.referee_ratio",
             "image.referee_ratio"} <= set(m)
+    assert all(metric_info(name) for name in m)   # every metric an sd cell records is declared by its kind
 
 
 def test_metric_directions():

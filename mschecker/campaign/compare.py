@@ -4,7 +4,9 @@ A cell's samples (one on bit-exact devices, `repeats` on onnxruntime) are summar
 metric the run's median is compared with the baseline's:
 
   improvement = (run - baseline) if higher is better (PSNR, SSIM, cosine, SNR, planted bug caught) else
-                (baseline - run)                       (errors, error/bound ratios, ULP, counts)
+                (baseline - run)                       (errors, error/bound ratios, ULP, counts); the direction
+                is the metric's declaration (MetricInfo, beside the code of the kind that records it:
+                mschecker.campaign.kinds), by the part after the last dot
   noise       = 0 on bit-exact devices (float64 reference, emulated NPU, kernel suite: deterministic, so any
                 change is real), else the larger of the baseline's and the run's sample range (max - min over
                 the repeats of this cell and metric): the run-to-run spread measured on this machine, for this
@@ -39,13 +41,13 @@ import statistics
 from dataclasses import dataclass, field
 
 from mschecker.errors import InputError
-from mschecker.campaign.cells import FINISHED, STATUS_FAIL, STATUS_PASS
 from mschecker.campaign.expected import Expectation, ExpectedResults
 from mschecker.campaign.fingerprints import Moved, first_moved_node
+from mschecker.campaign.kinds import metric_info
+from mschecker.campaign.kinds.base import FINISHED, STATUS_FAIL, STATUS_PASS
 from mschecker.campaign.history import BLIP, MIN_SERIES, STEADY, STEP, HistoryJudgement, Series, judge_series, load_series
 from mschecker.campaign.store import CellRecord, Store
 
-HIGHER_IS_BETTER = ("psnr_db", "ssim", "cosine", "snr_db", "caught", "referee_pass")
 WORSE, SAME, BETTER = "worse", "same", "better"
 CHANGED, NEW, MISSING, NO_BASELINE = "changed", "new", "missing", "no baseline"
 MACHINE = "machine"
@@ -60,7 +62,9 @@ MACHINE_LABELS = (("CPU", "cpu"), ("numpy SIMD", "numpy_simd"),
 
 
 def higher_is_better(metric: str) -> bool:
-    return metric.rsplit(".", 1)[-1].endswith(HIGHER_IS_BETTER)
+    """The metric's declared direction (mschecker.campaign.kinds: each kind's MetricInfo); InputError for a
+    metric no kind declares."""
+    return metric_info(metric).higher_is_better
 
 
 @dataclass

@@ -39,7 +39,9 @@ from pathlib import Path
 from typing import Callable
 
 from mschecker.errors import InputError
-from mschecker.campaign.cells import FINISHED, STATUS_CRASHED, machine_facts, run_cell, versions
+from mschecker.campaign.cells import machine_facts, run_cell, versions
+from mschecker.campaign.kinds import KINDS
+from mschecker.campaign.kinds.base import FINISHED, STATUS_CRASHED, cell_from_dict
 from mschecker.campaign.compare import SAME, WORSE, allowance, judge_metric, judged
 from mschecker.campaign.spec import Cell, parse_campaign
 from mschecker.campaign.store import CellRecord, Store
@@ -243,7 +245,9 @@ def context(store: Store, base_id: str, run_id: str, key: str) -> Context:
 def _now_values(ctx: Context, ev: Evaluation | None) -> dict[str, str | None]:
     now: dict[str, str | None] = {k: (None if v is None else str(v)) for k, v in versions().items()}
     now.update({k: (None if v is None else str(v)) for k, v in machine_facts().items()})
-    model = Path(ctx.cell.params.get("model", "")) if ctx.cell.kind == "check" else None
+    kind = KINDS.get(ctx.cell.kind)
+    model = kind.model_path(ctx.cell.params) if kind is not None else None
+    model = Path(model) if model is not None else None
     if model is not None and model.is_file():
         from mschecker.fsio import file_sha256
 
@@ -408,8 +412,6 @@ def worker_main() -> None:
     import json
     import sys
 
-    from mschecker.campaign.spec import cell_from_dict
-
     job = json.loads(sys.stdin.read())
     cell = cell_from_dict(job["cell"])
     records = [run_cell(dataclasses.replace(cell, repeat=r)) for r in range(job["repeats"])]
@@ -566,7 +568,8 @@ def bisect_model_repo(ctx: Context, repo, rel: str | None = None,
     repo = Path(repo)
     if not repo.is_dir():
         raise InputError(f"--model-repo {repo}: not a folder")
-    if ctx.cell.kind != "check":
+    kind = KINDS.get(ctx.cell.kind)
+    if kind is None or kind.model_path(ctx.cell.params) is None:
         raise InputError(f"--model-repo: cell {ctx.key!r} is a {ctx.cell.kind} cell; only check cells read a model file")
     if rel is None:
         top = Path(_git(repo, "rev-parse", "--show-toplevel").strip()).resolve()
@@ -623,14 +626,8 @@ def bisect_model_repo(ctx: Context, repo, rel: str | None = None,
 # ------------------------------------------------------------------------------------------------------- driver
 def _profile_now(cell: Cell) -> str | None:
     """The profile hash this environment resolves for the cell (the profile file as it is now)."""
-    from mschecker.campaign.cells import profile_hash
-
-    p = cell.params
-    if cell.kind == "check":
-        return profile_hash(p["profile"], p["npu_options"]) if cell.device == "npu" else None
-    if cell.kind == "sd":
-        return profile_hash(p["profile"], p["npu_options"], p["stage_options"])
-    return None
+    kind = KINDS.get(cell.kind)
+    return kind.profile_hash(cell.params, cell.device) if kind is not None else None
 
 
 @dataclass

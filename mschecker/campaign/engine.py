@@ -46,8 +46,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from mschecker.errors import InputError
-from mschecker.campaign.cells import FINISHED, STATUS_CRASHED, STATUS_KILLED, STATUS_TIMEOUT, one_line, run_cell, worker_files_root
-from mschecker.campaign.spec import Cell, cell_from_dict
+from mschecker.campaign.cells import one_line, run_cell, worker_files_root
+from mschecker.campaign.kinds import KINDS
+from mschecker.campaign.kinds.base import FINISHED, STATUS_CRASHED, STATUS_KILLED, STATUS_TIMEOUT, Cell, cell_from_dict
 
 TOPIC = "mschecker-campaign-start"
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -76,7 +77,7 @@ def _task(cell_data: dict, run_id: str, files_id: str, bundle: str | None, blobs
                              "start": time.time()})
     local = {}
     if blobs:
-        declared = [cell.params["model"], *cell.params["inputs"], cell.params["golden"]]
+        declared = KINDS[cell.kind].declared_paths(cell.params)
         local = materialize(worker_files_root(files_id), bundle, blobs, declared)
     record = cell_fn(cell, local)
     record["worker"] = worker.address
@@ -194,17 +195,18 @@ class DaskEngine:
                 "workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values())}
 
     def ship(self, cells: list[Cell]) -> None:
-        """Read every file the check cells read once and scatter it to every worker once (keyed by content).
+        """Read every file the cells read (their kind's shipped_files: check cells) once and scatter it to every
+        worker once (keyed by content).
         Called before `run` and before the store is created or the run begun: an unreadable file is bad input.
         The paths were checked when the campaign was validated (check_cell_files: the graph loader's external-data
         rule, regular files only); they are checked again here, as they are read (mschecker.fsio.read_bytes)."""
         from mschecker.fsio import read_bytes
-        from mschecker.campaign.shipping import bundle_digest, check_cell_files, file_digest
+        from mschecker.campaign.shipping import bundle_digest, file_digest
 
         for cell in cells:
-            if cell.kind != "check":
+            paths = [str(p) for p in KINDS[cell.kind].shipped_files(cell.params)]
+            if not paths:   # the kind ships nothing: its workers read what they need
                 continue
-            paths = [str(p) for p in check_cell_files(cell.params)]
             for p in paths:
                 if p not in self._contents:  # stat before open (a file swapped for a FIFO since validation)
                     self._contents[p] = read_bytes(p, "file shipped to the workers:")
@@ -248,82 +250,7 @@ class DaskEngine:
         tasks early, and by data locality (a worker that still holds shipped files beats one restarted without
         them), and a task waiting on a worker dies with it even if it never started: only running cells may
         be hit by a restart or a death. A check cell's worker gets the files it lacks first (`_stock`)."""
-        started: dict[str, tuple[float, str]] = {}
-
-        def on_event(event):
-            msg = event[1] if isinstance(event, tuple) else event
-            if isinstance(msg, dict) and msg.get("run_id") == run_id:  # the driver's clock: workers' may differ
-                started[msg["task"]] = (time.time(), msg["worker"])
-
-        self.client.subscribe_topic(TOPIC, on_event)
-        queue = list(cells)
-        in_flight: dict = {}                     # future -> (cell, worker it was placed on)
-        submitted = 0
-        files_id = f"{run_id}-{secrets.token_hex(8)}"   # this run's folder on the workers (module docstring)
-
-        def submit(cell: Cell, worker: str | None) -> bool:
-            """Submit `cell` placed on `worker`; False when its files could not be put there."""
-            nonlocal submitted
-            bundle, paths = self._bundles.get(cell.task_key, (None, []))
-            blobs = None
-            if paths:
-                if worker is None:
-                    return False         # no worker to put its files on: wait for one
-                try:
-                    blobs = self._stock(worker, paths)
-                except (KeyError, OSError, asyncio.TimeoutError, CancelledError):
-                    return False         # the worker left or is not running, or a file was lost meanwhile
-            fut = self.client.submit(_task, dataclasses.asdict(cell), run_id, files_id, bundle, blobs, cell_fn,
-                                     pure=False, key=f"mschecker-cell-{run_id}-{submitted}",
-                                     workers=[worker] if worker else None, allow_other_workers=True)
-            submitted += 1
-            in_flight[fut] = (cell, worker)
-            return True
-
-        threads, threads_checked, unreachable = {}, 0.0, set()
-        try:
-            while queue or in_flight:
-                now = time.time()
-                if now - threads_checked > 2.0:
-                    threads, threads_checked, unreachable = self._threads(), now, set()
-                busy: dict[str | None, int] = {}
-                for _, w in in_flight.values():
-                    busy[w] = busy.get(w, 0) + 1
-                free = [w for w, n in threads.items() if w not in unreachable for _ in range(n - busy.get(w, 0))]
-                if not threads and not in_flight:
-                    free = [None]                # no worker yet: one task, dask holds it until one joins
-                while queue and free:
-                    worker = free.pop(0)
-                    if submit(queue[0], worker):
-                        queue.pop(0)
-                    else:                        # not placed again before the next refresh
-                        unreachable.add(worker)
-                        free = [w for w in free if w != worker]
-                done = [f for f in in_flight if f.done()]
-                lost_worker = False
-                for fut in done:
-                    cell, _ = in_flight.pop(fut)
-                    record = self._outcome(fut, started.get(cell.task_key))
-                    lost_worker |= record["status"] == STATUS_KILLED
-                    on_result(cell, record)
-                for fut, (cell, _) in list(in_flight.items()):
-                    start = started.get(cell.task_key)
-                    if start and now - start[0] > cell.timeout_s and not fut.done():
-                        del in_flight[fut]
-                        on_result(cell, self._timed_out(fut, start, cell.timeout_s))
-                        lost_worker = True
-                if lost_worker:
-                    threads_checked = 0.0
-                if not done:
-                    time.sleep(POLL_S)
-        finally:
-            with contextlib.suppress(Exception):
-                self.client.cancel(list(in_flight))
-            with contextlib.suppress(Exception):
-                self.client.unsubscribe_topic(TOPIC)
-            if self._blob_futures:
-                with contextlib.suppress(Exception):
-                    self.client.run(_cleanup_files, files_id)
+        _Placement(self, cells, run_id, on_result, cell_fn).run()
 
     def _outcome(self, fut, start) -> dict:
         from distributed.scheduler import KilledWorker
@@ -362,3 +289,108 @@ class DaskEngine:
             reason += f"; its worker could not be restarted ({one_line(exc)}) and stays busy until the cell ends"
         return {"status": STATUS_TIMEOUT, "reason": reason, "metrics": {}, "detail": {}, "started_at": started_at,
                 "worker": worker, "wall_s": time.time() - started_at}
+
+
+class _Placement:
+    """One `DaskEngine.run`: the queue in file order, the tasks in flight and where, their announced starts, and
+    the loop that places, collects and times them out (see DaskEngine.run for why the driver places tasks)."""
+
+    def __init__(self, engine: DaskEngine, cells: list[Cell], run_id: str, on_result: Callable[[Cell, dict], None],
+                 cell_fn: Callable):
+        self.engine, self.client, self.run_id = engine, engine.client, run_id
+        self.on_result, self.cell_fn = on_result, cell_fn
+        self.queue = list(cells)
+        self.in_flight: dict = {}                     # future -> (cell, worker it was placed on)
+        self.started: dict[str, tuple[float, str]] = {}   # task key -> (start on the driver's clock, worker)
+        self.submitted = 0
+        self.files_id = f"{run_id}-{secrets.token_hex(8)}"   # this run's folder on the workers (module docstring)
+        self.threads: dict[str, int] = {}
+        self.threads_checked = 0.0
+        self.unreachable: set = set()
+
+    def on_event(self, event) -> None:
+        msg = event[1] if isinstance(event, tuple) else event
+        if isinstance(msg, dict) and msg.get("run_id") == self.run_id:  # the driver's clock: workers' may differ
+            self.started[msg["task"]] = (time.time(), msg["worker"])
+
+    def run(self) -> None:
+        self.client.subscribe_topic(TOPIC, self.on_event)
+        try:
+            while self.queue or self.in_flight:
+                now = time.time()
+                if now - self.threads_checked > 2.0:
+                    self.threads, self.threads_checked, self.unreachable = self.engine._threads(), now, set()
+                self._place()
+                done, lost_worker = self._collect()
+                lost_worker |= self._time_out(now)
+                if lost_worker:
+                    self.threads_checked = 0.0
+                if not done:
+                    time.sleep(POLL_S)
+        finally:
+            self._close()
+
+    def _place(self) -> None:
+        """Submit queued cells, in file order, one per free worker thread."""
+        busy: dict[str | None, int] = {}
+        for _, w in self.in_flight.values():
+            busy[w] = busy.get(w, 0) + 1
+        free = [w for w, n in self.threads.items() if w not in self.unreachable for _ in range(n - busy.get(w, 0))]
+        if not self.threads and not self.in_flight:
+            free = [None]                # no worker yet: one task, dask holds it until one joins
+        while self.queue and free:
+            worker = free.pop(0)
+            if self._submit(self.queue[0], worker):
+                self.queue.pop(0)
+            else:                        # not placed again before the next refresh
+                self.unreachable.add(worker)
+                free = [w for w in free if w != worker]
+
+    def _submit(self, cell: Cell, worker: str | None) -> bool:
+        """Submit `cell` placed on `worker`; False when its files could not be put there."""
+        bundle, paths = self.engine._bundles.get(cell.task_key, (None, []))
+        blobs = None
+        if paths:
+            if worker is None:
+                return False         # no worker to put its files on: wait for one
+            try:
+                blobs = self.engine._stock(worker, paths)
+            except (KeyError, OSError, asyncio.TimeoutError, CancelledError):
+                return False         # the worker left or is not running, or a file was lost meanwhile
+        fut = self.client.submit(_task, dataclasses.asdict(cell), self.run_id, self.files_id, bundle, blobs,
+                                 self.cell_fn, pure=False, key=f"mschecker-cell-{self.run_id}-{self.submitted}",
+                                 workers=[worker] if worker else None, allow_other_workers=True)
+        self.submitted += 1
+        self.in_flight[fut] = (cell, worker)
+        return True
+
+    def _collect(self) -> tuple[list, bool]:
+        """Record the tasks that ended: (their futures, whether a worker died running one)."""
+        done = [f for f in self.in_flight if f.done()]
+        lost_worker = False
+        for fut in done:
+            cell, _ = self.in_flight.pop(fut)
+            record = self.engine._outcome(fut, self.started.get(cell.task_key))
+            lost_worker |= record["status"] == STATUS_KILLED
+            self.on_result(cell, record)
+        return done, lost_worker
+
+    def _time_out(self, now: float) -> bool:
+        """Record the tasks running past their cell's timeout (their workers restarted); whether there were any."""
+        lost_worker = False
+        for fut, (cell, _) in list(self.in_flight.items()):
+            start = self.started.get(cell.task_key)
+            if start and now - start[0] > cell.timeout_s and not fut.done():
+                del self.in_flight[fut]
+                self.on_result(cell, self.engine._timed_out(fut, start, cell.timeout_s))
+                lost_worker = True
+        return lost_worker
+
+    def _close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.cancel(list(self.in_flight))
+        with contextlib.suppress(Exception):
+            self.client.unsubscribe_topic(TOPIC)
+        if self.engine._blob_futures:
+            with contextlib.suppress(Exception):
+                self.client.run(_cleanup_files, self.files_id)

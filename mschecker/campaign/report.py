@@ -23,6 +23,7 @@ from mschecker.untrusted import markup, plain as _plain, plot_text as _plot_text
 from mschecker.campaign.compare import (BETTER, EXPECTED_FAILURE, FLAKY_FAILURE, MACHINE, SAME, UNEXPECTED_PASS, WORSE, CellComparison,
                       Comparison, MetricVerdict, expected_outcome)
 from mschecker.campaign.history import BLIP, STEP
+from mschecker.campaign.kinds import KINDS
 from mschecker.campaign.store import CellRecord, Store
 
 _ORDER = {WORSE: 0, "crashed": 1, "timeout": 1, "killed": 1, MACHINE: 2, BETTER: 2, "changed": 3, "no baseline": 3,
@@ -247,29 +248,16 @@ def dumps(data: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- HTML
-# The headline metric of each cell kind, plotted per group over the run history: what a reader checks first.
-HEADLINE = {"sd": ("image_psnr_db", "image PSNR (dB), mean over prompts and seeds"),
-            "check": ("rel_euclidean", "worst relative error over outputs, mean over cells"),
-            "kernels": ("error_ratio", "worst error / bound over variants, max over kernels")}
-
-
+# The headline metric of each cell kind (CellKind.headline), plotted per group over the run history: what a
+# reader checks first.
 def _headline(kind: str, metrics: dict[str, float]) -> float | None:
-    name = HEADLINE[kind][0]
+    name = KINDS[kind].headline[0]
     values = [v for k, v in metrics.items() if k.rsplit(".", 1)[-1] == name]
     if not values:
         return None
     if any(math.isnan(v) for v in values):
         return math.nan
-    return values[0] if kind == "sd" else max(values)
-
-
-def _group_label(kind: str, record: CellRecord) -> str:
-    c = record.coords
-    if kind == "sd":
-        return f"{record.block} / {c.get('profile')}"
-    if kind == "check":
-        return f"{record.block} / {c.get('device')}" + (f" {c['profile']}" if c.get("profile") else "")
-    return record.block
+    return KINDS[kind].headline_value(values)
 
 
 def history_series(store: Store, campaign: str, last: int = HISTORY_RUNS) -> tuple[list[str], dict]:
@@ -284,9 +272,9 @@ def history_series(store: Store, campaign: str, last: int = HISTORY_RUNS) -> tup
                 continue
             v = _headline(rec.kind, rec.metrics)
             if v is not None:
-                per_group.setdefault((rec.kind, _group_label(rec.kind, rec)), []).append(v)
+                per_group.setdefault((rec.kind, KINDS[rec.kind].group_label(rec.block, rec.coords)), []).append(v)
         for (kind, group), values in per_group.items():
-            agg = max(values) if kind == "kernels" else sum(values) / len(values)
+            agg = KINDS[kind].aggregate(values)
             series.setdefault(kind, {}).setdefault(group, {})[run.run_id] = agg
     return [r.run_id for r in runs], series
 
@@ -314,6 +302,7 @@ def history_plots(run_ids: list[str], series: dict[str, dict[str, dict]]) -> lis
 
     out = []
     for kind, groups in series.items():
+        metric, caption = KINDS[kind].headline
         finite = [v for pts in groups.values() for v in pts.values() if math.isfinite(v)]
         hi, lo = (max(finite), min(finite)) if finite else (1.0, 0.0)
         span = (hi - lo) or abs(hi) or 1.0
@@ -334,11 +323,11 @@ def history_plots(run_ids: list[str], series: dict[str, dict[str, dict]]) -> lis
         ax.set_xticks(range(len(run_ids)))
         ax.set_xticklabels([_run_label(r) for r in run_ids], rotation=30, ha="right", fontsize=7)
         ax.set_xlim(-0.5, len(run_ids) - 0.5)
-        ax.set_ylabel(_plot_text(HEADLINE[kind][0]))
-        ax.set_title(_plot_text(f"{kind}: {HEADLINE[kind][1]}"), fontsize=9)
+        ax.set_ylabel(_plot_text(metric))
+        ax.set_title(_plot_text(f"{kind}: {caption}"), fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-        out.append((f"{kind}: {HEADLINE[kind][1]}, last {len(run_ids)} runs (triangles at the edge: +-inf, "
+        out.append((f"{kind}: {caption}, last {len(run_ids)} runs (triangles at the edge: +-inf, "
                     f"e.g. identical images; gaps: NaN or no finished cell)", _png(fig)))
     return out
 

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Callable
 
 from mschecker.errors import InputError
-from mschecker.campaign.cells import FINISHED, STATUS_FAIL, run_cell
+from mschecker.campaign.cells import run_cell
 from mschecker.campaign.compare import Comparison, cell_status, compare_runs
 from mschecker.campaign.engine import DaskEngine, EngineConfig
+from mschecker.campaign.kinds.base import FINISHED, STATUS_FAIL
 from mschecker.campaign.spec import BASELINE_PREVIOUS, CampaignSpec, Cell
 from mschecker.campaign.store import RUN_FINISHED, RUN_INTERRUPTED, Store
 

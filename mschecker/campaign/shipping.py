@@ -40,7 +40,8 @@ def model_files(model: Path) -> list[Path]:
     input (exit 2) before a cluster starts or a store is written."""
     from onnx.external_data_helper import uses_external_data
 
-    from mschecker.graph.loader import read_model_proto, safe_external_path
+    from mschecker.fsio import safe_external_path
+    from mschecker.onnxfile import read_model_proto
 
     proto = read_model_proto(model)
     out = [model]

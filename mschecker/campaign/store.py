@@ -44,6 +44,7 @@ from typing import Callable
 
 from mschecker.errors import InputError
 from mschecker.campaign.cells import MACHINE_FACTS
+from mschecker.campaign.kinds.base import FINISHED
 from mschecker.campaign.spec import Cell
 
 
@@ -416,8 +417,6 @@ class Store:
     @_guarded
     def finished(self, run_id: str) -> dict[str, str]:
         """{task key: spec_hash} of the cells of `run_id` that finished (pass or fail): a resume skips them."""
-        from mschecker.campaign.cells import FINISHED
-
         rows = self.db.execute(f"SELECT cell_key, repeat, spec_hash FROM cells WHERE run_id=? AND status IN "
                                f"({','.join('?' * len(FINISHED))})", (run_id, *FINISHED))
         return {f"{_text(k, 'cells.cell_key')}#{_number(r, 'cells.repeat', integer=True)}": _text(h, "cells.spec_hash")

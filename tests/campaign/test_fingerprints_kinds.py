@@ -1,7 +1,8 @@
-"""Fingerprints of sd and kernels cells (mschecker.campaign.cells.SDFingerprints / KernelFingerprints): the keys,
-in run order with their stage / step prefixes, the UNet at its first and last step only, bit-exact repeats, only
-the judged run recorded, and a perturbed weight (one stage of a saved pipeline folder) or a perturbed kernel
-output naming where it moved, through the store as the compare reads it."""
+"""Fingerprints of sd and kernels cells (mschecker.campaign.kinds.sd.SDFingerprints /
+mschecker.campaign.kinds.kernels.KernelFingerprints): the keys, in run order with their stage / step prefixes, the
+UNet at its first and last step only, bit-exact repeats, only the judged run recorded, and a perturbed weight (one
+stage of a saved pipeline folder) or a perturbed kernel output naming where it moved, through the store as the
+compare reads it."""
 from __future__ import annotations
 
 import dataclasses

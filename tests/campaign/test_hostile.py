@@ -18,7 +18,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from mschecker.campaign.engine import DaskEngine, EngineConfig
-from mschecker.campaign.spec import SEED_MAX, parse_campaign
+from mschecker.campaign.kinds.sd import SEED_MAX
+from mschecker.campaign.spec import parse_campaign
 from mschecker.campaign.store import Store
 from mschecker.cli import main as cli
 from mschecker.errors import InputError

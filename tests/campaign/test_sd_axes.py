@@ -91,6 +91,6 @@ def test_a_folder_cell_runs_at_its_size_with_its_negative_prompt(tmp_path):
     # the hash is of the folder's graphs: an edited graph is another model
     (tmp_path / "pipe" / "unet" / "model.onnx").write_bytes((tmp_path / "pipe" / "unet" / "model.onnx").read_bytes()
                                                             + b"\0")
-    from mschecker.campaign.cells import pipeline_models_sha256
+    from mschecker.campaign.kinds.sd import pipeline_models_sha256
 
     assert pipeline_models_sha256(str(tmp_path / "pipe")) != record["model_sha256"]
