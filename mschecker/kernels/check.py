@@ -159,13 +159,3 @@ def check_case(info: KernelInfo, variant: Variant | str, case: Case) -> CheckRes
     result = check_outputs(info, variant, rounded, outs, run_reference(info, rounded))
     result.emulation = emulation_problems(info, variant, rounded, outs)
     return result
-
-
-def assert_meets_contract(info: KernelInfo, variant: Variant | str, case: Case) -> CheckResult:
-    """check_case, raising AssertionError with the per-output description when the contract is broken."""
-    result = check_case(info, variant, case)
-    if not result.passed:
-        why = info.contract_of(info.variant(variant) if isinstance(variant, str) else variant).why
-        raise AssertionError(result.describe() + f"\n  contract: {why}")
-    return result
-

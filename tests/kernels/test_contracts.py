@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 
 from mschecker.kernels.suite import find_breaking_case
-from mschecker.kernels.check import assert_meets_contract, check_case
+from mschecker.kernels.check import check_case
+from tests.kernels.contract_asserts import assert_meets_contract
 from mschecker.kernels.registry import get_kernel, registry
 
 _REG = registry()

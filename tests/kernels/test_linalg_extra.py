@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mschecker.kernels.check import assert_meets_contract, check_case, run_reference
+from mschecker.kernels.check import check_case, run_reference
+from tests.kernels.contract_asserts import assert_meets_contract
 from mschecker.kernels.registry import Case, get_kernel
 from mschecker.optimized_kernels import attention as attn
 from mschecker.optimized_kernels import matmul as mm
