@@ -18,8 +18,11 @@ import numpy as np
 from mschecker.compare.rules import TOLERANCE_KEYS
 from mschecker.dtypes import resolve_dtype
 from mschecker.errors import EXIT_CODES_HELP, UsageError
-from mschecker.npu.knobs import add_npu_arguments, knobs_from_args, npu_flags_given, options_for
+from mschecker.limits import COUNT_MAX, ULP_MAX
+from mschecker.npu.knobs import add_npu_arguments, npu_flags_given, npu_options_from_args
 from mschecker.modelcheck.runners import DEVICES
+from mschecker.fsio import check_write_target, os_reason
+from mschecker.fsio import os_reason
 
 
 class Parser(argparse.ArgumentParser):
@@ -61,15 +64,15 @@ def add_device_args(p: argparse.ArgumentParser) -> None:
 
 
 def npu_knobs(args) -> tuple[str | None, dict]:
-    """(profile, options for npu.knobs.apply_knobs) from the knob flags; the knobs other than --profile apply
-    to --device npu only (a UsageError naming the flag otherwise)."""
-    options = options_for(knobs_from_args(args))
-    profile = options.pop("profile", None)
+    """(profile, options for npu.knobs.apply_knobs) of the knob flags' NpuOptions: what make_runner and the
+    one-model commands take (--profile as given, None when not). The knobs other than --profile apply to --device
+    npu only (a UsageError naming the flag otherwise)."""
+    npu = npu_options_from_args(args)
     if args.device != "npu":
         given = [f for f in npu_flags_given(args) if f != "--profile"]
         if given:
             raise UsageError(f"{given[0]} applies to --device npu only")
-    return profile, options
+    return npu.profile, npu.for_stage()
 
 
 def add_override_args(p: argparse.ArgumentParser) -> None:
@@ -90,12 +93,6 @@ def _float(flag, lo: float = 0.0):
         return value
     return conv
 
-
-#: ULP distances are counted in int64 over the ordered bit patterns; fp64's whole range spans < 2**64, so no
-#: meaningful --ulp exceeds 2**62 and a larger one would overflow the comparison's int64 arithmetic.
-ULP_MAX = 2**62
-#: Integer flags that size work or memory (--topk, --examples) stay below this; larger asks are typos.
-COUNT_MAX = 10**6
 
 
 def _int(flag, hi: int = COUNT_MAX):
@@ -163,8 +160,6 @@ def check_writable(path, flag: str) -> Path:
     import os
     import tempfile
 
-    from mschecker.fsio import check_write_target, os_reason
-
     path = Path(path)
     if os.path.isdir(path):
         raise UsageError(f"{flag} {path}: is a directory, expected a file path")
@@ -193,8 +188,6 @@ def check_writable_dir(path, flag: str) -> Path:
     one line."""
     import os
     import tempfile
-
-    from mschecker.fsio import os_reason
 
     path = Path(path)
     if os.path.lexists(path) and not os.path.isdir(path):

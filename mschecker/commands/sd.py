@@ -36,11 +36,16 @@ import sys
 from pathlib import Path
 
 from mschecker.errors import InputError, UsageError
-from mschecker.npu.knobs import DEFAULT_PROFILE, add_npu_arguments, knobs_from_args
+from mschecker.npu.knobs import add_npu_arguments, npu_options_from_args
 from mschecker.sd.folder import FORCE_UPCAST, NUM_IMAGES_MAX, PROMPTS_MAX, SIZE_MAX, XL_STAGES
 from mschecker.sd.presets import PRESET_NAMES
 from mschecker.sd.scheduler import SCHEDULERS
 from mschecker.commands._args import Parser, add_referee_args, check_writable, check_writable_dir, referee_from_args
+from mschecker.fsio import check_readable
+from mschecker.npu.profile import load_profile
+from mschecker.sd.bundled import bundled_pipeline
+from mschecker.sd.bundled import save_bundled
+from mschecker.sd.folder import SDPipeline
 
 DEFAULT_PROMPT = "a photo of an astronaut riding a horse on the moon"
 SEED_MAX = 2**32 - 1  # numpy.random.RandomState(seed), as diffusers' ONNX pipeline draws the initial noise
@@ -146,7 +151,6 @@ def read_prompts(args) -> list[str]:
     """--prompt (repeated) or --prompts-file's lines; the default prompt when neither is given."""
     if not args.prompts_file:
         return args.prompt or [DEFAULT_PROMPT]
-    from mschecker.fsio import check_readable
 
     path = Path(args.prompts_file)
     if check_readable(path, "--prompts-file").st_size > PROMPT_FILE_MAX:
@@ -195,35 +199,21 @@ def parse_sides(text: str) -> tuple[str, str]:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from mschecker.sd.folder import SDPipeline
 
     if args.save_pipeline:
-        if args.pipeline:
-            raise UsageError("--save-pipeline writes a bundled --preset; it does not take --pipeline")
-        from mschecker.sd.bundled import save_bundled
-
-        path = save_bundled(args.preset or "small", args.save_pipeline, scheduler=args.scheduler or "ddim",
-                            tokenizer=args.tokenizer)
-        SDPipeline.from_folder(path)  # what was written reads back as a consistent pipeline
-        print(f"pipeline: {path}")
-        return 0
+        return _save_pipeline(args)
     if args.tokenizer:
         raise UsageError("--tokenizer goes with --save-pipeline (a pipeline folder brings its own tokenizer/)")
     sides = parse_sides(args.sides)
     referee, referee_k, judge = referee_from_args(args, runnable=True)  # before minutes of work
-    knobs = knobs_from_args(args, XL_STAGES)
-    common = dict(knobs.pop(None))
-    profile = common.pop("profile", DEFAULT_PROFILE)
-    per_stage = knobs  # {stage: its own options}, a stage's "profile" among them
+    knobs = npu_options_from_args(args, XL_STAGES)
     # every output checked before minutes of work: a folder in the way, a missing or read-only folder
     out = check_writable_dir(args.out, "--out")
     if args.json:
         check_writable(args.json, "--json")
-    from mschecker.npu.profile import load_profile
 
-    for name in {profile, *(o["profile"] for o in per_stage.values() if "profile" in o)}:
+    for name in knobs.profile_names():
         load_profile(name)  # bad profile: one line, before minutes of work
-    from mschecker.sd.bundled import bundled_pipeline
 
     pipeline = SDPipeline.from_folder(args.pipeline) if args.pipeline else \
         bundled_pipeline(args.preset or "small", scheduler=args.scheduler or "ddim")
@@ -242,10 +232,9 @@ def main(argv: list[str]) -> int:
     console = make_console()  # a log (not a terminal) is not cut at 80 columns
     with _progress(args.steps + len(pipeline.text_stages) + batch, batch) as progress:
         check = run_check(prompt=prompt, pipeline=pipeline, steps=args.steps, scheduler=args.scheduler,
-                          seed=args.seed, guidance_scale=args.guidance_scale, sides=sides, profile=profile,
-                          npu_options=common, stage_options=per_stage, psnr_min=args.psnr_min,
-                          search_fix=not args.no_fix, initial_latents=latents, fix_by=args.fix_by,
-                          progress=progress, generation=generation, force_upcast=args.force_upcast,
+                          seed=args.seed, guidance_scale=args.guidance_scale, sides=sides, knobs=knobs,
+                          psnr_min=args.psnr_min, search_fix=not args.no_fix, initial_latents=latents,
+                          fix_by=args.fix_by, progress=progress, generation=generation, force_upcast=args.force_upcast,
                           referee=referee, referee_k=referee_k, judge=judge)
     render_console(check, console)
     paths = write_outputs(check, out)
@@ -256,6 +245,17 @@ def main(argv: list[str]) -> int:
         print(f"json: {args.json}")
     print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in check.timings.items()))
     return 0 if check.passed else 1
+
+
+def _save_pipeline(args) -> int:
+    """--save-pipeline: the bundled --preset written as a diffusers ONNX folder, read back to check it."""
+    if args.pipeline:
+        raise UsageError("--save-pipeline writes a bundled --preset; it does not take --pipeline")
+    path = save_bundled(args.preset or "small", args.save_pipeline, scheduler=args.scheduler or "ddim",
+                        tokenizer=args.tokenizer)
+    SDPipeline.from_folder(path)  # what was written reads back as a consistent pipeline
+    print(f"pipeline: {path}")
+    return 0
 
 
 class _progress:

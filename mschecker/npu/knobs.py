@@ -25,14 +25,16 @@ Flags (`add_npu_arguments`), the same names and syntax everywhere:
 
 Every flag may repeat. A STAGE: prefix (where a command has stages, e.g. `sd`: text_encoder, unet,
 vae_decoder) applies the value to that stage only; without it the value applies to every stage. A value naming
-an existing file is read as that file; anything else is inline entries. `knobs_from_args` turns the flags into
-{stage or None: options} and `apply_knobs` applies one stage's options to a profile; both are library functions
-so that a command only parses.
+an existing file is read as that file; anything else is inline entries. `npu_options_from_args` turns the flags
+into one `NpuOptions` (the --profile, the options for every stage, each stage's own) and `apply_knobs` applies one
+stage's options to a profile; both are library functions so that a command only parses. `knobs_from_args` /
+`options_for` are the older {stage or None: options} spelling, a "profile" key among the options.
 """
 from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mschecker.errors import UsageError
@@ -174,13 +176,84 @@ def _customize(value: str, flag: str) -> list[str]:
     return [parse_customize_line(value, f"{flag} {value!r}").text()]
 
 
-def knobs_from_args(args, stages: tuple[str, ...] = ()) -> dict[str | None, dict]:
-    """{None: options for every stage, stage: options for that stage only} from add_npu_arguments' flags.
-    Option keys are apply_knobs' keyword arguments; later flags win over earlier ones."""
-    knobs: dict[str | None, dict] = {None: {}}
+@dataclass
+class NpuOptions:
+    """The NPU knobs of one command line as one object, built once (npu_options_from_args) and passed as is, so
+    that no caller merges stages or pops a profile out of an options dict. Options are apply_knobs' keyword
+    arguments; ``per_stage`` holds every stage the flags named (in the order first named, which is the order
+    entries are checked in), even one that has only a profile."""
+
+    profile: str | None = None                                # --profile without STAGE: (None: not given)
+    common: dict = field(default_factory=dict)                # options for every stage
+    per_stage: dict[str, dict] = field(default_factory=dict)  # stage -> its own options, on top of common
+    stage_profiles: dict[str, str] = field(default_factory=dict)  # stage -> its own --profile STAGE:NAME
+
+    @classmethod
+    def from_dicts(cls, profile: str | None = None, common: dict | None = None,
+                   per_stage: dict[str, dict] | None = None) -> NpuOptions:
+        """From option dicts (the campaign's npu_options / stage_options); a stage's "profile" key, the older
+        spelling, becomes that stage's profile."""
+        own, profiles = {}, {}
+        for stage, options in (per_stage or {}).items():
+            options = dict(options or {})
+            if "profile" in options:
+                profiles[stage] = options.pop("profile")
+            own[stage] = options
+        return cls(profile, dict(common or {}), own, profiles)
+
+    def for_stage(self, stage: str | None = None) -> dict:
+        """One stage's options (None: the common ones): the common ones, then the stage's own on top (lists
+        joined, tables merged, anything else replaced)."""
+        return _merged(self.common, self.per_stage.get(stage, {}) if stage is not None else {})
+
+    def profile_of(self, stage: str | None = None) -> str:
+        """The profile a stage runs under: its own --profile STAGE:NAME, else --profile, else DEFAULT_PROFILE."""
+        base = DEFAULT_PROFILE if self.profile is None else self.profile
+        return (self.stage_profiles.get(stage) if stage is not None else None) or base
+
+    def profile_for(self, stage: str | None = None) -> NumericsProfile:
+        """The NumericsProfile a stage runs under: its profile with its options applied."""
+        return apply_knobs(self.profile_of(stage), **self.for_stage(stage))
+
+    def stages(self) -> list[str]:
+        """Every stage given options or a profile of its own, in the order first named."""
+        return list(dict.fromkeys([*self.per_stage, *self.stage_profiles]))
+
+    def profile_names(self) -> set[str]:
+        """Every profile named (the default when --profile is not given), to load before any work."""
+        return {self.profile_of(), *self.stage_profiles.values()}
+
+    def with_stage_options(self, stage: str, **options) -> NpuOptions:
+        """A copy with ``options`` added to (replacing in) ``stage``'s own."""
+        return replace(self, per_stage={**self.per_stage, stage: {**self.per_stage.get(stage, {}), **options}})
+
+    def report(self, stages) -> dict[str, dict]:
+        """Each stage's options as reports have always shown them: a stage's own profile as a "profile" entry
+        after the common options (where the older per-stage dicts held it)."""
+        out = {}
+        for stage in stages:
+            items = list(self.for_stage(stage).items())
+            if stage in self.stage_profiles:
+                items.insert(len(self.common), ("profile", self.stage_profiles[stage]))
+            out[stage] = dict(items)
+        return out
+
+    def as_knobs(self) -> dict[str | None, dict]:
+        """The older {None: options, stage: options} spelling, a "profile" key first where one was given (the
+        commands that have not moved to NpuOptions: plan, rescale, bisect)."""
+        def slot(profile, options):
+            return {**({"profile": profile} if profile is not None else {}), **options}
+
+        return {None: slot(self.profile, self.common),
+                **{st: slot(self.stage_profiles.get(st), self.per_stage.get(st, {})) for st in self.stages()}}
+
+
+def npu_options_from_args(args, stages: tuple[str, ...] = ()) -> NpuOptions:
+    """The NpuOptions of add_npu_arguments' flags (module docstring); later flags win over earlier ones."""
+    npu = NpuOptions()
 
     def slot(stage):
-        return knobs.setdefault(stage, {})
+        return npu.common if stage is None else npu.per_stage.setdefault(stage, {})
 
     def staged(key: str, **kw):
         for value in getattr(args, key, None) or []:
@@ -190,7 +263,11 @@ def knobs_from_args(args, stages: tuple[str, ...] = ()) -> dict[str | None, dict
         raise UsageError("--precision-mode and --precision-mode-v2 are both given; atc refuses --precision_mode "
                          "together with --precision_mode_v2: keep one")
     for stage, rest in staged("profile"):
-        slot(stage)["profile"] = rest
+        if stage is None:
+            npu.profile = rest
+        else:
+            slot(stage)  # the stage takes its place among those named
+            npu.stage_profiles[stage] = rest
     for key, modes in (("precision_mode", PRECISION_MODES_V1), ("precision_mode_v2", PRECISION_MODES_V2)):
         for stage, rest in staged(key):
             if rest not in modes:
@@ -204,28 +281,44 @@ def knobs_from_args(args, stages: tuple[str, ...] = ()) -> dict[str | None, dict
         by_type, by_node = _op_precision(rest, "--op-precision")
         slot(stage).setdefault("implmode_by_op_type", {}).update(by_type)
         slot(stage).setdefault("implmode_by_node", {}).update(by_node)
+    _add_common_knobs(npu.common, args)
+    return npu
+
+
+def _add_common_knobs(common: dict, args) -> None:
+    """The flags without a STAGE: form, into ``common``."""
     for value in getattr(args, "optypelist_for_implmode", None) or []:
         types = _entries(value)
         if not types:
             raise UsageError(f"--optypelist-for-implmode {value!r}: no op type")
-        knobs[None].setdefault("optypelist_for_implmode", []).extend(types)
+        common.setdefault("optypelist_for_implmode", []).extend(types)
     for key in ("overflow_mode", "implmode", "bracket"):
         if getattr(args, key, None):
-            knobs[None][key] = getattr(args, key)
+            common[key] = getattr(args, key)
     if getattr(args, "modify_mixlist", None):
-        knobs[None]["modify_mixlist"] = parse_modify_mixlist(args.modify_mixlist)
+        common["modify_mixlist"] = parse_modify_mixlist(args.modify_mixlist)
     if getattr(args, "fusion_switch", None):
         from mschecker.npu.fusion import load_switch_file
 
-        knobs[None]["fusion"] = load_switch_file(args.fusion_switch)
-    return knobs
+        common["fusion"] = load_switch_file(args.fusion_switch)
+
+
+def knobs_from_args(args, stages: tuple[str, ...] = ()) -> dict[str | None, dict]:
+    """{None: options for every stage, stage: options for that stage only}, "profile" among them: the older
+    spelling of npu_options_from_args (NpuOptions.as_knobs)."""
+    return npu_options_from_args(args, stages).as_knobs()
 
 
 def options_for(knobs: dict[str | None, dict], stage: str | None = None) -> dict:
-    """One stage's options: the common ones, then the stage's own on top (lists and tables merged)."""
+    """One stage's options of knobs_from_args' dict: the common ones, then the stage's own on top."""
+    return _merged(knobs.get(None, {}), knobs.get(stage, {}) if stage is not None else {})
+
+
+def _merged(common: dict, own: dict) -> dict:
+    """``common`` (copied) with ``own`` on top: lists joined, tables merged, anything else replaced."""
     out = {k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
-           for k, v in knobs.get(None, {}).items()}
-    for k, v in knobs.get(stage, {}).items() if stage is not None else ():
+           for k, v in common.items()}
+    for k, v in own.items():
         if isinstance(v, list):
             out[k] = out.get(k, []) + v
         elif isinstance(v, dict):

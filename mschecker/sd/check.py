@@ -55,6 +55,7 @@ from mschecker.dtypes import float_format
 from mschecker.errors import InputError, KnobNote
 from mschecker.graph.executor import Executor
 from mschecker.dtypes import is_float
+from mschecker.npu.knobs import NpuOptions
 from mschecker.sd.images import image_psnr, image_ssim
 from mschecker.sd.bundled import bundled_pipeline
 from mschecker.sd.folder import FORCE_UPCAST, MODEL_FILES, TEXT_STAGES, XL_STAGES, SDPipeline
@@ -388,8 +389,6 @@ def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], track
     factories = {}
     for stage in device_for:
         device, profile, options = device_for[stage]
-        options = dict(options)
-        profile = options.pop("profile", None) or profile  # a per-stage --profile STAGE:NAME
         hook = tracker.on_tensor if capture and tracker is not None and device != "ort" else None
         factories[stage] = stage_runner_factory(device, profile, capture=hook, **options)
 
@@ -404,10 +403,10 @@ def per_stage_factory(device_for: dict[str, tuple[str, str | None, dict]], track
     return make
 
 
-def side_devices(side: str, profile: str, options: dict[str, dict]) -> dict[str, tuple[str, str | None, dict]]:
+def side_devices(side: str, knobs: NpuOptions) -> dict[str, tuple[str, str | None, dict]]:
     """per_stage_factory's {stage: (device, profile, options)} for one side of the check."""
     if side == "npu":
-        return {s: ("npu", profile, options[s]) for s in XL_STAGES}
+        return {s: ("npu", knobs.profile_of(s), knobs.for_stage(s)) for s in XL_STAGES}
     if side in ("reference", "ort"):
         return {s: (side, None, {}) for s in XL_STAGES}
     raise InputError(f"unknown side {side!r}; choose from {', '.join(SIDES)}")
@@ -415,8 +414,9 @@ def side_devices(side: str, profile: str, options: dict[str, dict]) -> dict[str,
 
 def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = "small", steps: int = 10,
               scheduler: str | None = None, seed: int = 0, guidance_scale: float = 7.5,
-              sides: tuple[str, str] = ("reference", "npu"), profile: str = "ascend910b",
-              npu_options: dict | None = None, stage_options: dict[str, dict] | None = None, psnr_min: float = 30.0,
+              sides: tuple[str, str] = ("reference", "npu"), knobs: NpuOptions | None = None,
+              profile: str | None = None, npu_options: dict | None = None,
+              stage_options: dict[str, dict] | None = None, psnr_min: float = 30.0,
               search_fix: bool = True, weights_seed: int = 0, initial_latents=None, fix_by: str = "node",
               progress: Callable[[str, str, int | None], None] | None = None, generation: dict | None = None,
               force_upcast: str = "config",
@@ -427,8 +427,11 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     bundled ``preset`` (DDIM unless ``scheduler`` says otherwise); ``scheduler`` overrides its scheduler class.
     ``generation``: run_pipeline's other call arguments (negative_prompt, num_images_per_prompt, height, width,
     guidance_rescale, eta, SDXL's original_size / crops_coords_top_left / target_size); ``prompt`` may be a list.
-    ``npu_options`` (mschecker.npu.knobs.apply_knobs keywords) apply to every stage, ``stage_options[stage]``
-    on top of them to one stage (keep_dtype lists are joined; "profile" picks that stage's profile).
+    ``knobs``: the NPU side's options (mschecker.npu.knobs.NpuOptions: the profile, the options for every
+    stage, each stage's own; what `mschecker sd` builds from its flags). Without it ``profile`` (default
+    ascend910b), ``npu_options`` (apply_knobs keywords for every stage) and ``stage_options[stage]`` (on top of
+    them for one stage; keep_dtype lists are joined; "profile" picks that stage's profile) make one (the
+    campaign's cells give those).
     ``force_upcast`` ("config", "on", "off"): see upcast_vae_options.
     ``progress(run_label, stage, step)`` is called before every stage execution.
     ``on_tensor(stage, step, node, output_name, value)`` (optional) sees every tensor the judged side's run
@@ -439,72 +442,100 @@ def run_check(*, prompt: str, pipeline: SDPipeline | None = None, preset: str = 
     judged stage by stage against the float64 run (mschecker.sd.referee); ``judge`` combines the verdicts."""
     if len(sides) != 2 or sides[0] == sides[1] or any(s not in SIDES for s in sides):
         raise InputError(f"--sides {','.join(sides)}: give two different sides among {', '.join(SIDES)}")
+    if knobs is None:
+        knobs = NpuOptions.from_dicts(profile, npu_options, stage_options)
+    elif profile is not None or npu_options is not None or stage_options is not None:
+        raise TypeError("run_check: give knobs, or profile / npu_options / stage_options, not both")
     if pipeline is None:
         pipeline = bundled_pipeline(preset, weights_seed, scheduler or "ddim")
     if "npu" in sides:
-        check_stage_entries(pipeline, npu_options, stage_options, profile)
-    options = stage_npu_options(npu_options, stage_options)
-    upcast, upcast_note = upcast_vae_options(pipeline, options, force_upcast, npu_side="npu" in sides)
+        check_stage_entries(pipeline, knobs)
+    knobs, upcast, upcast_note = upcast_vae_options(pipeline, knobs, force_upcast, npu_side="npu" in sides)
     common = dict(prompt=prompt, pipeline=pipeline, steps=steps, scheduler=scheduler, seed=seed,
                   guidance_scale=guidance_scale, initial_latents=initial_latents, **(generation or {}))
-    timings = {}
+    announce = _announcer(progress)
+    reference, judged, tracker, timings = _run_sides(sides, knobs, common, announce, on_tensor)
+    settings = _settings(common, generation, weights_seed, sides, knobs, (reference, judged), (upcast, upcast_note))
+    check = SDCheck(settings, psnr_min, reference, judged, measure(reference, judged), tracker, timings,
+                    pipeline=pipeline, judge=judge)
+    if referee is not None:
+        _attach_referee(check, referee, referee_k, common, knobs, announce)
+    if sides[1] == "npu" and search_fix and not check.tolerance_passed:
+        _diagnose(check, common, knobs, announce, fix_by)
+    return check
 
-    def label(side):
-        return f"npu {profile}" if side == "npu" else side
 
+def _announcer(progress):
+    """run label -> the Tracker's progress callback (stage, step), or None without ``progress``."""
     def announce(run_label):
         return (lambda stage, step: progress(run_label, stage, step)) if progress else None
+    return announce
+
+
+def _run_sides(sides: tuple[str, str], knobs: NpuOptions, common: dict, announce, on_tensor):
+    """(baseline run, judged run, the judged run's Tracker, timings): the two pipeline runs of the check, the
+    judged one captured."""
+    def label(side):
+        return f"npu {knobs.profile_of()}" if side == "npu" else side
 
     base_side, judged_side = sides
+    timings = {}
     ref_tracker = Tracker(announce(label(base_side)))
     t0 = time.perf_counter()
     reference = run_pipeline(make_stage_runner=per_stage_factory(
-        side_devices(base_side, profile, options), ref_tracker, capture=False), **common)
+        side_devices(base_side, knobs), ref_tracker, capture=False), **common)
     timings[base_side] = time.perf_counter() - t0
 
     tracker = Tracker(announce(label(judged_side)), on_tensor=on_tensor)
     t0 = time.perf_counter()
-    npu = run_pipeline(make_stage_runner=per_stage_factory(side_devices(judged_side, profile, options), tracker),
-                       **common)
+    judged = run_pipeline(make_stage_runner=per_stage_factory(side_devices(judged_side, knobs), tracker), **common)
     timings[judged_side] = time.perf_counter() - t0
-    metrics = measure(reference, npu)
-    settings = {"pipeline": pipeline.name, "preset": pipeline.name, "steps": steps,
-                "scheduler": scheduler or pipeline.scheduler_config.get("_class_name"), "seed": seed,
-                "guidance_scale": guidance_scale, "prompt": prompt, "profile": profile, "sides": list(sides),
-                "npu_options": {st: {k: (v if isinstance(v, (list, dict)) else str(v)) for k, v in o.items()}
-                                for st, o in options.items()},
-                "weights_seed": weights_seed, "image_size": list(np.shape(reference.decoded)[2:]),
-                "images": int(np.shape(reference.decoded)[0]), "sdxl": pipeline.xl, "force_upcast": upcast,
-                "generation": {k: (list(v) if isinstance(v, tuple) else v) for k, v in (generation or {}).items()},
-                "notes": list(reference.notes) + ([upcast_note] if upcast_note else []),
-                "initial_latents": "given" if initial_latents is not None else f"RandomState({seed}).randn",
-                "stage_costs": {side: {st: c.to_dict() for st, c in run.costs.items()}
-                                for side, run in ((base_side, reference), (judged_side, npu))}}
-    check = SDCheck(settings, psnr_min, reference, npu, metrics, tracker, timings, pipeline=pipeline, judge=judge)
-    if referee is not None:
-        _attach_referee(check, referee, referee_k, common, profile, options, announce)
-    if judged_side != "npu":
-        return check
-    event = tracker.first_nonfinite or tracker.first_saturated
+    return reference, judged, tracker, timings
+
+
+def _settings(common: dict, generation: dict | None, weights_seed: int, sides: tuple[str, str], knobs: NpuOptions,
+              runs: tuple[PipelineResult, PipelineResult], upcast: tuple[str | None, str | None]) -> dict:
+    """The report's "settings": the call, the NPU options per stage, the runs' sizes, notes and costs."""
+    pipeline, (reference, judged), (mode, note) = common["pipeline"], runs, upcast
+    return {"pipeline": pipeline.name, "preset": pipeline.name, "steps": common["steps"],
+            "scheduler": common["scheduler"] or pipeline.scheduler_config.get("_class_name"), "seed": common["seed"],
+            "guidance_scale": common["guidance_scale"], "prompt": common["prompt"], "profile": knobs.profile_of(),
+            "sides": list(sides),
+            "npu_options": {st: {k: (v if isinstance(v, (list, dict)) else str(v)) for k, v in o.items()}
+                            for st, o in knobs.report(XL_STAGES).items()},
+            "weights_seed": weights_seed, "image_size": list(np.shape(reference.decoded)[2:]),
+            "images": int(np.shape(reference.decoded)[0]), "sdxl": pipeline.xl, "force_upcast": mode,
+            "generation": {k: (list(v) if isinstance(v, tuple) else v) for k, v in (generation or {}).items()},
+            "notes": list(reference.notes) + ([note] if note else []),
+            "initial_latents": "given" if common["initial_latents"] is not None
+            else f"RandomState({common['seed']}).randn",
+            "stage_costs": {side: {st: c.to_dict() for st, c in run.costs.items()}
+                            for side, run in zip(sides, runs)}}
+
+
+def _diagnose(check: SDCheck, common: dict, knobs: NpuOptions, announce, fix_by: str) -> None:
+    """A failing NPU run: the node to blame (the capture's first NaN/inf or saturated output, else the lockstep
+    pass over the suspect stage: hidden_overflow under saturation, divergence otherwise) and the fix search over
+    that node's stage."""
+    event = check.tracker.first_nonfinite or check.tracker.first_saturated
     located = None
-    if search_fix and not check.tolerance_passed and event is None:
+    if event is None:
         t0 = time.perf_counter()
-        stage = suspect_stage(metrics)
-        located = locate(stage, check, profile, options)
-        if stage_profile(profile, options[stage]).overflow_mode == "saturation":
+        stage = suspect_stage(check.metrics)
+        located = locate(stage, check, knobs)
+        if knobs.profile_for(stage).overflow_mode == "saturation":
             check.hidden_overflow = event = located.event
         else:
             check.divergence = event = located.event
-        timings["locate"] = time.perf_counter() - t0
-    if search_fix and not check.tolerance_passed and event is not None:
+        check.timings["locate"] = time.perf_counter() - t0
+    if event is not None:
         t0 = time.perf_counter()
-        check.fixes = find_fix(check, event, common, profile, options, announce,
+        check.fixes = find_fix(check, event, common, knobs, announce,
                                located if located is not None and located.stage == event.stage else None, fix_by)
-        timings["fix_search"] = time.perf_counter() - t0
-    return check
+        check.timings["fix_search"] = time.perf_counter() - t0
 
 
-def _attach_referee(check: SDCheck, side, k, common: dict, profile: str, options: dict[str, dict], announce) -> None:
+def _attach_referee(check: SDCheck, side, k, common: dict, knobs: NpuOptions, announce) -> None:
     """check.referee: the referee pipeline judged against the float64 run -- the check's own when one of its
     sides is the reference, else a float64 run made here."""
     from mschecker.modelcheck.referee import check_judge
@@ -516,16 +547,15 @@ def _attach_referee(check: SDCheck, side, k, common: dict, profile: str, options
     truth = check.reference if base == "reference" else check.npu if judged == "reference" else None
     if truth is None:
         tracker = Tracker(announce("reference (referee's truth)"))
-        truth = run_pipeline(make_stage_runner=per_stage_factory(side_devices("reference", profile, options),
-                                                                 tracker, capture=False), **common)
+        truth = run_pipeline(make_stage_runner=per_stage_factory(side_devices("reference", knobs), tracker,
+                                                                 capture=False), **common)
     progress = announce(f"referee {side.spec}")
     check.referee = referee_pipeline(side, common, check.npu, truth, k=k, reduced=judged == "npu",
                                      begin=(lambda stage: progress(stage, None)) if progress else None)
     check.timings["referee"] = time.perf_counter() - t0
 
 
-def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_options: dict[str, dict] | None,
-                        profile="ascend910b") -> None:
+def check_stage_entries(pipeline: SDPipeline, knobs: NpuOptions) -> None:
     """Every keep_dtype / op_precision entry the user gave names something, before minutes of work: one with a
     STAGE: prefix in that stage's graph, one without in at least one stage's graph (it applies to all three, and
     each matches only its own). InputError naming the entry and what exists otherwise."""
@@ -539,24 +569,23 @@ def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_op
                                customize_dtypes=tuple((opts or {}).get("customize_dtypes", ())))
 
     # each stage's graph as its profile runs it (a device profile: fused, IR op types, device names)
-    options = stage_npu_options(npu_options, stage_options)
     graphs, vocab, notes = {}, {}, {}
-    for st in stage_options or {}:
+    for st in knobs.stages():
         if st not in pipeline.stage_names:
             raise InputError(f"{st}: options given for a stage {pipeline.name} does not have (its stages: "
                              f"{', '.join(pipeline.stage_names)})")
     for st in pipeline.stage_names:
-        policy = npu_policy(stage_profile(profile, options[st]))
+        policy = npu_policy(knobs.profile_for(st))
         header = pipeline.files.model_header(MODEL_FILES[st])
         graphs[st] = policy.device_graph(header)
         vocab[st] = dict(op_type_of=policy.op_type_of, names_of=policy.names_of,
                          parsed_types={policy.op_type_of(n) for n in header.graph.node} if policy.chip else ())
         notes[st] = policy.knob_notes(header.graph, graphs[st]) if policy.chip else []
-    for st, opts in (stage_options or {}).items():
+    for st, opts in knobs.per_stage.items():
         problems = unmatched_entries(entries(opts), graphs[st], **vocab[st])
         if problems:
             raise InputError(f"{st} stage: {problems[0]}")
-    common = npu_options or {}
+    common = knobs.common
     singles = ([({"keep_dtype": [e]}, f"keep_dtype entry {e!r}") for e in common.get("keep_dtype", ())]
                + [({"implmode_by_op_type": {t: m}}, f"op_precision op type {t!r}")
                   for t, m in common.get("implmode_by_op_type", {}).items()]
@@ -576,38 +605,37 @@ def check_stage_entries(pipeline: SDPipeline, npu_options: dict | None, stage_op
 UPCAST_MODE = "must_keep_origin_dtype"  # ATC's float32 for an fp32 export: what diffusers' upcast_vae() gives
 
 
-def upcast_vae_options(pipeline: SDPipeline, options: dict[str, dict], force_upcast: str = "config",
-                       npu_side: bool = True) -> tuple[str | None, str | None]:
+def upcast_vae_options(pipeline: SDPipeline, knobs: NpuOptions, force_upcast: str = "config",
+                       npu_side: bool = True) -> tuple[NpuOptions, str | None, str | None]:
     """diffusers' ``force_upcast`` (the VAE config's; SDXL's VAE sets it because its fp16 activations overflow)
     on the NPU side: the VAE decoder compiled with ATC's --precision_mode=must_keep_origin_dtype (an fp32 export
     stays fp32, as diffusers' ``upcast_vae()`` runs it in float32) unless that stage already has a precision
     mode of the user's. ``force_upcast``: "config" follows the VAE's config.json, "on" / "off" override it
-    ("off" shows what the profile does to the VAE). Sets ``options["vae_decoder"]`` in place; returns (the mode
-    applied or None, a note for the report or None). An fp16 export cannot be upcast by a precision mode (ATC
-    keeps its fp16: the VAE would have to be exported in fp32), which the note says; without an NPU side nothing
-    is compiled."""
+    ("off" shows what the profile does to the VAE). Returns (``knobs``, with that precision mode for the
+    vae_decoder when one is applied; the mode applied or None; a note for the report or None). An fp16 export
+    cannot be upcast by a precision mode (ATC keeps its fp16: the VAE would have to be exported in fp32), which
+    the note says; without an NPU side nothing is compiled."""
     if force_upcast not in FORCE_UPCAST:
         raise InputError(f"--force-upcast {force_upcast!r}: choose one of {', '.join(FORCE_UPCAST)}")
     wanted = pipeline.force_upcast if force_upcast == "config" else force_upcast == "on"
-    vae = options["vae_decoder"]
+    vae = knobs.for_stage("vae_decoder")
     if not npu_side or not wanted or vae.get("precision_mode") or vae.get("precision_mode_v2"):
-        return None, None
+        return knobs, None, None
     if pipeline.stages["vae_decoder"].inputs["latent_sample"].dtype == np.float16:
-        return None, ("force_upcast not applied: vae_decoder is an fp16 export, which no ATC precision mode runs in "
-                      "float32 (diffusers upcasts the torch module; export the VAE in fp32 to do the same)")
-    vae["precision_mode"] = UPCAST_MODE
-    return UPCAST_MODE, (f"vae_decoder compiled with --precision_mode={UPCAST_MODE} on the NPU side (float32, as "
-                         "diffusers' force_upcast runs the VAE); --force-upcast off judges the profile's own VAE "
-                         "precision")
+        return knobs, None, ("force_upcast not applied: vae_decoder is an fp16 export, which no ATC precision mode "
+                           "runs in float32 (diffusers upcasts the torch module; export the VAE in fp32 to do the "
+                           "same)")
+    note = (f"vae_decoder compiled with --precision_mode={UPCAST_MODE} on the NPU side (float32, as diffusers' "
+            "force_upcast runs the VAE); --force-upcast off judges the profile's own VAE precision")
+    return knobs.with_stage_options("vae_decoder", precision_mode=UPCAST_MODE), UPCAST_MODE, note
 
 
 def stage_npu_options(npu_options: dict | None, stage_options: dict[str, dict] | None) -> dict[str, dict]:
-    """{stage: apply_knobs keywords}: the common options with each stage's own on top (npu.knobs.options_for:
-    lists joined, tables merged)."""
-    from mschecker.npu.knobs import options_for
-
-    knobs = {None: dict(npu_options or {}), **{st: dict(o or {}) for st, o in (stage_options or {}).items()}}
-    return {st: options_for(knobs, st) for st in XL_STAGES}
+    """{stage: apply_knobs keywords}: the common options with each stage's own on top (NpuOptions.for_stage:
+    lists joined, tables merged), for callers that hold option dicts (the campaign's profile hash)."""
+    knobs = NpuOptions(common=dict(npu_options or {}),
+                       per_stage={st: dict(o or {}) for st, o in (stage_options or {}).items()})
+    return {st: knobs.for_stage(st) for st in XL_STAGES}
 
 
 def suspect_stage(metrics: Metrics, jump: float = 0.1) -> str:
@@ -618,15 +646,6 @@ def suspect_stage(metrics: Metrics, jump: float = 0.1) -> str:
         if c is not None and (c.actual_nan or c.actual_inf or c.rel_euclidean is None or c.rel_euclidean > jump):
             return stage
     return "vae_decoder"
-
-
-def stage_profile(profile, stage_options: dict):
-    """The NumericsProfile a stage runs under (its own "profile" option wins over the check's)."""
-    from mschecker.npu.knobs import apply_knobs
-
-    options = dict(stage_options)
-    profile = options.pop("profile", None) or profile
-    return apply_knobs(profile, **options)
 
 
 DIVERGENCE = 0.1  # relative error of a node output that counts as "wrong", not fp16 drift (1e-3..5e-2 here)
@@ -651,14 +670,14 @@ class Located:
     event: NodeEvent | None
 
 
-def locate(stage: str, check: SDCheck, profile: str, options: dict[str, dict]) -> Located:
+def locate(stage: str, check: SDCheck, knobs: NpuOptions) -> Located:
     """``stage`` run in lockstep on the reference and the NPU from the NPU run's own stage inputs (a static-batch-1
     graph's batch split into samples, as the pipeline runs it): the first node that overflows -- saturation mode's
     clamps included -- or whose relative error exceeds DIVERGENCE."""
     from mschecker.tensors.meta import tensor_meta
 
     model = getattr(check.pipeline.models, stage)
-    npu = Executor(model, npu_policy(stage_profile(profile, options[stage])))
+    npu = Executor(model, npu_policy(knobs.profile_for(stage)))
     reference = reference_executor(npu.model)  # the graph the device runs (fused ops in float64): bisect._plan
     parts: list[dict] = []
     run_in_batches(lambda f: parts.append(f) or {}, [tensor_meta(i) for i in reference.input_infos],
@@ -687,12 +706,11 @@ class StageEvaluator(Evaluator):
     the stages after it), judged by the check's rule (finite outputs, PSNR >= psnr_min) and by no overflow
     inside the stage (stats.is_overflow against the lockstep pass's reference ranges)."""
 
-    def __init__(self, check: SDCheck, located: Located, common: dict, profile: str, options: dict[str, dict],
-                 announce):
+    def __init__(self, check: SDCheck, located: Located, common: dict, knobs: NpuOptions, announce):
         super().__init__()
-        self.check, self.located, self.common, self.profile = check, located, common, profile
-        self.options, self.announce, self.stage = options, announce, located.stage
-        self.base = stage_profile(profile, options[self.stage])
+        self.check, self.located, self.common, self.knobs = check, located, common, knobs
+        self.announce, self.stage = announce, located.stage
+        self.base = knobs.profile_for(self.stage)
         self.facts = op_facts(located.npu)
 
     def run(self, config: FixConfig, purpose: str) -> Evaluation:
@@ -701,11 +719,10 @@ class StageEvaluator(Evaluator):
         keep = sorted(config.keep_dtype)  # the device ops (or IR types) moved to fp32
         written = [e for e in moved.keep_dtype if e not in self.base.keep_dtype]
         custom = [e for e in moved.customize_dtypes if e not in self.base.customize_dtypes]
-        fixed = {"profile": moved}
         tracker = Tracker(self.announce(f"fix {self.count}"))
         t0 = time.perf_counter()
-        rerun = _rerun_from(self.stage, self.check.npu, self.check.pipeline.models, self.common, self.profile,
-                            {**self.options, self.stage: fixed}, tracker)
+        rerun = _rerun_from(self.stage, self.check.npu, self.check.pipeline.models, self.common, self.knobs,
+                            moved, tracker)
         metrics = measure(self.check.reference, rerun)
         inside = tracker.first_by_stage.get(self.stage)
         overflow = inside is not None and is_overflow(
@@ -724,19 +741,19 @@ class StageEvaluator(Evaluator):
                           detail=attempt)
 
 
-def find_fix(check: SDCheck, event: NodeEvent, common: dict, profile: str, options: dict[str, dict], announce,
+def find_fix(check: SDCheck, event: NodeEvent, common: dict, knobs: NpuOptions, announce,
              located: Located | None = None, fix_by: str = "node") -> list[FixAttempt]:
     """mschecker.bisect's search over the nodes (``fix_by="node"``) or the op types (``"op_type"``) of the stage
     where ``event`` happened (module docstring); returns every attempt, the recommendation marked ``chosen``."""
     stage = event.stage
     if located is None:
-        located = locate(stage, check, profile, options)
+        located = locate(stage, check, knobs)
     analysis = located.analysis
     items = rank_candidates(analysis, fix_by)
-    base = stage_profile(profile, options[stage])
+    base = knobs.profile_for(stage)
     position = {item: min(n.index for n in analysis.nodes if n.name in set(members(item, analysis)))
                 for item in items}
-    evaluator = StageEvaluator(check, located, common, profile, options, announce)
+    evaluator = StageEvaluator(check, located, common, knobs, announce)
     given = Evaluation("profile as given (the NPU run)", FixConfig(), False, float("inf"),
                        check.failure_reasons(), [event.node], 0.0)
     result = search(evaluator, items, high_precision_capable(located.npu, base, items), [], position,
@@ -747,11 +764,12 @@ def find_fix(check: SDCheck, event: NodeEvent, common: dict, profile: str, optio
     return attempts
 
 
-def _rerun_from(stage: str, npu: PipelineResult, models: SDModels, common: dict, profile: str,
-                options: dict[str, dict], tracker: Tracker) -> PipelineResult:
-    """Re-run ``stage`` and everything after it with ``options`` (earlier stages' NPU outputs are reused when
-    the stage is the VAE; otherwise the pipeline re-runs, its earlier stages deterministic and unchanged)."""
-    make = per_stage_factory({s: ("npu", profile, options[s]) for s in XL_STAGES}, tracker)
+def _rerun_from(stage: str, npu: PipelineResult, models: SDModels, common: dict, knobs: NpuOptions,
+                fixed, tracker: Tracker) -> PipelineResult:
+    """Re-run ``stage`` under ``fixed`` (a NumericsProfile holding every option of the stage) and everything
+    after it with ``knobs`` (earlier stages' NPU outputs are reused when the stage is the VAE; otherwise the
+    pipeline re-runs, its earlier stages deterministic and unchanged)."""
+    make = per_stage_factory({**side_devices("npu", knobs), stage: ("npu", fixed, {})}, tracker)
     if stage == "vae_decoder":
         from dataclasses import replace
 

@@ -322,49 +322,25 @@ def run_pipeline(prompt: str | list[str], *, pipeline: SDPipeline | None = None,
     prompts = _prompt_list(prompt, "prompt")
     negatives = _negatives(negative_prompt, prompts)
     n = _count(num_images_per_prompt, "images per prompt", NUM_IMAGES_MAX)
-    for name, value, (lo, hi) in (("guidance scale", guidance_scale, (-math.inf, math.inf)),
-                                  ("guidance rescale", guidance_rescale, GUIDANCE_RESCALE_RANGE)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) \
-                or not lo <= value <= hi:
-            raise InputError(f"{name} must be a finite number" + (f" in [{lo:g}, {hi:g}]" if np.isfinite(lo) else "")
-                             + f", got {value!r}")
+    _check_guidance(guidance_scale, guidance_rescale)
     if pipeline is None:
         pipeline = bundled_pipeline(preset, weights_seed, scheduler or "ddim", models)
     batch = len(prompts) * n
-    if initial_latents is not None:
-        given = pipeline.check_latents(initial_latents, "initial latents", batch)
-        f = pipeline.vae_scale_factor
-        for flag, value, side in (("--height", height, given.shape[2]), ("--width", width, given.shape[3])):
-            if value is not None and value != side * f:
-                raise InputError(f"{flag} {value} contradicts --latents of shape {tuple(given.shape)} ({side} latent "
-                                 f"px = {side * f} px)")
-        size = tuple(given.shape[2:])
-    else:
-        size = pipeline.latent_size(height, width)
+    given, size = _latent_size(pipeline, initial_latents, batch, height, width)
     # one RandomState draws the initial latents and then any per-step noise (Euler ancestral, DDIM's eta), as one
     # generator does in diffusers' pipelines
     rng = np.random.RandomState(seed)
     sched = make_scheduler_for(pipeline, steps, scheduler, noise_rng=rng, eta=eta)
     guided = guidance_scale > 1.0  # diffusers: do_classifier_free_guidance
     result = PipelineResult(np.zeros((0, 0), np.int64), np.zeros((0, 0, 0)), np.asarray(sched.timesteps))
-    if eta and not sched.accepts_eta:
-        result.notes.append(f"eta {eta:g} ignored: {type(sched).__name__} does not take it (diffusers passes eta "
-                            "to DDIM's step only)")
-    if guidance_rescale and not guided:
-        result.notes.append("guidance rescale ignored: it acts on classifier-free guidance (guidance scale > 1)")
-    result.notes += _truncation_notes(pipeline, [*prompts, *(negatives or [])],
-                                      [*(f"prompt {i + 1}" for i in range(len(prompts))),
-                                       *(f"negative prompt {i + 1}" for i in range(len(negatives or [])))])
+    result.notes += _call_notes(pipeline, sched, prompts, negatives, eta, guided, guidance_rescale)
 
     context, pooled = encode_text(pipeline, make_stage_runner, prompts, negatives, guided, result)
     halves = 2 if guided else 1
     context, pooled = _repeat_halves(context, halves, n), _repeat_halves(pooled, halves, n)
     time_ids = None
     if pipeline.xl:
-        f = pipeline.vae_scale_factor
-        px = (size[0] * f, size[1] * f)
-        result.time_ids = np.array([*(original_size or px), *crops_coords_top_left, *(target_size or px)],
-                                   dtype=np.float64)
+        result.time_ids = _time_ids(pipeline, size, original_size, crops_coords_top_left, target_size)
         time_ids = np.tile(result.time_ids, (len(context), 1))
 
     if initial_latents is None:
@@ -373,6 +349,67 @@ def run_pipeline(prompt: str | list[str], *, pipeline: SDPipeline | None = None,
         latents = given * float(sched.init_noise_sigma)
     result.latents.append(latents)
 
+    latents = _denoise(pipeline, make_stage_runner, sched, latents, result, context=context, pooled=pooled,
+                       time_ids=time_ids, guided=guided, guidance_scale=guidance_scale,
+                       guidance_rescale=guidance_rescale, batch=batch)
+    with _StageMeter(result.costs, "vae_decoder"):
+        result.decoded = decode(pipeline, make_stage_runner(pipeline.model("vae_decoder"), "vae_decoder"), latents)
+    result.images = to_uint8_images(result.decoded)
+    return result
+
+
+def _check_guidance(guidance_scale, guidance_rescale) -> None:
+    """The guidance scale a finite number, the rescale one in GUIDANCE_RESCALE_RANGE (InputError otherwise)."""
+    for name, value, (lo, hi) in (("guidance scale", guidance_scale, (-math.inf, math.inf)),
+                                  ("guidance rescale", guidance_rescale, GUIDANCE_RESCALE_RANGE)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) \
+                or not lo <= value <= hi:
+            raise InputError(f"{name} must be a finite number" + (f" in [{lo:g}, {hi:g}]" if np.isfinite(lo) else "")
+                             + f", got {value!r}")
+
+
+def _latent_size(pipeline: SDPipeline, initial_latents, batch: int, height: int | None,
+                 width: int | None) -> tuple[np.ndarray | None, tuple[int, int]]:
+    """(the given latents checked, or None; the latents' (h, w)): given latents define the size, and --height /
+    --width must agree with them."""
+    if initial_latents is None:
+        return None, pipeline.latent_size(height, width)
+    given = pipeline.check_latents(initial_latents, "initial latents", batch)
+    f = pipeline.vae_scale_factor
+    for flag, value, side in (("--height", height, given.shape[2]), ("--width", width, given.shape[3])):
+        if value is not None and value != side * f:
+            raise InputError(f"{flag} {value} contradicts --latents of shape {tuple(given.shape)} ({side} latent "
+                             f"px = {side * f} px)")
+    return given, tuple(given.shape[2:])
+
+
+def _call_notes(pipeline: SDPipeline, sched, prompts: list[str], negatives: list[str] | None, eta: float,
+                guided: bool, guidance_rescale: float) -> list[str]:
+    """What diffusers would log about the call: an eta or guidance rescale that has no effect, truncated prompts."""
+    notes = []
+    if eta and not sched.accepts_eta:
+        notes.append(f"eta {eta:g} ignored: {type(sched).__name__} does not take it (diffusers passes eta "
+                     "to DDIM's step only)")
+    if guidance_rescale and not guided:
+        notes.append("guidance rescale ignored: it acts on classifier-free guidance (guidance scale > 1)")
+    return notes + _truncation_notes(pipeline, [*prompts, *(negatives or [])],
+                                     [*(f"prompt {i + 1}" for i in range(len(prompts))),
+                                      *(f"negative prompt {i + 1}" for i in range(len(negatives or [])))])
+
+
+def _time_ids(pipeline: SDPipeline, size: tuple[int, int], original_size, crops_coords_top_left,
+              target_size) -> np.ndarray:
+    """SDXL's (6,) add_time_ids: original size, crop top-left, target size (the sizes default to the image's)."""
+    f = pipeline.vae_scale_factor
+    px = (size[0] * f, size[1] * f)
+    return np.array([*(original_size or px), *crops_coords_top_left, *(target_size or px)], dtype=np.float64)
+
+
+def _denoise(pipeline: SDPipeline, make_stage_runner: StageRunnerFactory, sched, latents: np.ndarray,
+             result: PipelineResult, *, context: np.ndarray, pooled: np.ndarray | None, time_ids: np.ndarray | None,
+             guided: bool, guidance_scale: float, guidance_rescale: float, batch: int) -> np.ndarray:
+    """The UNet steps from ``latents``, each step's guided eps and latents recorded in ``result`` (``batch``:
+    the images, one half of a guided UNet batch); returns the final latents."""
     costs = result.costs
     with _StageMeter(costs, "unet"):
         unet = make_stage_runner(pipeline.model("unet"), "unet")
@@ -393,11 +430,7 @@ def run_pipeline(prompt: str | list[str], *, pipeline: SDPipeline | None = None,
             result.latents.append(latents)
             costs.setdefault("unet", StageCost()).step_seconds.append(time.perf_counter() - t0)
         del unet
-
-    with _StageMeter(costs, "vae_decoder"):
-        result.decoded = decode(pipeline, make_stage_runner(pipeline.model("vae_decoder"), "vae_decoder"), latents)
-    result.images = to_uint8_images(result.decoded)
-    return result
+    return latents
 
 
 def decode(pipeline: SDPipeline, vae: StageRunner, latents: np.ndarray) -> np.ndarray:

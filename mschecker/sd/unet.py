@@ -138,46 +138,71 @@ def emit_unet(b: GraphBuilder, cfg: UNetConfig, *, addition_time_embed_dim: int 
     sample = b.input("sample", TensorProto.FLOAT, ["batch", cfg.in_channels, "height", "width"])
     timestep = b.input("timestep", TensorProto.FLOAT, ["batch"])
     context = b.input("encoder_hidden_states", TensorProto.FLOAT, ["batch", "sequence", cfg.cross_dim])
+    text_time = None
     if addition_time_embed_dim is not None:
         text_embeds = b.input("text_embeds", TensorProto.FLOAT, ["batch", text_embeds_dim])
         time_ids = b.input("time_ids", TensorProto.FLOAT, ["batch", TIME_IDS])
+        text_time = (text_embeds, time_ids, addition_time_embed_dim, text_embeds_dim)
     ch0, tdim = cfg.channels[0], cfg.time_dim
-
-    # time embedding: [cos, sin] (flip_sin_to_cos=True) of t * freqs, then the MLP
-    temb = sinusoidal_embedding(b, timestep, ch0, "time_proj")
-    temb = linear(b, temb, "time_embedding.linear_1", ch0, tdim)
-    temb = linear(b, silu(b, temb, "time_embedding.act"), "time_embedding.linear_2", tdim, tdim)
-    if addition_time_embed_dim is not None:
-        aug = text_time_embedding(b, text_embeds, time_ids, addition_time_embed_dim, text_embeds_dim, tdim)
-        temb = b.op("Add", [temb, aug], "add_embedding")
-    temb_act = silu(b, temb, "resnets.time_act")  # every ResNet's nonlinearity(temb), computed once
+    temb_act = _time_embedding(b, cfg, timestep, text_time)
 
     def res(x, name, c_in, c_out):
         return resnet(b, x, name, c_in, c_out, cfg.groups, cfg.resnet_eps, temb_act, tdim)
 
+    def attn(x, name, channels):
+        return transformer(b, x, context, name, channels, cfg, linear_projection=linear_projection)
+
     x = conv2d(b, sample, "conv_in", cfg.in_channels, ch0, 3)
-    skips = [(x, ch0)]
-    c_prev = ch0
+    x, skips = _down_blocks(b, cfg, x, res, attn)
+    top = cfg.channels[-1]
+    x = res(x, "mid_block.resnets.0", top, top)
+    x = attn(x, "mid_block.attentions.0", top)
+    x = res(x, "mid_block.resnets.1", top, top)
+    x = _up_blocks(b, cfg, x, skips, res, attn)
+
+    x = silu(b, group_norm(b, x, "conv_norm_out", ch0, cfg.groups, cfg.resnet_eps), "conv_act")
+    x = conv2d(b, x, "conv_out", ch0, cfg.out_channels, 3)
+    b.output(x, "out_sample", shape=["batch", cfg.out_channels, "height", "width"])
+
+
+def _time_embedding(b: GraphBuilder, cfg: UNetConfig, timestep: str, text_time: tuple | None) -> str:
+    """SiLU(temb), what every ResNet adds: [cos, sin] (flip_sin_to_cos=True) of t * freqs through the MLP, plus
+    the text_time embedding when ``text_time`` (text_embeds, time_ids, addition_time_embed_dim, text_embeds_dim)
+    is given (emb = emb + aug_emb)."""
+    ch0, tdim = cfg.channels[0], cfg.time_dim
+    temb = sinusoidal_embedding(b, timestep, ch0, "time_proj")
+    temb = linear(b, temb, "time_embedding.linear_1", ch0, tdim)
+    temb = linear(b, silu(b, temb, "time_embedding.act"), "time_embedding.linear_2", tdim, tdim)
+    if text_time is not None:
+        aug = text_time_embedding(b, *text_time, tdim)
+        temb = b.op("Add", [temb, aug], "add_embedding")
+    return silu(b, temb, "resnets.time_act")  # every ResNet's nonlinearity(temb), computed once
+
+
+def _down_blocks(b: GraphBuilder, cfg: UNetConfig, x: str, res, attn) -> tuple[str, list[tuple[str, int]]]:
+    """The down path from conv_in's output: (its output, the skip connections (tensor, channels) it leaves,
+    conv_in's first)."""
+    skips = [(x, cfg.channels[0])]
+    c_prev = cfg.channels[0]
     levels = len(cfg.channels)
     for level, c_out in enumerate(cfg.channels):
         for i in range(cfg.layers_per_block):
             x = res(x, f"down_blocks.{level}.resnets.{i}", c_prev if i == 0 else c_out, c_out)
             if cfg.attention[level]:
-                x = transformer(b, x, context, f"down_blocks.{level}.attentions.{i}", c_out, cfg,
-                                linear_projection=linear_projection)
+                x = attn(x, f"down_blocks.{level}.attentions.{i}", c_out)
             skips.append((x, c_out))
         c_prev = c_out
         if level < levels - 1:
             x = conv2d(b, x, f"down_blocks.{level}.downsamplers.0.conv", c_out, c_out, 3, stride=2)
             skips.append((x, c_out))
+    return x, skips
 
-    top = cfg.channels[-1]
-    x = res(x, "mid_block.resnets.0", top, top)
-    x = transformer(b, x, context, "mid_block.attentions.0", top, cfg, linear_projection=linear_projection)
-    x = res(x, "mid_block.resnets.1", top, top)
 
+def _up_blocks(b: GraphBuilder, cfg: UNetConfig, x: str, skips: list[tuple[str, int]], res, attn) -> str:
+    """The up path from the mid block's output, consuming ``skips`` (last first)."""
     reversed_channels = list(reversed(cfg.channels))
     reversed_attention = list(reversed(cfg.attention))
+    levels = len(cfg.channels)
     c_prev = reversed_channels[0]
     for level, c_out in enumerate(reversed_channels):
         for i in range(cfg.layers_per_block + 1):
@@ -185,17 +210,13 @@ def emit_unet(b: GraphBuilder, cfg: UNetConfig, *, addition_time_embed_dim: int 
             x = b.op("Concat", [x, skip], f"up_blocks.{level}.resnets.{i}", axis=1)
             x = res(x, f"up_blocks.{level}.resnets.{i}", (c_prev if i == 0 else c_out) + c_skip, c_out)
             if reversed_attention[level]:
-                x = transformer(b, x, context, f"up_blocks.{level}.attentions.{i}", c_out, cfg,
-                                linear_projection=linear_projection)
+                x = attn(x, f"up_blocks.{level}.attentions.{i}", c_out)
         c_prev = c_out
         if level < levels - 1:
             x = upsample_nearest2x(b, x, f"up_blocks.{level}.upsamplers.0")
             x = conv2d(b, x, f"up_blocks.{level}.upsamplers.0.conv", c_out, c_out, 3)
     assert not skips, "skip stack not consumed"
-
-    x = silu(b, group_norm(b, x, "conv_norm_out", ch0, cfg.groups, cfg.resnet_eps), "conv_act")
-    x = conv2d(b, x, "conv_out", ch0, cfg.out_channels, 3)
-    b.output(x, "out_sample", shape=["batch", cfg.out_channels, "height", "width"])
+    return x
 
 
 def unet_builder(preset: str | SDPreset, seed: int = 0, *, materialize: bool = True) -> GraphBuilder:

@@ -269,11 +269,12 @@ def test_an_entry_for_an_op_type_every_fusion_consumed_is_a_note_not_an_error():
     """GE fuses every InstanceNorm of SD's GroupNorm export into a GroupNorm: `OpType::InstanceNorm` matches the
     parsed graph (atc accepts it silently) but reaches no device op -- a note naming why, not an exit 2."""
     from mschecker.errors import KnobNote
+    from mschecker.npu.knobs import NpuOptions
     from mschecker.sd.bundled import bundled_pipeline
     from mschecker.sd.check import check_stage_entries
 
     with pytest.warns(KnobNote, match="every InstanceNorm was fused into another device op"):
-        check_stage_entries(bundled_pipeline("tiny"), {"keep_dtype": ["OpType::InstanceNorm"]}, None)
+        check_stage_entries(bundled_pipeline("tiny"), NpuOptions(common={"keep_dtype": ["OpType::InstanceNorm"]}))
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -321,23 +322,50 @@ def test_an_entry_without_stage_needs_to_match_in_one_stage_only():
     Gelu (GE's fused erf GELU) exists in the UNet alone, LayerNorm not in the VAE, GroupNorm not in the text
     encoder, and a fused GroupNorm answers to its device name and to the ONNX nodes it covers: without a prefix each
     applies to every stage and is accepted. The generic profile (no device) keeps ONNX op types and names."""
+    from mschecker.npu.knobs import NpuOptions
     from mschecker.sd.bundled import bundled_pipeline
     from mschecker.sd.check import check_stage_entries
 
     from ..profiles import GENERIC_FP16
 
     pipe = bundled_pipeline("tiny")
-    check_stage_entries(pipe, {"implmode_by_op_type": {"Gelu": "high_precision"},
-                               "keep_dtype": ["OpType::LayerNorm", "OpType::GroupNorm",
-                                              "decoder.conv_norm_out/Mul/GroupNorm",
-                                              "decoder.conv_norm_out/InstanceNormalization"]}, {})
+    check_stage_entries(pipe, NpuOptions(common={"implmode_by_op_type": {"Gelu": "high_precision"},
+                                                 "keep_dtype": ["OpType::LayerNorm", "OpType::GroupNorm",
+                                                                "decoder.conv_norm_out/Mul/GroupNorm",
+                                                                "decoder.conv_norm_out/InstanceNormalization"]}))
     with pytest.raises(InputError, match="op_precision node 'nope' matches nothing in any stage"):
-        check_stage_entries(pipe, {"implmode_by_node": {"nope": "high_precision"}}, {})
+        check_stage_entries(pipe, NpuOptions(common={"implmode_by_node": {"nope": "high_precision"}}))
     generic = str(GENERIC_FP16)
-    check_stage_entries(pipe, {"implmode_by_op_type": {"InstanceNormalization": "high_precision"},
-                               "keep_dtype": ["OpType::Softmax"]}, {}, generic)
+    check_stage_entries(pipe, NpuOptions(generic, {"implmode_by_op_type": {"InstanceNormalization": "high_precision"},
+                                                   "keep_dtype": ["OpType::Softmax"]}))
     with pytest.raises(InputError, match="'decoder.conv_norm_out/Mul/GroupNorm' matches nothing in any stage"):
-        check_stage_entries(pipe, {"keep_dtype": ["decoder.conv_norm_out/Mul/GroupNorm"]}, {}, generic)
+        check_stage_entries(pipe, NpuOptions(generic, {"keep_dtype": ["decoder.conv_norm_out/Mul/GroupNorm"]}))
+
+
+def test_the_command_hands_one_npu_options_to_the_check(monkeypatch, tmp_path):
+    """`mschecker sd` reads its NPU flags once into an NpuOptions and passes it to run_check as is: the profiles
+    are its fields, never a key of an options dict; giving run_check both spellings is refused."""
+    import mschecker.sd.check
+    from mschecker.npu.knobs import NpuOptions
+    from mschecker.sd.check import run_check
+
+    seen = {}
+
+    def record(**kwargs):
+        seen.update(kwargs)
+        raise InputError("recorded")  # the CLI's one-line exit 2: nothing runs
+    monkeypatch.setattr(mschecker.sd.check, "run_check", record)
+    assert main(["sd", "--preset", "tiny", "--profile", "vae_decoder:ascend310p", "--keep-dtype",
+                 "unet:OpType::SoftmaxV2", "--bracket", "pessimistic", "--out", str(tmp_path / "o")]) == 2
+    knobs = seen["knobs"]
+    assert knobs == NpuOptions(profile=None, common={"bracket": "pessimistic"},
+                               per_stage={"vae_decoder": {}, "unet": {"keep_dtype": ["OpType::SoftmaxV2"]}},
+                               stage_profiles={"vae_decoder": "ascend310p"})
+    assert knobs.stages() == ["vae_decoder", "unet"]  # the order entries are checked in: first named first
+    assert not {"profile", "npu_options", "stage_options"} & set(seen)
+    assert (knobs.profile_of(), knobs.profile_of("vae_decoder")) == ("ascend910b", "ascend310p")
+    with pytest.raises(TypeError, match="not both"):
+        run_check(prompt="a", knobs=knobs, profile="ascend310p")
 
 
 # ------------------------------------------------------------------------------------------------ capture hook

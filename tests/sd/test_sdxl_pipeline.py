@@ -21,6 +21,7 @@ import pytest
 
 import mschecker.sd.check as sd_check
 from mschecker.cli import main
+from mschecker.npu.knobs import NpuOptions
 from mschecker.sd.bundled import bundled_pipeline, save_bundled
 from mschecker.sd.folder import SDPipeline
 from mschecker.sd.pipeline import run_pipeline
@@ -339,7 +340,8 @@ def test_an_sd_folder_ignores_its_vaes_force_upcast(tmp_path):
     config.write_text(json.dumps({**json.loads(config.read_text()), "force_upcast": True}))
     pipe = SDPipeline.from_folder(folder)
     assert not pipe.force_upcast
-    options = {"vae_decoder": {}}
-    assert sd_check.upcast_vae_options(pipe, options, "config") == (None, None) and options == {"vae_decoder": {}}
-    mode, note = sd_check.upcast_vae_options(pipe, options, "on")
-    assert mode == "must_keep_origin_dtype" and options["vae_decoder"]["precision_mode"] == mode and note
+    npu = NpuOptions()
+    assert sd_check.upcast_vae_options(pipe, npu, "config") == (npu, None, None) and npu == NpuOptions()
+    upcast, mode, note = sd_check.upcast_vae_options(pipe, npu, "on")
+    assert mode == "must_keep_origin_dtype" and upcast.for_stage("vae_decoder")["precision_mode"] == mode and note
+    assert npu == NpuOptions() and "precision_mode" not in upcast.for_stage("unet")  # a copy, the VAE's alone
