@@ -14,7 +14,7 @@ import sys
 
 from mschecker.bisect.priors import ORDERS
 from mschecker.graph.loader import load_model
-from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
+from mschecker.npu.knobs import add_npu_arguments, npu_options_from_args
 from mschecker.tensors.meta import apply_overrides, tensor_meta
 from mschecker.errors import InputError, UsageError
 from mschecker.commands._args import Parser, _float, _int, add_override_args, check_writable_dir, parse_dtypes, parse_shapes
@@ -76,8 +76,7 @@ def main(argv: list[str]) -> int:
     check_out(args.out, json_report=args.json, html_report=args.html)  # before minutes of search, not after
     if args.graph_json and not args.npu_dump:
         raise UsageError("--graph-json maps a device dump's ops: give --npu-dump DIR with it")
-    options = options_for(knobs_from_args(args))
-    profile = apply_knobs(options.pop("profile", None), **options)
+    profile = npu_options_from_args(args).profile_for()
     model = load_model(args.model)
     metas = apply_overrides([tensor_meta(i) for i in model.graph.input if i.name not in model.initializers],
                             parse_shapes(args.shape), parse_dtypes(args.dtype))

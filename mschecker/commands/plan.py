@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
+from mschecker.npu.knobs import add_npu_arguments, npu_options_from_args
 from mschecker.commands._args import COUNT_MAX, Parser, bounded_int, check_writable
 from mschecker.fsio import atomic_write_text
 
@@ -31,8 +31,7 @@ def build_parser(prog: str = "mschecker plan") -> Parser:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     out = check_writable(args.out, "--out") if args.out else None
-    options = options_for(knobs_from_args(args))
-    profile = apply_knobs(options.pop("profile", None), **options)
+    profile = npu_options_from_args(args).profile_for()
     from mschecker.npu.plan import device_plan
 
     plan = device_plan(args.model, profile)

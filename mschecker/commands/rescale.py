@@ -14,7 +14,7 @@ that is not scale invariant (naming the op that breaks it) and an output that wo
 from __future__ import annotations
 
 from mschecker.errors import InputError
-from mschecker.npu.knobs import add_npu_arguments, apply_knobs, knobs_from_args, options_for
+from mschecker.npu.knobs import add_npu_arguments, npu_options_from_args
 from mschecker.commands._args import Parser, bounded_int, check_writable
 from mschecker.fsio import write_file_set
 from mschecker.tensors.meta import tensor_meta
@@ -64,8 +64,7 @@ def main(argv: list[str]) -> int:
     diff = max(prove(model.proto, patched, s.feeds) for s in samples)
     if not diff <= 1e-12:
         raise RuntimeError(f"the rescaled model's float64 outputs differ by {diff:.3g} relative: not exact")
-    options = options_for(knobs_from_args(args))
-    profile = apply_knobs(options.pop("profile", None), **options)
+    profile = npu_options_from_args(args).profile_for()
     before, after = Executor(model, npu_policy(profile)), Executor(patched, npu_policy(profile))
     errs = []
     for s in samples:

@@ -239,8 +239,8 @@ class NpuOptions:
         return out
 
     def as_knobs(self) -> dict[str | None, dict]:
-        """The older {None: options, stage: options} spelling, a "profile" key first where one was given (the
-        commands that have not moved to NpuOptions: plan, rescale, bisect)."""
+        """The older {None: options, stage: options} spelling, a "profile" key first where one was given
+        (knobs_from_args; the flag tests state what the flags give in it)."""
         def slot(profile, options):
             return {**({"profile": profile} if profile is not None else {}), **options}
 
