@@ -229,9 +229,7 @@ class Executor:
                 unsupported[key].append(label)
                 continue
             attrs = attribute_values(node)
-            reason = spec.check(attrs, node, opset) if spec.check else None
-            if reason is None and opset < spec.min_opset:
-                reason = f"{node.op_type} does not exist before opset {spec.min_opset} (model has {opset})"
+            reason = _refusal(spec, attrs, node, opset)
             if reason:
                 unsupported[f"{node.op_type} ({reason})"].append(label)
                 continue
@@ -246,13 +244,24 @@ class Executor:
                 self._fold(step)
             steps.append(step)
         if unsupported or problems:
-            parts = [f"{op} (nodes {', '.join(_clip(names))})" for op, names in sorted(unsupported.items())]
-            msg = f"{self.where}: cannot run under the {self.policy.name} policy: "
-            if parts:
-                msg += f"{len(unsupported)} unsupported op type(s): " + "; ".join(parts)
-            if problems:
-                msg += ("; " if parts else "") + "; ".join(_clip(problems, 8))
-            raise InputError(msg)
+            raise self._unplannable(unsupported, problems)
+        self._set_lifetimes(steps)
+        return steps
+
+    def _unplannable(self, unsupported: Mapping[str, list[str]], problems: list[str]) -> InputError:
+        """One error for every node the run cannot plan: unsupported op types (with their nodes), then the nodes
+        the policy could not bind."""
+        parts = [f"{op} (nodes {', '.join(_clip(names))})" for op, names in sorted(unsupported.items())]
+        msg = f"{self.where}: cannot run under the {self.policy.name} policy: "
+        if parts:
+            msg += f"{len(unsupported)} unsupported op type(s): " + "; ".join(parts)
+        if problems:
+            msg += ("; " if parts else "") + "; ".join(_clip(problems, 8))
+        return InputError(msg)
+
+    def _set_lifetimes(self, steps: list[Step]) -> None:
+        """Each step's frees (the tensors it reads last, or produces for no one) and donations (inputs an op may
+        compute into)."""
         # free each tensor after its last reader; graph outputs are kept
         last_use: dict[str, int] = {}
         for s, step in enumerate(steps):
@@ -274,7 +283,6 @@ class Executor:
                 step.donate = tuple(k for k, n in enumerate(step.inputs)
                                     if n in dying and n not in self.constants and n not in graph_inputs
                                     and step.inputs.count(n) == 1)
-        return steps
 
     #: Constant folding: a node whose inputs are all constants is evaluated once at plan time, as a deployment
     #: compiler folds it, when its outputs hold at most this many bytes (they live as long as the executor).
@@ -385,7 +393,7 @@ class Executor:
 
     # ------------------------------------------------------------------ running
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The feeds checked against the graph's declarations (tensormeta.check_feeds: the runners' one check;
+        """The feeds checked against the graph's declarations (tensors.meta.check_feeds: the runners' one check;
         any width of the declared family, since the run converts), then in the dtypes the run computes in."""
         metas = [tensor_meta(i, unknown_rank=None, unknown_dtype=None) for i in self.input_infos]
         check_feeds(feeds, metas, self.where, any_width=True)
@@ -527,7 +535,6 @@ class Executor:
             raise ExecutionError(f"{self.where}: graph output(s) {missing} were never produced")
         return {n: env[n] for n in self.output_names}
 
-
     def walk(self, feeds: Mapping[str, np.ndarray]):
         """run() one node at a time, as a generator: yields (step, args, produced) after each node, where args are
         the node's input values (None for absent ones) and produced its outputs by name; tensors are freed after
@@ -574,6 +581,15 @@ def stage_f32(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
         y = x.copy()
     y.flags.writeable = False
     return y
+
+
+def _refusal(spec: OpSpec, attrs: Mapping[str, Any], node: onnx.NodeProto, opset: int) -> str | None:
+    """Why the op cannot run this node (an attribute combination it does not support, an opset before the op
+    existed); None when it can."""
+    reason = spec.check(attrs, node, opset) if spec.check else None
+    if reason is None and opset < spec.min_opset:
+        reason = f"{node.op_type} does not exist before opset {spec.min_opset} (model has {opset})"
+    return reason
 
 
 def _clip(items: list[str], n: int = 6) -> list[str]:

@@ -120,6 +120,16 @@ class KernelInfo:
     # such group (checked at registration), so adding a variant never silently changes what an emulated NPU run
     # computes (npu/policy.select_variant).
     defaults: tuple[str, ...] = ()
+    # How many leading positional operands feed the matrix unit: a cube op given fp16 operands into an fp32 result
+    # rounds these (npu/policy.py), not a bias or a mask.
+    cube_operands: int = 2
+    # Kernels whose calls this one may serve instead, where an NPU profile switch turns it on (npu/profile.py's
+    # KERNEL_SWITCHES) and the node's op allows it (graph/ops/table.py's OpSpec.substitutes): the switch is the
+    # kernel's whole use, so the policy never names a kernel to hook it in.
+    substitutes: tuple[str, ...] = ()
+    # A lossy storage round trip (value -> value as read back) rather than an op's arithmetic: a profile switch
+    # passes every low-precision float output through it (NodeContext.compress).
+    stores_outputs: bool = False
 
     def variant(self, name: str) -> Variant:
         try:

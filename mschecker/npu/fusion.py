@@ -816,56 +816,67 @@ def _gelu(g: _Graph, report: FusionReport, chip: str) -> None:
     pattern2 = _Pattern(ops, {"FusedNodeDiv0": ("Input0",), "FusedNodeErf0": ("FusedNodeDiv0",),
                               "FusedNodeAdd0": ("FusedNodeErf0",), "FusedNodeMul0": ("Input0", "FusedNodeAdd0"),
                               "FusedNodeMul1": ("FusedNodeMul0",)}, "FusedNodeMul1")
+    _run_pattern(g, pattern1, _gelu_fuse, report, "GeluONNXFusionPass")
+    _run_pattern(g, pattern2, _gelu_fuse, report, "GeluONNXFusionPass")
 
-    def fuse(g, m, report, name):
-        ids = ("FusedNodeDiv0", "FusedNodeErf0", "FusedNodeAdd0", "FusedNodeMul0", "FusedNodeMul1")
-        keys = [m[q] for q in ids]
-        div0, erf0, add0, mul0, mul1 = (g.nodes[k] for k in keys)
-        for q, n_in in (("FusedNodeDiv0", 2), ("FusedNodeErf0", 1), ("FusedNodeAdd0", 2), ("FusedNodeMul0", 2)):
-            label = q[len("FusedNode"):]
-            if g.in_data_nodes(m[q]) != n_in:
-                return _reject(report, name, g, keys, f"Input node of {label} node size is "
-                                                      f"[{g.in_data_nodes(m[q])}], which not equal to {n_in}")
-            if g.out_data_nodes(m[q]) != 1:
-                return _reject(report, name, g, keys, f"Output node of {label} node size is "
-                                                      f"[{g.out_data_nodes(m[q])}], which not equal to 1")
-        v, why = _ge_scalar(g, div0)
-        if v is None:
-            return _reject(report, name, g, keys, f"Div0: {why}")
-        if abs(np.float32(v) - np.float32(1.41421)) > np.float32(0.00001):
-            return _reject(report, name, g, keys, f"the exp of div0 is {v:g}, which should be equal to 1.41421 "
-                                                  "(tolerance 1e-5)")
-        v, why = _ge_scalar(g, add0)
-        if v is None:
-            return _reject(report, name, g, keys, f"Add0: {why}")
-        if abs(v - 1.0) > FLT_EPSILON:
-            return _reject(report, name, g, keys, f"the exp of add0 is {v:g}, which should be equal to 1.0 "
-                                                  "(tolerance FLT_EPSILON)")
-        v0, _ = _ge_scalar(g, mul0)
-        if v0 is not None:
-            if abs(v0 - 0.5) > FLT_EPSILON:
-                return _reject(report, name, g, keys, f"the exp of mul0 is {v0:g}, which should be equal to 0.5")
-        else:
-            v1, why = _ge_scalar(g, mul1)
-            if v1 is None:
-                return _reject(report, name, g, keys, f"Mul1: {why}")
-            if abs(v1 - 0.5) > FLT_EPSILON:
-                return _reject(report, name, g, keys, f"the exp of mul1 is {v1:g}, which should be equal to 0.5")
-        x = div0.input[0]
-        notes = []
-        if g.is_const(x):
-            notes.append("RealDiv's constant is its first input (c / x): the fused Gelu reads it as x: the math "
-                         "changes")
-        chain = {add0.output[0], mul0.output[0]}
-        factors = [t for t in list(mul0.input) + list(mul1.input) if t and t not in chain and not g.is_const(t)]
-        if factors != [x]:
-            notes.append(f"the product multiplies {factors or 'constants'} where Gelu multiplies its input {x!r}: "
-                         "GE does not check this, the fused Gelu changes the math")
-        _fused(g, report, name, "Gelu", f"{g.labels[m['FusedNodeMul1']]}/Gelu", keys, [x], [mul1.output[0]],
-               {}, notes)
 
-    _run_pattern(g, pattern1, fuse, report, "GeluONNXFusionPass")
-    _run_pattern(g, pattern2, fuse, report, "GeluONNXFusionPass")
+def _gelu_fuse(g, m, report, name):
+    """One GeluONNXFusionPass match: the pass's edge and constant checks, then the Gelu device op."""
+    ids = ("FusedNodeDiv0", "FusedNodeErf0", "FusedNodeAdd0", "FusedNodeMul0", "FusedNodeMul1")
+    keys = [m[q] for q in ids]
+    div0, _, add0, mul0, mul1 = (g.nodes[k] for k in keys)
+    why = _gelu_edges(g, m) or _gelu_constants(g, div0, add0, mul0, mul1)
+    if why:
+        return _reject(report, name, g, keys, why)
+    x = div0.input[0]
+    notes = []
+    if g.is_const(x):
+        notes.append("RealDiv's constant is its first input (c / x): the fused Gelu reads it as x: the math "
+                     "changes")
+    chain = {add0.output[0], mul0.output[0]}
+    factors = [t for t in list(mul0.input) + list(mul1.input) if t and t not in chain and not g.is_const(t)]
+    if factors != [x]:
+        notes.append(f"the product multiplies {factors or 'constants'} where Gelu multiplies its input {x!r}: "
+                     "GE does not check this, the fused Gelu changes the math")
+    _fused(g, report, name, "Gelu", f"{g.labels[m['FusedNodeMul1']]}/Gelu", keys, [x], [mul1.output[0]],
+           {}, notes)
+
+
+def _gelu_edges(g: _Graph, m) -> str:
+    """Each inner node's data inputs and its one consumer. A rejection reason, or ""."""
+    for q, n_in in (("FusedNodeDiv0", 2), ("FusedNodeErf0", 1), ("FusedNodeAdd0", 2), ("FusedNodeMul0", 2)):
+        label = q[len("FusedNode"):]
+        if g.in_data_nodes(m[q]) != n_in:
+            return f"Input node of {label} node size is [{g.in_data_nodes(m[q])}], which not equal to {n_in}"
+        if g.out_data_nodes(m[q]) != 1:
+            return f"Output node of {label} node size is [{g.out_data_nodes(m[q])}], which not equal to 1"
+    return ""
+
+
+def _gelu_constants(g: _Graph, div0, add0, mul0, mul1) -> str:
+    """x / 1.41421, erf + 1.0, a 0.5 factor on either Mul, each within the source's tolerance. A rejection reason,
+    or ""."""
+    v, why = _ge_scalar(g, div0)
+    if v is None:
+        return f"Div0: {why}"
+    if abs(np.float32(v) - np.float32(1.41421)) > np.float32(0.00001):
+        return f"the exp of div0 is {v:g}, which should be equal to 1.41421 (tolerance 1e-5)"
+    v, why = _ge_scalar(g, add0)
+    if v is None:
+        return f"Add0: {why}"
+    if abs(v - 1.0) > FLT_EPSILON:
+        return f"the exp of add0 is {v:g}, which should be equal to 1.0 (tolerance FLT_EPSILON)"
+    v0, _ = _ge_scalar(g, mul0)
+    if v0 is not None:
+        if abs(v0 - 0.5) > FLT_EPSILON:
+            return f"the exp of mul0 is {v0:g}, which should be equal to 0.5"
+    else:
+        v1, why = _ge_scalar(g, mul1)
+        if v1 is None:
+            return f"Mul1: {why}"
+        if abs(v1 - 0.5) > FLT_EPSILON:
+            return f"the exp of mul1 is {v1:g}, which should be equal to 0.5"
+    return ""
 
 
 def _layer_norm_inputs(g: _Graph, report, name, keys, div0, mul, add, gamma_pos: int):
@@ -896,6 +907,17 @@ def _trailing_note(g: _Graph, x: str, begin: int, axes_sets: list[list[int]]) ->
 
 
 def _layer_norm(g: _Graph, report: FusionReport, chip: str) -> None:
+    for p in _layer_norm_patterns():
+        _run_pattern(g, p, _layer_norm_fuse, report, "LayerNormONNXFusionPass")
+
+
+_LN_NODES = ("FusedNodeReduceMean0", "FusedNodeSub0", "FusedNodeCast0", "FusedNodePow0", "FusedNodeReduceMean1",
+             "FusedNodeAdd0", "FusedNodeSqrt0", "FusedNodeDiv0", "FusedNodeMul0", "FusedNodeAdd1")
+
+
+def _layer_norm_patterns() -> list[_Pattern]:
+    """LayerNormONNXFusionPass's four patterns: with or without a Cast before the Pow, each with the affine
+    Mul / Add (cases 1, 3) or ending at the RealDiv (cases 2, 4)."""
     R, S, C, P, A, Q, D, M = ("ReduceMeanD",), ("Sub",), ("Cast",), ("Pow",), ("Add",), ("Sqrt",), ("RealDiv",), \
         ("Mul",)
     ops = {"Input0": None, "FusedNodeReduceMean0": R, "FusedNodeSub0": S, "FusedNodeCast0": C, "FusedNodePow0": P,
@@ -911,162 +933,209 @@ def _layer_norm(g: _Graph, report: FusionReport, chip: str) -> None:
             {"FusedNodePow0": ("FusedNodeSub0",)}
         patterns.append(_Pattern(ops, {**chain, **pin, **affine}, "FusedNodeAdd1"))  # case 1 / 3
         patterns.append(_Pattern(ops, {**chain, **pin}, "FusedNodeDiv0"))  # case 2 / 4
+    return patterns
 
-    def fuse(g, m, report, name):
-        q = {k: m.get(k) for k in ("FusedNodeReduceMean0", "FusedNodeSub0", "FusedNodeCast0", "FusedNodePow0",
-                                   "FusedNodeReduceMean1", "FusedNodeAdd0", "FusedNodeSqrt0", "FusedNodeDiv0",
-                                   "FusedNodeMul0", "FusedNodeAdd1")}
-        keys = [k for k in q.values() if k is not None]
-        nd = {k: (g.nodes[v] if v is not None else None) for k, v in q.items()}
-        mean0, sub0, div0 = nd["FusedNodeReduceMean0"], nd["FusedNodeSub0"], nd["FusedNodeDiv0"]
-        axes = list(g._reduce_axes(mean0) or [])
-        x = mean0.input[0]
-        rank = len(g.shape(x) or ())
-        if rank < 1:
-            return _reject(report, name, g, keys, "input shape must be greater than one (rank unknown or 0)")
-        if not axes:
-            return _reject(report, name, g, keys, "ReduceMean0 has no axes: begin_norm_axis = axes[0] is undefined")
-        if any(a == 0 for a in axes):
-            return _reject(report, name, g, keys, "an axis is 0, which the pass maps to the rank (`axes[i] > 0 ? "
-                                                  "axes[i] : axes[i] + dims_size`): out of range, not modelled")
-        axes = [a if a > 0 else a + rank for a in axes]
-        begin = axes[0]
-        with_affine = nd["FusedNodeMul0"] is not None
-        # CheckEdges: producer names; then every output but Sub0's and the out node's has one peer, Sub0's two
-        if g.name_of(g.key_of(x)) != g.name_of(g.key_of(sub0.input[0])):
-            return _reject(report, name, g, keys, "reducemean0_input and sub0_input are different")
-        first = nd["FusedNodeCast0"] or nd["FusedNodePow0"]
-        if g.name_of(g.key_of(first.input[0])) != g.name_of(g.key_of(div0.input[0])):
-            return _reject(report, name, g, keys, "pow0_input0 and div0_input0 are different")
-        out_node = "FusedNodeAdd1" if with_affine else "FusedNodeDiv0"
-        for pid in sorted(q):  # std::map order
-            if q[pid] is None:
-                continue
-            want = 2 if pid == "FusedNodeSub0" else (None if pid == out_node else 1)
-            if want is not None and g.peers(q[pid]) != want:
-                return _reject(report, name, g, keys, f"The output edge of {pid} is [{g.peers(q[pid])}], which not "
-                                                      f"equal to {want}")
-        # CheckValue
-        if not _attr(mean0, "keepdims", 1):
-            return _reject(report, name, g, keys, "the attr keep_dims in reducemean must be true")
-        e, why = _ge_scalar(g, nd["FusedNodePow0"])
-        if e is None:
-            return _reject(report, name, g, keys, f"Pow0: {why}")
-        if abs(e - 2.0) > FLT_EPSILON:
-            return _reject(report, name, g, keys, f"the exp of pow is {e:g}, which should be equal to 2")
-        eps, why = _ge_scalar(g, nd["FusedNodeAdd0"])
-        if eps is None:
-            return _reject(report, name, g, keys, f"Add0: {why}")
-        if eps > 0.1:
-            return _reject(report, name, g, keys, f"the epsilon of Add0 is {eps:g}, which should be close to 0 "
-                                                  "(> 0.1)")
-        xs = g.shape(x)
-        for pid in ("FusedNodeMul0", "FusedNodeAdd1"):
-            n = nd[pid]
-            if n is None:
-                continue
-            k = 1 if g.is_const(n.input[1]) else (0 if g.is_const(n.input[0]) else None)
-            if k is None:
-                return _reject(report, name, g, keys, f"{pid}: no constant input")
-            dims = list(np.shape(g.value(n.input[k]))) if g.value(n.input[k]) is not None else \
-                list(g.shape(n.input[k]) or [])
-            expect = [xs[a] if a < len(xs) else None for a in axes]
-            if len(dims) != len(axes) or dims != expect:
-                return _reject(report, name, g, keys, f"The shape of {pid} is not as expect: const {dims}, the "
-                                                      f"reduced dims {expect}")
-        if not with_affine and g.dtype(div0.output[0]) not in _FLOAT_TYPES:
-            return _reject(report, name, g, keys, "Node's dtype is not in (float16, float32)")
-        gamma, beta, why = _layer_norm_inputs(g, report, name, keys, div0, nd["FusedNodeMul0"], nd["FusedNodeAdd1"], 1)
-        if why:
-            return _reject(report, name, g, keys, why)
-        out = (nd["FusedNodeAdd1"] or div0).output[0]
-        device_name = (f"{g.labels[q['FusedNodeAdd1']]}/LayerNorm" if with_affine
-                       else f"{g.labels[q['FusedNodeDiv0']]}/Mul/Add/LayerNorm")
-        notes = _trailing_note(g, x, begin, [axes, list(g._reduce_axes(nd["FusedNodeReduceMean1"]) or [])])
-        _fused(g, report, name, "LayerNorm", device_name, keys, [x, gamma, beta], [out],
-               {"begin_norm_axis": int(begin), "begin_params_axis": -1, "epsilon": float(eps)}, notes)
 
-    for p in patterns:
-        _run_pattern(g, p, fuse, report, "LayerNormONNXFusionPass")
+def _layer_norm_fuse(g, m, report, name):
+    """One LayerNormONNXFusionPass match: the pass's axis, edge and value checks, then the LayerNorm device op."""
+    q = {k: m.get(k) for k in _LN_NODES}
+    keys = [k for k in q.values() if k is not None]
+    nd = {k: (g.nodes[v] if v is not None else None) for k, v in q.items()}
+    mean0, div0 = nd["FusedNodeReduceMean0"], nd["FusedNodeDiv0"]
+    x = mean0.input[0]
+    with_affine = nd["FusedNodeMul0"] is not None
+    axes, why = _layer_norm_axes(g, mean0, x)
+    if not why:
+        why = _layer_norm_edges(g, q, nd, x, with_affine)
+    if not why:
+        eps, why = _layer_norm_values(g, nd, x, axes, with_affine)
+    if why:
+        return _reject(report, name, g, keys, why)
+    gamma, beta, why = _layer_norm_inputs(g, report, name, keys, div0, nd["FusedNodeMul0"], nd["FusedNodeAdd1"], 1)
+    if why:
+        return _reject(report, name, g, keys, why)
+    out = (nd["FusedNodeAdd1"] or div0).output[0]
+    device_name = (f"{g.labels[q['FusedNodeAdd1']]}/LayerNorm" if with_affine
+                   else f"{g.labels[q['FusedNodeDiv0']]}/Mul/Add/LayerNorm")
+    begin = axes[0]
+    notes = _trailing_note(g, x, begin, [axes, list(g._reduce_axes(nd["FusedNodeReduceMean1"]) or [])])
+    _fused(g, report, name, "LayerNorm", device_name, keys, [x, gamma, beta], [out],
+           {"begin_norm_axis": int(begin), "begin_params_axis": -1, "epsilon": float(eps)}, notes)
+
+
+def _layer_norm_axes(g: _Graph, mean0, x: str) -> tuple[list[int], str]:
+    """ReduceMean0's axes made positive (axes[0] is begin_norm_axis), or a rejection reason."""
+    axes = list(g._reduce_axes(mean0) or [])
+    rank = len(g.shape(x) or ())
+    if rank < 1:
+        return axes, "input shape must be greater than one (rank unknown or 0)"
+    if not axes:
+        return axes, "ReduceMean0 has no axes: begin_norm_axis = axes[0] is undefined"
+    if any(a == 0 for a in axes):
+        return axes, ("an axis is 0, which the pass maps to the rank (`axes[i] > 0 ? axes[i] : axes[i] + "
+                      "dims_size`): out of range, not modelled")
+    return [a if a > 0 else a + rank for a in axes], ""
+
+
+def _layer_norm_edges(g: _Graph, q: dict, nd: dict, x: str, with_affine: bool) -> str:
+    """CheckEdges: producer names; then every output but Sub0's and the out node's has one peer, Sub0's two.
+    A rejection reason, or ""."""
+    if g.name_of(g.key_of(x)) != g.name_of(g.key_of(nd["FusedNodeSub0"].input[0])):
+        return "reducemean0_input and sub0_input are different"
+    first = nd["FusedNodeCast0"] or nd["FusedNodePow0"]
+    if g.name_of(g.key_of(first.input[0])) != g.name_of(g.key_of(nd["FusedNodeDiv0"].input[0])):
+        return "pow0_input0 and div0_input0 are different"
+    out_node = "FusedNodeAdd1" if with_affine else "FusedNodeDiv0"
+    for pid in sorted(q):  # std::map order
+        if q[pid] is None:
+            continue
+        want = 2 if pid == "FusedNodeSub0" else (None if pid == out_node else 1)
+        if want is not None and g.peers(q[pid]) != want:
+            return f"The output edge of {pid} is [{g.peers(q[pid])}], which not equal to {want}"
+    return ""
+
+
+def _layer_norm_values(g: _Graph, nd: dict, x: str, axes: list[int], with_affine: bool) -> tuple[float | None, str]:
+    """CheckValue: keep_dims, Pow's exponent 2, a small epsilon (returned), the affine constants' shapes, the
+    output dtype. (epsilon, "") or (None, a rejection reason)."""
+    if not _attr(nd["FusedNodeReduceMean0"], "keepdims", 1):
+        return None, "the attr keep_dims in reducemean must be true"
+    e, why = _ge_scalar(g, nd["FusedNodePow0"])
+    if e is None:
+        return None, f"Pow0: {why}"
+    if abs(e - 2.0) > FLT_EPSILON:
+        return None, f"the exp of pow is {e:g}, which should be equal to 2"
+    eps, why = _ge_scalar(g, nd["FusedNodeAdd0"])
+    if eps is None:
+        return None, f"Add0: {why}"
+    if eps > 0.1:
+        return None, f"the epsilon of Add0 is {eps:g}, which should be close to 0 (> 0.1)"
+    xs = g.shape(x)
+    for pid in ("FusedNodeMul0", "FusedNodeAdd1"):
+        n = nd[pid]
+        if n is None:
+            continue
+        k = 1 if g.is_const(n.input[1]) else (0 if g.is_const(n.input[0]) else None)
+        if k is None:
+            return None, f"{pid}: no constant input"
+        dims = list(np.shape(g.value(n.input[k]))) if g.value(n.input[k]) is not None else \
+            list(g.shape(n.input[k]) or [])
+        expect = [xs[a] if a < len(xs) else None for a in axes]
+        if len(dims) != len(axes) or dims != expect:
+            return None, f"The shape of {pid} is not as expect: const {dims}, the reduced dims {expect}"
+    if not with_affine and g.dtype(nd["FusedNodeDiv0"].output[0]) not in _FLOAT_TYPES:
+        return None, "Node's dtype is not in (float16, float32)"
+    return eps, ""
 
 
 def _layer_norm_mul(g: _Graph, report: FusionReport, chip: str) -> None:
-    R, S, M, P, A, Q, D = ("ReduceMeanD",), ("Sub",), ("Mul",), ("Pow",), ("Add",), ("Sqrt",), ("RealDiv",)
-    ops = {"FusedNodeMean0": R, "FusedNodeSub0": S, "FusedNodeSub1": S, "FusedNodeMul0": M, "FusedNodePow0": P,
-           "FusedNodeMean1": R, "FusedNodeAdd0": A, "FusedNodeSqrt0": Q, "FusedNodeDIV0": D, "FusedNodeMul1": M,
-           "FusedNodeAdd1": A}
+    for p in _layer_norm_mul_patterns():
+        _run_pattern(g, p, _layer_norm_mul_fuse, report, "LayerNormONNXMULFusionPass")
+
+
+_LN_MUL_OPS = {"FusedNodeMean0": ("ReduceMeanD",), "FusedNodeSub0": ("Sub",), "FusedNodeSub1": ("Sub",),
+               "FusedNodeMul0": ("Mul",), "FusedNodePow0": ("Pow",), "FusedNodeMean1": ("ReduceMeanD",),
+               "FusedNodeAdd0": ("Add",), "FusedNodeSqrt0": ("Sqrt",), "FusedNodeDIV0": ("RealDiv",),
+               "FusedNodeMul1": ("Mul",), "FusedNodeAdd1": ("Add",)}
+
+
+def _layer_norm_mul_patterns() -> list[_Pattern]:
+    """LayerNormONNXMULFusionPass's four patterns: the square as Mul or Pow, each with the affine Mul / Add or
+    ending at the RealDiv."""
     patterns = []
     for square in ("FusedNodeMul0", "FusedNodePow0"):
         base = {"FusedNodeSub0": ("FusedNodeMean0",), "FusedNodeSub1": ("FusedNodeMean0",),
                 square: ("FusedNodeSub1",), "FusedNodeMean1": (square,), "FusedNodeAdd0": ("FusedNodeMean1",),
                 "FusedNodeSqrt0": ("FusedNodeAdd0",), "FusedNodeDIV0": ("FusedNodeSub0", "FusedNodeSqrt0")}
-        patterns.append(_Pattern(ops, {**base, "FusedNodeMul1": ("FusedNodeDIV0",),
-                                       "FusedNodeAdd1": ("FusedNodeMul1",)}, "FusedNodeAdd1"))
-        patterns.append(_Pattern(ops, base, "FusedNodeDIV0"))
+        patterns.append(_Pattern(_LN_MUL_OPS, {**base, "FusedNodeMul1": ("FusedNodeDIV0",),
+                                               "FusedNodeAdd1": ("FusedNodeMul1",)}, "FusedNodeAdd1"))
+        patterns.append(_Pattern(_LN_MUL_OPS, base, "FusedNodeDIV0"))
+    return patterns
 
-    def fuse(g, m, report, name):
-        q = {k: m.get(k) for k in ops}
-        keys = [k for k in q.values() if k is not None]
-        nd = {k: (g.nodes[v] if v is not None else None) for k, v in q.items()}
-        mean0, sub0, sub1, div0 = nd["FusedNodeMean0"], nd["FusedNodeSub0"], nd["FusedNodeSub1"], nd["FusedNodeDIV0"]
-        with_pow = nd["FusedNodePow0"] is not None
-        with_affine = nd["FusedNodeMul1"] is not None
-        x = mean0.input[0]
-        if g.name_of(g.key_of(x)) != g.name_of(g.key_of(sub0.input[0])):
-            return _reject(report, name, g, keys, "mean0_input and sub0_input are not same")
-        if g.name_of(g.key_of(x)) != g.name_of(g.key_of(sub1.input[0])):
-            return _reject(report, name, g, keys, "mean0_input and sub1_input are not same")
-        checks = [("FusedNodeMean0", "mean0_node", 2), ("FusedNodeSub0", "sub0_node", 1)]
-        checks += [("FusedNodePow0", "pow0_node", 1), ("FusedNodeSub1", "sub1_node", 1)] if with_pow else \
-            [("FusedNodeMul0", "mul0_node", 1), ("FusedNodeSub1", "sub1_node", 2)]
-        checks += [("FusedNodeMean1", "mean1_node", 1), ("FusedNodeAdd0", "add0_node", 1),
-                   ("FusedNodeSqrt0", "rsqrt0_node", 1)]
-        if with_affine:
-            checks += [("FusedNodeDIV0", "div0_node", 1), ("FusedNodeMul1", "mul1_node", 1)]
-        for pid, label, want in checks:
-            if g.peers(q[pid]) != want:
-                return _reject(report, name, g, keys, f"{label} output size is [{g.peers(q[pid])}], which not "
-                                                      f"equal to {want}")
-        axes0 = g._reduce_axes(mean0) or []
-        axes1 = g._reduce_axes(nd["FusedNodeMean1"]) or []
-        if len(axes0) != 1 or len(axes1) != 1 or axes0[0] != axes1[0]:
-            return _reject(report, name, g, keys, "the axes of mean are not same (each must be one axis)")
-        if not _attr(mean0, "keepdims", 1):  # the source reads Mean0's keep_dims twice (Mean1's is not checked)
-            return _reject(report, name, g, keys, "the attr keep_dims of mean is not true")
-        shape = g.shape(x)
-        if not shape:
-            return _reject(report, name, g, keys, "input shape must be greater to one")
-        if axes0[0] != -1 and axes0[0] != len(shape) - 1:
-            return _reject(report, name, g, keys, "the axes of mean is not the last dim of input")
-        if with_pow:
-            e, why = _ge_scalar(g, nd["FusedNodePow0"], x1=False)
-            if e is None:
-                return _reject(report, name, g, keys, f"Pow0: {why}")
-            if abs(e - 2.0) > FLT_EPSILON:
-                return _reject(report, name, g, keys, f"the exp of pow is {e:g}, which should be equal to 2")
-        eps, why = _ge_scalar(g, nd["FusedNodeAdd0"])
-        if eps is None:
-            return _reject(report, name, g, keys, f"Add0: {why}")
-        if not with_affine and g.dtype(div0.output[0]) not in _FLOAT_TYPES:
-            return _reject(report, name, g, keys, "Node's dtype is not in (float16, float32)")
-        gamma, beta, why = _layer_norm_inputs(g, report, name, keys, div0, nd["FusedNodeMul1"],
-                                              nd["FusedNodeAdd1"], 0)
-        if why:
-            return _reject(report, name, g, keys, why)
-        notes = []
-        if not with_pow:
-            mul0 = nd["FusedNodeMul0"]
-            if list(mul0.input) != [sub1.output[0], sub1.output[0]]:
-                notes.append("the square Mul does not multiply the centred tensor by itself; GE does not check "
-                             "it: the math changes")
-        out = (nd["FusedNodeAdd1"] or div0).output[0]
-        device_name = (f"{g.labels[q['FusedNodeAdd1']]}/LayerNorm" if with_affine
-                       else f"{g.labels[q['FusedNodeDIV0']]}/Mul/Add/LayerNorm")
-        _fused(g, report, name, "LayerNorm", device_name, keys, [x, gamma, beta], [out],
-               {"begin_norm_axis": int(axes0[0]), "begin_params_axis": -1, "epsilon": float(eps)}, notes)
 
-    for p in patterns:
-        _run_pattern(g, p, fuse, report, "LayerNormONNXMULFusionPass")
+def _layer_norm_mul_fuse(g, m, report, name):
+    """One LayerNormONNXMULFusionPass match: the pass's edge, axis and value checks, then the LayerNorm device op."""
+    q = {k: m.get(k) for k in _LN_MUL_OPS}
+    keys = [k for k in q.values() if k is not None]
+    nd = {k: (g.nodes[v] if v is not None else None) for k, v in q.items()}
+    mean0, sub1, div0 = nd["FusedNodeMean0"], nd["FusedNodeSub1"], nd["FusedNodeDIV0"]
+    with_pow = nd["FusedNodePow0"] is not None
+    with_affine = nd["FusedNodeMul1"] is not None
+    x = mean0.input[0]
+    why = _layer_norm_mul_edges(g, q, nd, x, with_pow, with_affine)
+    if not why:
+        axes0, why = _layer_norm_mul_axes(g, nd, x)
+    if not why:
+        eps, why = _layer_norm_mul_values(g, nd, with_pow, with_affine)
+    if why:
+        return _reject(report, name, g, keys, why)
+    gamma, beta, why = _layer_norm_inputs(g, report, name, keys, div0, nd["FusedNodeMul1"],
+                                          nd["FusedNodeAdd1"], 0)
+    if why:
+        return _reject(report, name, g, keys, why)
+    notes = []
+    if not with_pow:
+        mul0 = nd["FusedNodeMul0"]
+        if list(mul0.input) != [sub1.output[0], sub1.output[0]]:
+            notes.append("the square Mul does not multiply the centred tensor by itself; GE does not check "
+                         "it: the math changes")
+    out = (nd["FusedNodeAdd1"] or div0).output[0]
+    device_name = (f"{g.labels[q['FusedNodeAdd1']]}/LayerNorm" if with_affine
+                   else f"{g.labels[q['FusedNodeDIV0']]}/Mul/Add/LayerNorm")
+    _fused(g, report, name, "LayerNorm", device_name, keys, [x, gamma, beta], [out],
+           {"begin_norm_axis": int(axes0[0]), "begin_params_axis": -1, "epsilon": float(eps)}, notes)
+
+
+def _layer_norm_mul_edges(g: _Graph, q: dict, nd: dict, x: str, with_pow: bool, with_affine: bool) -> str:
+    """The pass's edge checks: both Subs read Mean0's input; each node's output peers. A rejection reason, or ""."""
+    if g.name_of(g.key_of(x)) != g.name_of(g.key_of(nd["FusedNodeSub0"].input[0])):
+        return "mean0_input and sub0_input are not same"
+    if g.name_of(g.key_of(x)) != g.name_of(g.key_of(nd["FusedNodeSub1"].input[0])):
+        return "mean0_input and sub1_input are not same"
+    checks = [("FusedNodeMean0", "mean0_node", 2), ("FusedNodeSub0", "sub0_node", 1)]
+    checks += [("FusedNodePow0", "pow0_node", 1), ("FusedNodeSub1", "sub1_node", 1)] if with_pow else \
+        [("FusedNodeMul0", "mul0_node", 1), ("FusedNodeSub1", "sub1_node", 2)]
+    checks += [("FusedNodeMean1", "mean1_node", 1), ("FusedNodeAdd0", "add0_node", 1),
+               ("FusedNodeSqrt0", "rsqrt0_node", 1)]
+    if with_affine:
+        checks += [("FusedNodeDIV0", "div0_node", 1), ("FusedNodeMul1", "mul1_node", 1)]
+    for pid, label, want in checks:
+        if g.peers(q[pid]) != want:
+            return f"{label} output size is [{g.peers(q[pid])}], which not equal to {want}"
+    return ""
+
+
+def _layer_norm_mul_axes(g: _Graph, nd: dict, x: str) -> tuple[list[int], str]:
+    """Mean0's axes, where both means reduce the same single axis, the input's last, with keep_dims; else a
+    rejection reason."""
+    axes0 = g._reduce_axes(nd["FusedNodeMean0"]) or []
+    axes1 = g._reduce_axes(nd["FusedNodeMean1"]) or []
+    if len(axes0) != 1 or len(axes1) != 1 or axes0[0] != axes1[0]:
+        return axes0, "the axes of mean are not same (each must be one axis)"
+    if not _attr(nd["FusedNodeMean0"], "keepdims", 1):  # the source reads Mean0's keep_dims twice (not Mean1's)
+        return axes0, "the attr keep_dims of mean is not true"
+    shape = g.shape(x)
+    if not shape:
+        return axes0, "input shape must be greater to one"
+    if axes0[0] != -1 and axes0[0] != len(shape) - 1:
+        return axes0, "the axes of mean is not the last dim of input"
+    return axes0, ""
+
+
+def _layer_norm_mul_values(g: _Graph, nd: dict, with_pow: bool, with_affine: bool) -> tuple[float | None, str]:
+    """Pow's exponent 2, Add0's epsilon (returned), the output dtype. (epsilon, "") or (None, a rejection reason)."""
+    if with_pow:
+        e, why = _ge_scalar(g, nd["FusedNodePow0"], x1=False)
+        if e is None:
+            return None, f"Pow0: {why}"
+        if abs(e - 2.0) > FLT_EPSILON:
+            return None, f"the exp of pow is {e:g}, which should be equal to 2"
+    eps, why = _ge_scalar(g, nd["FusedNodeAdd0"])
+    if eps is None:
+        return None, f"Add0: {why}"
+    if not with_affine and g.dtype(nd["FusedNodeDIV0"].output[0]) not in _FLOAT_TYPES:
+        return None, "Node's dtype is not in (float16, float32)"
+    return eps, ""
 
 
 _MATMUL_TYPES = ("MatMul", "MatMulV2", "BatchMatMul", "BatchMatMulV2")

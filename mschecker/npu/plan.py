@@ -189,33 +189,12 @@ def _onnx_dtypes(proto: onnx.ModelProto) -> dict[str, str]:
 def device_plan(model, profile_or_policy="ascend910b", *, fusion: Mapping[str, Any] | None = None) -> DevicePlan:
     """The device plan of `model` (a path, ModelProto or LoadedModel) under a profile (preset name, file,
     NumericsProfile) or an NpuPolicy. `fusion`: pass switches merged over the profile's [fusion] table."""
-    from mschecker.graph.loader import from_proto, load_model
-    from mschecker.npu.policy import NpuPolicy
-    from mschecker.npu.profile import load_profile
-
-    if isinstance(profile_or_policy, NpuPolicy):
-        policy = profile_or_policy
-        if fusion:
-            policy = NpuPolicy(policy.profile.replace(fusion={**policy.profile.fusion, **dict(fusion)}))
-    else:
-        prof = load_profile(profile_or_policy)
-        if fusion:
-            prof = prof.replace(fusion={**getattr(prof, "fusion", {}), **dict(fusion)})
-        policy = NpuPolicy(prof)
-    if isinstance(model, onnx.ModelProto):
-        loaded = from_proto(model)
-    elif hasattr(model, "proto"):
-        loaded = model
-    else:
-        loaded = load_model(model)
+    policy = _plan_policy(profile_or_policy, fusion)
+    loaded = _loaded(model)
     dtypes = _onnx_dtypes(loaded.proto)
     ex = _PlanOnly(loaded, policy)
     report = getattr(policy, "fusion_report", None)
-    fused_by = {}
-    if report is not None:
-        for f in report.fusions:
-            if f.device_name:
-                fused_by[f.device_name] = (f.pass_name, f.notes)
+    fused_by = _fused_by(report)
     from mschecker.npu.entries import unmatched_entries
 
     notes = unmatched_entries(policy.profile, ex.model.graph, op_type_of=policy.op_type_of,
@@ -232,38 +211,87 @@ def device_plan(model, profile_or_policy="ascend910b", *, fusion: Mapping[str, A
             plan.host_folded += 1
             continue
         data.update(o for o in node.output if o)
-        ctx = step.ctx
-        ir = _ir_type(policy, node)
-        dname = dtype_name(ctx.dtype)
-        ins = []
-        for k, t in enumerate(node.input):
-            if not t:
-                ins.append("")
-                continue
-            d = dtypes.get(t, "")
-            converted = step.spec.convert_inputs and k not in step.spec.exact_inputs
-            ins.append(dname if converted and (d in _FLOATS or d == "") else d)
-        outs = []
-        for t in node.output:
-            d = dtypes.get(t, "")
-            if node.op_type == "Cast" and step.spec.keeps_output_dtype:
-                to = next((a.i for a in node.attribute if a.name == "to"), None)
-                target = onnx_dtype_name(to) if to is not None else d
-                d = dtype_name(ctx.cast_target(resolve_dtype(target))) if target in _FLOATS else target
-            elif d in _FLOATS or d == "":
-                d = dname
-            outs.append(d)
-        row = _row(plan.chip, ir)
-        covers = _attr_strings(node, "covers") if node.domain == DEVICE_DOMAIN else (step.label,)
-        pass_name, notes = fused_by.get(node.name, ("", ()))
-        plan.ops.append(DeviceOp(
-            index=len(plan.ops), name=step.label, ir_type=ir, covers=covers or (step.label,), fused_by=pass_name,
-            dtypes_in=tuple(ins), dtypes_out=tuple(outs), implmode=ctx.implmode, variants=_variants(ctx.description),
-            algorithm=row.algorithm if row else ("not in the device table" if plan.chip else ""),
-            internal=getattr(row, "internal", "") if row else "",
-            status=getattr(row, "status", "") if row else "", assumption=getattr(row, "assumption", "") if row else "",
-            sources=tuple(str(s) for s in getattr(row, "sources", ())) if row else (), notes=tuple(notes)))
+        plan.ops.append(_device_op(plan, step, policy, dtypes, fused_by))
     return plan
+
+
+def _plan_policy(profile_or_policy, fusion: Mapping[str, Any] | None):
+    """The NpuPolicy to plan with: the one given, or one for the profile given, its fusion switches merged."""
+    from mschecker.npu.policy import NpuPolicy
+    from mschecker.npu.profile import load_profile
+
+    if isinstance(profile_or_policy, NpuPolicy):
+        policy = profile_or_policy
+        if fusion:
+            policy = NpuPolicy(policy.profile.replace(fusion={**policy.profile.fusion, **dict(fusion)}))
+        return policy
+    prof = load_profile(profile_or_policy)
+    if fusion:
+        prof = prof.replace(fusion={**getattr(prof, "fusion", {}), **dict(fusion)})
+    return NpuPolicy(prof)
+
+
+def _loaded(model):
+    """A LoadedModel from a path, a ModelProto or a LoadedModel."""
+    from mschecker.graph.loader import from_proto, load_model
+
+    if isinstance(model, onnx.ModelProto):
+        return from_proto(model)
+    if hasattr(model, "proto"):
+        return model
+    return load_model(model)
+
+
+def _fused_by(report) -> dict:
+    """Device op name -> (the fusion pass that made it, its notes)."""
+    fused_by = {}
+    if report is not None:
+        for f in report.fusions:
+            if f.device_name:
+                fused_by[f.device_name] = (f.pass_name, f.notes)
+    return fused_by
+
+
+def _device_op(plan: DevicePlan, step, policy, dtypes: Mapping[str, str], fused_by: Mapping) -> DeviceOp:
+    """One planned step as the device runs it: IR type, dtypes, variants and the device table's row."""
+    node, ctx = step.node, step.ctx
+    ir = _ir_type(policy, node)
+    ins, outs = _io_dtypes(step, dtypes, dtype_name(ctx.dtype))
+    row = _row(plan.chip, ir)
+    covers = _attr_strings(node, "covers") if node.domain == DEVICE_DOMAIN else (step.label,)
+    pass_name, notes = fused_by.get(node.name, ("", ()))
+    return DeviceOp(
+        index=len(plan.ops), name=step.label, ir_type=ir, covers=covers or (step.label,), fused_by=pass_name,
+        dtypes_in=tuple(ins), dtypes_out=tuple(outs), implmode=ctx.implmode, variants=_variants(ctx.description),
+        algorithm=row.algorithm if row else ("not in the device table" if plan.chip else ""),
+        internal=getattr(row, "internal", "") if row else "",
+        status=getattr(row, "status", "") if row else "", assumption=getattr(row, "assumption", "") if row else "",
+        sources=tuple(str(s) for s in getattr(row, "sources", ())) if row else (), notes=tuple(notes))
+
+
+def _io_dtypes(step, dtypes: Mapping[str, str], dname: str) -> tuple[list[str], list[str]]:
+    """The dtypes a step's inputs and outputs have on the device: float tensors the op converts take the node's
+    dtype, a Cast's output its target under the policy's cast rule, the rest their ONNX dtype."""
+    node, ctx = step.node, step.ctx
+    ins = []
+    for k, t in enumerate(node.input):
+        if not t:
+            ins.append("")
+            continue
+        d = dtypes.get(t, "")
+        converted = step.spec.convert_inputs and k not in step.spec.exact_inputs
+        ins.append(dname if converted and (d in _FLOATS or d == "") else d)
+    outs = []
+    for t in node.output:
+        d = dtypes.get(t, "")
+        if node.op_type == "Cast" and step.spec.keeps_output_dtype:
+            to = next((a.i for a in node.attribute if a.name == "to"), None)
+            target = onnx_dtype_name(to) if to is not None else d
+            d = dtype_name(ctx.cast_target(resolve_dtype(target))) if target in _FLOATS else target
+        elif d in _FLOATS or d == "":
+            d = dname
+        outs.append(d)
+    return ins, outs
 
 
 def _plan_only_executor():

@@ -45,13 +45,20 @@ kernel's correct (non-bug) variants whose storage is the node dtype:
 - cube ops: accumulate == cube_accumulation first, then implmode match;
 - vector ops: implmode match first, then accumulation (fp32 for high_precision, the storage dtype for
   high_performance), because implmode is exactly what picks fp16-accumulating / approximate kernels;
-- then the plainest name (fewest characters, then alphabetical), so algorithmic variants (blocked, winograd)
-  are only used when asked for. No match is a plan-time error naming the kernel and the variants it has.
+- then, within a (dtype, accumulate, implmode) group, the variant the kernel's entry declares its default
+  (KernelInfo.defaults), and between groups that miss equally the entry's declaration order: the choice is
+  declared, so an algorithmic variant (kblocked, winograd) runs only when asked for and adding a variant never
+  changes a run. No match is a plan-time error naming the kernel and the variants it has.
+
+Kernel switches (npu/profile.py's KERNEL_SWITCHES: int8_weight_only, int4_intermediates, winograd) run a registry
+kernel besides the ops' own where its entry says (KernelInfo.substitutes, KernelInfo.stores_outputs) and the node's
+op allows it (OpSpec.substitutes: the op knows its attributes and operands), so no kernel is named here.
 """
 from __future__ import annotations
 
 import dataclasses
 import warnings
+from typing import Callable
 
 import numpy as np
 
@@ -59,11 +66,11 @@ from mschecker.dtypes import dtype_name, is_float, resolve_dtype
 from mschecker.errors import KnobNote
 from mschecker.graph.policy import KernelUnavailable, NodeContext, Policy
 from mschecker.kernels.registry import KernelInfo, Variant, get_kernel
-from mschecker.graph.ops import attribute_values
+from mschecker.graph.ops import attribute_values, lookup
 from mschecker.npu.atc import parse_customize_line
 from mschecker.npu.device_table import default_implmode, has_implmode, ir_type_of, kernel_row, variant_for
 from mschecker.npu.fusion import DEVICE_DOMAIN, apply as apply_fusions  # DEVICE_DOMAIN: the fused nodes' domain
-from mschecker.npu.profile import DEFAULT_IMPLMODE, MIXED_MODES, NumericsProfile, load_profile
+from mschecker.npu.profile import DEFAULT_IMPLMODE, KERNEL_SWITCHES, MIXED_MODES, NumericsProfile, load_profile
 
 #: ini modes that change nothing the emulator computes: index bounds checks, fp32 without HF32 (an fp32 node here
 #: is plain fp32), a norm op class tag -- the op runs its default path
@@ -167,16 +174,16 @@ class NpuPolicy(Policy):
         p = self.profile
         self.storage = np.dtype(resolve_dtype(p.storage_dtype))
         self.constant_shapes: dict[str, tuple] = {}
-        for flag, kernel in (("int8_weight_only", "int8_weight_gemm"), ("int4_intermediates", "bitpack4")):
-            if getattr(p, flag):
+        for flag, kernel in KERNEL_SWITCHES.items():
+            value = getattr(p, flag)
+            if isinstance(value, str) and value:
+                get_kernel(kernel).variant(value)  # KeyError names the known variants
+            elif value:
                 try:
                     get_kernel(kernel)
                 except KeyError:
                     raise KernelUnavailable(f"profile {p.name!r} sets {flag}, but the kernel registry has no "
                                             f"{kernel!r} kernel") from None
-        if p.winograd:
-            info = get_kernel("conv2d_winograd")
-            info.variant(p.winograd)  # KeyError names the known variants
         self.chip = p.device or None
         self.fusion_report = None  # what transform()'s fusion passes did, for the device plan
         self.notes: list[str] = []  # knob_notes of the graph last transformed
@@ -285,26 +292,6 @@ class NpuPolicy(Policy):
             for name, value in initializers.items():
                 if is_float(value.dtype):
                     self._mix.constant(name, dtype_name(value.dtype))
-
-    def _int8_weight_kernel(self, node, dtype: str, implmode: str):
-        """MatMul / Gemm whose weight operand is a 2-D initializer, through the int8 weight-only GEMM kernel
-        (x (..., K) @ w (K, N) with per-output-channel int8 weights); None when the node does not qualify."""
-        if not self.profile.int8_weight_only or node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2:
-            return None
-        if len(self.constant_shapes.get(node.input[1], ())) != 2:
-            return None
-        info = get_kernel("int8_weight_gemm")
-        v = select_variant(info, dtype, implmode, cube=True, cube_acc=self.profile.cube_accumulation,
-                           override=self.profile.variants.get("int8_weight_gemm"))
-        if node.op_type == "MatMul":
-            return v, v.fn
-
-        def gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False, fn=v.fn):
-            y = fn(a.T if trans_a else a, b.T if trans_b else b).astype(np.float32) * np.float32(alpha)
-            if c is not None:
-                y = y + np.float32(beta) * c.astype(np.float32)
-            return y  # rounded to the node dtype by the executor, like every output
-        return v, gemm
 
     def node_dtype(self, node, cube: bool) -> np.dtype:
         """The node's compute and storage dtype (dtypes_of's first element)."""
@@ -421,13 +408,6 @@ class NpuPolicy(Policy):
             return self.storage
         return np.dtype(np.float32)
 
-    def _winograd_applies(self, node) -> bool:
-        if not self.profile.winograd or node.op_type != "Conv":
-            return False
-        a = {x.name: list(x.ints) if x.ints else x.i for x in node.attribute}
-        return (a.get("kernel_shape") == [3, 3] and a.get("strides", [1, 1]) == [1, 1]
-                and a.get("dilations", [1, 1]) == [1, 1] and a.get("group", 1) == 1)
-
     def bind(self, node, opset, kernel_names, cube, *, foldable=False, operand_kernel=None) -> NodeContext:
         p = self.profile
         # Constant-foldable nodes (shape arithmetic, weight preprocessing) are evaluated by the compiler on the
@@ -443,37 +423,16 @@ class NpuPolicy(Policy):
         kernels, chosen, staged = {}, [], ()
         for k in kernel_names:
             try:
-                int8 = self._int8_weight_kernel(node, dname, implmode) if k in ("matmul", "gemm") else None
-                if int8 is not None:
-                    kernels[k] = int8[1]
-                    chosen.append(f"int8_weight_gemm:{int8[0].name}")
-                    continue
-                device = None if k in p.variants else self._device_variant(node, k, dname, implmode)
-                if k == "conv2d" and self._winograd_applies(node) and \
-                        get_kernel("conv2d_winograd").variant(p.winograd).dtype == dname:
-                    v = get_kernel("conv2d_winograd").variant(p.winograd)
-                elif device is not None:
-                    v = device
-                else:
-                    # an op the device has no implmode for ranks as high_precision here (its kernels are the
-                    # accurate ones on the device: docs/DEVICE_KERNELS.md)
-                    v = select_variant(get_kernel(k), dname, "high_precision" if implmode == "none" else implmode,
-                                       cube=cube, cube_acc=p.cube_accumulation, override=p.variants.get(k))
+                label, v, fn = self._kernel_choice(node, k, dname, implmode, cube)
+                if operands is not None:  # the matrix unit's fp16 operands (KernelInfo.cube_operands)
+                    fn = _rounding_operands(fn, operands, get_kernel(k).cube_operands)
             except KeyError as exc:
                 raise KernelUnavailable(str(exc).strip('"')) from None
-            kernels[k] = v.fn if operands is None else _rounding_operands(v.fn, operands, 3 if k == "attention" else 2)
-            chosen.append(f"{k}:{v.name}")
+            kernels[k] = fn
+            chosen.append(f"{label}:{v.name}")
             if k == operand_kernel:
                 staged = v.staged_f32_operands
-        compress = None
-        if p.int4_intermediates and dtype != np.float32 and not foldable:
-            try:
-                v4 = select_variant(get_kernel("bitpack4"), dname, implmode, cube=False,
-                                    cube_acc=p.cube_accumulation, override=p.variants.get("bitpack4"))
-            except KeyError as exc:
-                raise KernelUnavailable(str(exc).strip('"')) from None
-            compress = v4.fn
-            chosen.append(f"bitpack4:{v4.name}")
+        compress = None if dtype == np.float32 or foldable else self._output_storage(dname, implmode, chosen)
         if operands is not None:  # a cube op's fp16 operands into its fp32 result (cube_fp16in_fp32out)
             chosen.append(f"operands:{dtype_name(operands)}")
         if out_round is not None:  # customize_dtypes OutputDtype narrower than the compute dtype
@@ -484,3 +443,60 @@ class NpuPolicy(Policy):
                            cast_float=(lambda t: t) if keep_casts else (lambda t, d=dtype: d),
                            saturate=p.overflow_mode == "saturation" and not foldable, compress=compress,
                            description=("host-folded " if foldable else "") + f"{dname} {implmode} " + " ".join(chosen))
+
+    def _switched(self, names_variant: bool):
+        """The profile's kernel switches that are on (KERNEL_SWITCHES), as (value, kernel entry): those whose value
+        names a variant (names_variant), or those that leave the choice to the selection rule."""
+        for flag, kernel in KERNEL_SWITCHES.items():
+            value = getattr(self.profile, flag)
+            if value and isinstance(value, str) == names_variant:
+                yield value, get_kernel(kernel)
+
+    def _substitutes(self, node, kernel: str, names_variant: bool):
+        """The switched-on kernels that may serve `kernel`'s call on this node (KernelInfo.substitutes, the op's
+        OpSpec.substitutes), as (value, kernel entry, adapter)."""
+        spec = lookup(node.op_type, node.domain)
+        for value, info in self._switched(names_variant):
+            domain = spec.substitutes.get(info.name) if spec is not None and kernel in info.substitutes else None
+            adapt = domain(node, self.constant_shapes) if domain is not None else None
+            if adapt is not None:
+                yield value, info, adapt
+
+    def _kernel_choice(self, node, kernel: str, dname: str, implmode: str,
+                       cube: bool) -> tuple[str, Variant, Callable]:
+        """(the kernel name the plan shows, the variant, the callable the op calls) for one of the node's kernels,
+        first match wins: a substitute a switch turns on, under its own name (int8_weight_only); a variant a switch
+        names, as `kernel`'s own where its dtype is the node's (winograd: conv2d's function on a smaller domain);
+        the device table's row; the selection rule (module docstring)."""
+        p = self.profile
+        for _, info, adapt in self._substitutes(node, kernel, names_variant=False):
+            v = self._select(info, dname, implmode, cube)
+            return info.name, v, adapt(v.fn)
+        device = None if kernel in p.variants else self._device_variant(node, kernel, dname, implmode)
+        for value, info, adapt in self._substitutes(node, kernel, names_variant=True):
+            v = info.variant(value)
+            if v.dtype == dname:
+                return kernel, v, adapt(v.fn)
+        v = device if device is not None else self._select(get_kernel(kernel), dname, implmode, cube)
+        return kernel, v, v.fn
+
+    def _select(self, info: KernelInfo, dname: str, implmode: str, cube: bool) -> Variant:
+        """select_variant under the profile; an op the device has no implmode for ranks as high_precision here (its
+        kernels are the accurate ones on the device: docs/DEVICE_KERNELS.md)."""
+        return select_variant(info, dname, "high_precision" if implmode == "none" else implmode, cube=cube,
+                              cube_acc=self.profile.cube_accumulation, override=self.profile.variants.get(info.name))
+
+    def _output_storage(self, dname: str, implmode: str, chosen: list[str]):
+        """The lossy storage a switch puts a low-precision node's float outputs through (KernelInfo.stores_outputs,
+        int4_intermediates), its choice appended to `chosen`; None when no such switch is on."""
+        compress = None
+        try:
+            for _, info in self._switched(names_variant=False):
+                if info.stores_outputs:  # a vector pass over the output, whatever the node
+                    v = select_variant(info, dname, implmode, cube=False, cube_acc=self.profile.cube_accumulation,
+                                       override=self.profile.variants.get(info.name))
+                    compress = v.fn
+                    chosen.append(f"{info.name}:{v.name}")
+        except KeyError as exc:
+            raise KernelUnavailable(str(exc).strip('"')) from None
+        return compress

@@ -57,6 +57,11 @@ BRACKETS = ("modelled", "optimistic", "pessimistic")
 # default value high_performance acts only on the ops of CANN's built-in high_performance.ini, which is not public,
 # so the device table says per op which path that is (and marks it an assumption where the source is silent).
 DEFAULT_IMPLMODE = "default"
+# The switches that run a registry kernel besides the ops' own, in the order the policy checks them: switch -> kernel
+# (its entry says where it runs: KernelInfo.substitutes, KernelInfo.stores_outputs). A string value names the
+# variant to run, True leaves the choice to the policy's selection rule.
+KERNEL_SWITCHES = {"int8_weight_only": "int8_weight_gemm", "int4_intermediates": "bitpack4",
+                   "winograd": "conv2d_winograd"}
 
 
 @dataclass(frozen=True)
@@ -104,21 +109,7 @@ class NumericsProfile:
                 raise InputError(f"{where}: {key}: {exc}") from None
             if getattr(self, key) not in ("float16", "bfloat16", "float32"):
                 raise InputError(f"{where}: {key} must be float16, bfloat16 or float32, not {getattr(self, key)}")
-        # a device profile speaks ATC (op_select_implmode's four values, the ini's modes); a generic one models
-        # the two implementation paths only
-        select = SELECT_IMPLMODES + (DEFAULT_IMPLMODE,) if self.device else IMPLMODES
-        ini = INI_MODES if self.device else IMPLMODES
-        if self.implmode not in select:
-            raise InputError(f"{where}: implmode {self.implmode!r} is not one of {', '.join(select)}")
-        for key, table in (("by_op_type", self.implmode_by_op_type), ("by_node_name", self.implmode_by_node)):
-            for k, mode in table.items():
-                if mode not in ini:
-                    raise InputError(f"{where}: implmode.{key}.{k} = {mode!r} is not one of {', '.join(ini)}")
-        object.__setattr__(self, "optypelist_for_implmode", tuple(self.optypelist_for_implmode))
-        if self.optypelist_for_implmode and self.implmode not in IMPLMODES:
-            raise InputError(f"{where}: optypelist_for_implmode needs implmode high_precision or high_performance "
-                             f"(atc refuses --optypelist_for_implmode without --op_select_implmode set to one of "
-                             f"them), not {self.implmode!r}")
+        self._check_implmodes(where)
         object.__setattr__(self, "keep_dtype", tuple(self.keep_dtype))
         object.__setattr__(self, "customize_dtypes", tuple(self.customize_dtypes))
         for k, line in enumerate(self.customize_dtypes):
@@ -140,6 +131,25 @@ class NumericsProfile:
             from mschecker.npu.device_knobs import check_device_knobs
 
             check_device_knobs(self, where)
+
+    def _check_implmodes(self, where: str) -> None:
+        """op_select_implmode, the op_precision_mode ini's modes and optypelist_for_implmode, in the profile's
+        vocabulary."""
+        # a device profile speaks ATC (op_select_implmode's four values, the ini's modes); a generic one models
+        # the two implementation paths only
+        select = SELECT_IMPLMODES + (DEFAULT_IMPLMODE,) if self.device else IMPLMODES
+        ini = INI_MODES if self.device else IMPLMODES
+        if self.implmode not in select:
+            raise InputError(f"{where}: implmode {self.implmode!r} is not one of {', '.join(select)}")
+        for key, table in (("by_op_type", self.implmode_by_op_type), ("by_node_name", self.implmode_by_node)):
+            for k, mode in table.items():
+                if mode not in ini:
+                    raise InputError(f"{where}: implmode.{key}.{k} = {mode!r} is not one of {', '.join(ini)}")
+        object.__setattr__(self, "optypelist_for_implmode", tuple(self.optypelist_for_implmode))
+        if self.optypelist_for_implmode and self.implmode not in IMPLMODES:
+            raise InputError(f"{where}: optypelist_for_implmode needs implmode high_precision or high_performance "
+                             f"(atc refuses --optypelist_for_implmode without --op_select_implmode set to one of "
+                             f"them), not {self.implmode!r}")
 
     def replace(self, **changes) -> "NumericsProfile":
         """A copy with fields changed (CLI flags on top of a preset)."""

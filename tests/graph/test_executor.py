@@ -68,7 +68,7 @@ def test_capture_window_and_pattern():
 
 
 def test_bad_feeds_are_input_errors():
-    """The runners' one feed check (tensormeta.check_feeds), in its any-width form: the executor converts."""
+    """The runners' one feed check (tensors.meta.check_feeds), in its any-width form: the executor converts."""
     ex = Executor(_chain(2, [2, 3]), ReferencePolicy())
     with pytest.raises(InputError, match="model input 't0' was not given"):
         ex.run({})

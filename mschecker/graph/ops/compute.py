@@ -10,16 +10,43 @@ import math
 
 import numpy as np
 
-from mschecker.graph.ops.table import register
+from mschecker.graph.ops.table import register, same_call
 
 
 # ---------------------------------------------------------------- matrix unit (cube) ops
-@register("MatMul", kernels=("matmul",), cube=True, operands_in_node_order="matmul")
+def _weight_is_constant_matrix(node, constant_shapes) -> bool:
+    """Weight-only quantization (int8_weight_gemm) quantizes operand B once, at plan time: a 2-D initializer."""
+    return len(node.input) >= 2 and len(constant_shapes.get(node.input[1], ())) == 2
+
+
+def _int8_matmul(node, constant_shapes):
+    """MatMul through the int8 weight-only GEMM (x (..., K) @ w (K, N)): the same call."""
+    return same_call if _weight_is_constant_matrix(node, constant_shapes) else None
+
+
+def _int8_gemm(node, constant_shapes):
+    """Gemm through the int8 weight-only GEMM: the transposes, alpha and the beta C term around its x @ w."""
+    return _gemm_around_matmul if _weight_is_constant_matrix(node, constant_shapes) else None
+
+
+def _gemm_around_matmul(fn):
+    """Gemm's call (C, alpha, beta, transposes) around a kernel that only multiplies x @ w."""
+    def gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False, fn=fn):
+        y = fn(a.T if trans_a else a, b.T if trans_b else b).astype(np.float32) * np.float32(alpha)
+        if c is not None:
+            y = y + np.float32(beta) * c.astype(np.float32)
+        return y  # rounded to the node dtype by the executor, like every output
+    return gemm
+
+
+@register("MatMul", kernels=("matmul",), cube=True, operands_in_node_order="matmul",
+          substitutes={"int8_weight_gemm": _int8_matmul})
 def matmul(ctx, attrs, a, b):
     return ctx.kernel("matmul")(a, b)
 
 
-@register("Gemm", kernels=("gemm",), cube=True, operands_in_node_order="gemm")
+@register("Gemm", kernels=("gemm",), cube=True, operands_in_node_order="gemm",
+          substitutes={"int8_weight_gemm": _int8_gemm})
 def gemm(ctx, attrs, a, b, c=None):
     return ctx.kernel("gemm")(a, b, c, alpha=float(attrs.get("alpha", 1.0)), beta=float(attrs.get("beta", 1.0)),
                               trans_a=bool(attrs.get("transA", 0)), trans_b=bool(attrs.get("transB", 0)))
@@ -63,7 +90,16 @@ def _as_2d(x, w, strides, pads, dilations):
     return x[:, :, None, :], w[:, :, None, :], [1, strides[0]], [0, pads[0], 0, pads[1]], [1, dilations[0]]
 
 
-@register("Conv", kernels=("conv2d",), cube=True, check=_check_conv, operands_in_node_order="conv2d")
+def _winograd_conv(node, constant_shapes):
+    """Winograd F(m x m, 3x3) exists for 3x3 kernels at stride 1, dilation 1, one group: conv2d's call there."""
+    a = {x.name: list(x.ints) if x.ints else x.i for x in node.attribute}
+    applies = (a.get("kernel_shape") == [3, 3] and a.get("strides", [1, 1]) == [1, 1]
+               and a.get("dilations", [1, 1]) == [1, 1] and a.get("group", 1) == 1)
+    return same_call if applies else None
+
+
+@register("Conv", kernels=("conv2d",), cube=True, check=_check_conv, operands_in_node_order="conv2d",
+          substitutes={"conv2d_winograd": _winograd_conv})
 def conv(ctx, attrs, x, w, b=None):
     strides, pads, dilations = _conv_geometry(attrs, x, w)
     one_d = x.ndim == 3

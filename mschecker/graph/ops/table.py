@@ -2,13 +2,16 @@
 (a leaf module, so that the op modules never import the package that imports them)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
 
 import onnx
 from onnx import helper, numpy_helper
 
 OpFn = Callable[..., Any]
+# (node, constant shapes by name) -> how the op calls a substitute kernel (its callable -> the callable that takes
+# the replaced kernel's arguments), or None where the node is outside the substitute's domain (OpSpec.substitutes)
+SubstituteFn = Callable[[onnx.NodeProto, Mapping[str, tuple]], Optional[Callable[[OpFn], OpFn]]]
 # The domain of the fused device ops (Ascend IR op types) that mschecker.npu.fusion writes into a graph.
 DEVICE_DOMAIN = "mschecker.device"
 
@@ -34,12 +37,20 @@ class OpSpec:
     # Returns a reason string when an attribute combination is not supported (checked before running).
     check: Callable[[Mapping[str, Any], onnx.NodeProto, int], str | None] | None = None
     min_opset: int = 1
+    # Registry kernels a policy may run in place of one of the op's own (KernelInfo.substitutes names which one):
+    # substitute kernel name -> SubstituteFn. The op knows its attributes and operands; the policy only asks.
+    substitutes: Mapping[str, SubstituteFn] = field(default_factory=dict)
 
     def kernel_names(self, attrs: Mapping[str, Any], opset: int) -> tuple[str, ...]:
         return tuple(self.kernels(attrs, opset)) if callable(self.kernels) else tuple(self.kernels)
 
 
 OPS: dict[str, OpSpec] = {}
+
+
+def same_call(fn: OpFn) -> OpFn:
+    """A substitute called exactly as the kernel it replaces (OpSpec.substitutes)."""
+    return fn
 
 
 def register(op_type: str, **options) -> Callable[[OpFn], OpFn]:

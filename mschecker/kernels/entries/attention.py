@@ -202,6 +202,7 @@ register_kernel(D.attach(KernelInfo(
     name="attention",
     family="attention",
     defaults=("fp32_upcast",),
+    cube_operands=3,  # q, k and v (not the mask)
     reference=ref.attention,
     reference_bits_bound=_reference_reordering_bound,
     variants={

@@ -58,6 +58,7 @@ register_kernel(D.attach(KernelInfo(
     name="bitpack4",
     family="quant",
     defaults=("fp16_sym",),
+    stores_outputs=True,  # int4_intermediates: what a consumer reads back from 4-bit storage
     reference=ref.roundtrip,
     variants={
         "fp16_sym": Variant("fp16_sym", opt.bitpack4_fp16_sym, "float16", SYM,

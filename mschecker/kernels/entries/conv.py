@@ -214,6 +214,7 @@ register_kernel(D.attach(KernelInfo(
     name="conv2d_winograd",
     family="conv",
     defaults=("fp16_fp32acc", "winograd_f2x3_fp16"),
+    substitutes=("conv2d",),  # the profile's `winograd` variant, on the 3x3 stride-1 Convs (graph/ops/compute.py)
     reference=ref.conv2d,
     reference_bits_bound=CONV_REFERENCE_BITS,
     variants={

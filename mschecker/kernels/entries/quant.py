@@ -95,6 +95,7 @@ KL = _contract("kl")
 register_kernel(D.attach(KernelInfo(
     name="int8_weight_gemm",
     family="quant",
+    substitutes=("matmul", "gemm"),  # int8_weight_only, where the weight is a 2-D initializer (graph/ops/compute.py)
     reference=ref.weight_gemm,
     reference_bits_bound=blas_reference_bound(ref.weight_gemm),
     variants={

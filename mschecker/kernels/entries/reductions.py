@@ -148,8 +148,8 @@ def _variants(mean: bool) -> dict[str, Variant]:
             if mean and (alg, acc) not in (("recursive", "float16"), ("pairwise", "float32"),
                                           ("recursive", "float32")):
                 continue
-            # The recursive (sequential) order is the default and gets the plain name, so that the NPU policy's
-            # "plainest name" rule picks it; other orders are only used when a profile asks for them.
+            # The recursive (sequential) order gets the plain name and is the declared default (defaults= below),
+            # so the NPU policy picks it; other orders are only used when a profile asks for them.
             name = prefix if alg == "recursive" else f"{prefix}_{alg}"
             out[name] = Variant(name, opt.make_reduce(alg, acc, mean=mean), storage,
                                 summation_contract(alg, mean=mean), accumulate=acc, implmode=implmode,
