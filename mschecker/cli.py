@@ -45,7 +45,7 @@ TRACEBACK_FLAG = "--traceback"
 
 def _say(message: str) -> None:
     """One line on stderr: untrusted text made inert (control characters escaped), never more than one line."""
-    from mschecker.untrusted import plain
+    from mschecker.untrusted import plain  # lazy: start-up (mschecker.untrusted)
 
     try:
         print(f"mschecker: {plain(message)}", file=sys.stderr, flush=True)
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # an OS fault on a path some reader did not translate: still about the user's files
         if exc.filename is None:
             return _internal(exc, show_traceback)
-        from mschecker.fsio import os_reason
+        from mschecker.fsio import os_reason  # lazy: start-up (mschecker.fsio)
 
         _say(f"error: {exc.filename}: {os_reason(exc)}")
         return EXIT_BAD_INPUT
@@ -215,7 +215,7 @@ def _silence_stdout() -> None:
 def _print_version() -> int:
     """The version, which compiled fast paths are active (a missing one only slows runs down: native.py) and the
     machine facts (mschecker/machine.py)."""
-    from mschecker import __version__, machine, native
+    from mschecker import __version__, machine, native  # lazy: start-up (mschecker.machine, mschecker.native)
 
     print(f"mschecker {__version__}")
     for name, state in native.status().items():

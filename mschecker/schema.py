@@ -45,7 +45,7 @@ def parse_toml(text: str, where: str) -> Any:
 
 def load_json_file(path, what: str) -> Any:
     """Read (regular file, UTF-8) and parse a JSON file; every failure is one InputError naming `what` and path."""
-    from mschecker.fsio import read_text
+    from mschecker.fsio import read_text  # lazy: start-up (mschecker.fsio)
 
     return parse_json(read_text(path, what), f"{what} {path}")
 
@@ -286,7 +286,7 @@ def validate(value, spec: Spec, where: str):
 
 # ------------------------------------------------------------------------------------------------- shared specs
 def _known_dtype(name: str) -> str | None:
-    from mschecker.dtypes import resolve_dtype
+    from mschecker.dtypes import resolve_dtype  # lazy: start-up (ml_dtypes, numpy, mschecker.dtypes)
 
     try:
         resolve_dtype(name)

@@ -193,6 +193,49 @@ def test_the_numerics_folders_import_absolutely():
     assert not relative, relative
 
 
+def has_reason(lines: list[str], first: int, last: int) -> bool:
+    """A `# lazy:` comment on the import's lines, on the line above, or on an import right above it (a block of
+    imports shares its first one's reason)."""
+    k = first - 1
+    while k >= 1:
+        text = lines[k - 1].strip()
+        if text.startswith("# lazy:"):
+            return True
+        if not text.startswith(("from ", "import ")):
+            break
+        if "# lazy:" in text:
+            return True
+        k -= 1
+    return any("# lazy:" in lines[i - 1] for i in range(first, last + 1))
+
+
+def unexplained_lazy_imports() -> list[str]:
+    """Function-local imports of mschecker modules without a `# lazy:` reason (has_reason)."""
+    out = []
+    for module, path in _modules().items():
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        tree = ast.parse("".join(lines))
+        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in (n for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))):
+                if any(t in _modules() for t in _targets(module, path.name == "__init__.py", node)) and \
+                        not has_reason(lines, node.lineno, node.end_lineno):
+                    out.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return out
+
+
+def test_every_function_local_import_says_why():
+    """A lazy import buys start-up time (or breaks an optional dependency) and says which; one that buys nothing
+    belongs at the top (tools/lazy_imports.py measures both and writes the reasons)."""
+    missing = unexplained_lazy_imports()
+    assert not missing, f"{len(missing)} function-local imports without a `# lazy:` reason: {missing[:20]}"
+
+
+def test_the_reason_check_reads_blocks():
+    lines = ["def f():\n", "    from a import b  # lazy: start-up (onnxruntime)\n", "    from c import d\n",
+             "    x = 1\n", "    from e import f\n"]
+    assert has_reason(lines, 2, 2) and has_reason(lines, 3, 3) and not has_reason(lines, 5, 5)
+
+
 def test_the_cycle_finder_finds_a_planted_cycle():
     graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}}
     cycle = find_cycle(graph)

@@ -1,11 +1,13 @@
 """What each function-local import of an mschecker module buys: the modules it keeps out of the importing module's
 start-up. A lazy import whose target the module loads anyway buys nothing and belongs at the top.
 
-    python tools/lazy_imports.py [--free-only] [--lift] [PACKAGE_PREFIX ...]
+    python tools/lazy_imports.py [--free-only] [--lift | --annotate] [PACKAGE_PREFIX ...]
 
 For every module, one fresh interpreter imports it and lists sys.modules; each function-local import is then
 "free" (its target is already loaded) or "saves N" (the modules importing it would add, heavy ones named). --lift moves the free ones to the top of their
-module (skipping any whose name the module binds otherwise, or that sit in a try block).
+module (skipping any whose name the module binds otherwise, or that sit in a try block); --annotate gives every
+other one without a reason a `# lazy: ...` comment naming what it keeps out of start-up (the packages, heavy
+libraries first), the form tests/test_import_graph.py asks of every function-local import.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from test_import_graph import _modules, _targets  # noqa: E402
+from test_import_graph import _modules, _targets, has_reason  # noqa: E402
 
 HEAVY = ("onnxruntime", "scipy", "dask", "distributed", "hypothesis", "matplotlib", "PIL", "pyarrow", "onnx",
          "onnxconverter_common", "google.protobuf", "rich", "ml_dtypes", "sqlite3", "numpy")
@@ -58,7 +60,7 @@ def lazy_imports(prefixes: tuple[str, ...] = ()) -> list[dict]:
         added = dict(zip(pairs, pool.map(lambda p: _loaded(*p) if p[1] not in base[p[0]] else set(), pairs)))
     for r in rows:
         new = set().union(*(added[(r["module"], t)] for t in r["target"].split()))
-        r["saves"] = len(new)
+        r["saves"], r["new"] = len(new), new
         r["heavy"] = sorted(h for h in HEAVY if h in new)
     return rows
 
@@ -124,15 +126,54 @@ def lift(rows: list[dict]) -> int:
     return moved
 
 
+def _reason(row: dict, new_modules: set[str]) -> str:
+    heavy = row["heavy"]
+    ours = sorted({".".join(m.split(".")[:2]) for m in new_modules if m.startswith("mschecker.")} -
+                  {".".join(row["module"].split(".")[:2])})
+    what = ", ".join([*heavy, *ours][:3]) or ", ".join(row["target"].split()[:2])
+    return f"# lazy: start-up ({what})"
+
+
+def annotate(rows: list[dict]) -> int:
+    """A `# lazy:` reason on each function-local import that buys start-up time and states no reason yet."""
+    done = 0
+    by_path: dict[Path, list[dict]] = {}
+    for r in rows:
+        if r["saves"]:
+            by_path.setdefault(r["path"], []).append(r)
+    for path, items in by_path.items():
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        shift = 0  # lines inserted above so far (top to bottom, so that a block's first import speaks for it)
+        for r in sorted(items, key=lambda r: r["line"]):
+            node = r["node"]
+            first, last = node.lineno + shift, node.end_lineno + shift
+            if has_reason(lines, first, last):
+                continue
+            comment = _reason(r, r["new"])
+            body = lines[last - 1].rstrip("\n")
+            if len(body) + 2 + len(comment) <= 120:
+                lines[last - 1] = f"{body}  {comment}\n"
+            else:
+                lines.insert(first - 1, f"{lines[first - 1][:node.col_offset]}{comment}\n")
+                shift += 1
+            done += 1
+        path.write_text("".join(lines), encoding="utf-8")
+    return done
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("prefixes", nargs="*")
     ap.add_argument("--free-only", action="store_true", help="only the imports that buy nothing")
     ap.add_argument("--lift", action="store_true", help="move the free ones to the top of their module")
+    ap.add_argument("--annotate", action="store_true", help="a `# lazy:` reason on the others that have none")
     args = ap.parse_args()
     rows = lazy_imports(tuple(args.prefixes))
     if args.lift:
         print(f"lifted {lift(rows)} imports to the top of their modules")
+        return
+    if args.annotate:
+        print(f"annotated {annotate(rows)} imports")
         return
     for r in rows:
         if args.free_only and r["saves"]:

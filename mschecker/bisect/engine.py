@@ -23,11 +23,11 @@ from typing import Callable, Sequence
 import numpy as np
 import onnx
 
-from mschecker.compare import ToleranceRule, resolve_rule
+from mschecker.compare import ToleranceRule, json_float, resolve_rule
 from mschecker.errors import InputError
 from mschecker.untrusted import plain
 from mschecker.graph.executor import Executor, node_label
-from mschecker.graph.loader import LoadedModel, load_model
+from mschecker.graph.loader import LoadedModel, from_proto, load_model
 from mschecker.graph.policy import KernelUnavailable
 from mschecker.npu.knobs import apply_knobs
 from mschecker.npu.profile import NumericsProfile
@@ -38,7 +38,12 @@ from mschecker.bisect.priors import ORDERS, Ordering, move_seconds, node_priors,
 from mschecker.bisect.samples import Sample, check_same_shapes
 from mschecker.bisect.search import LAYER_OPS, Budget, BudgetExhausted, Evaluation, Evaluator, FixConfig, ModelEvaluator, \
     SearchResult, high_precision_capable, members, op_type_of, rank_candidates, search
-from mschecker.bisect.writers import OnnxCheck, Recommendation, check_with_onnxruntime, patched_onnx, written_profile
+from mschecker.bisect.writers import (OnnxCheck, Recommendation, check_with_onnxruntime, patched_onnx, serialize,
+                                      written_profile)
+from mschecker.bisect.stats import ErrorStats
+from mschecker.devdump.evidence import DeviceDump
+from mschecker.devdump.mapping import from_plan
+from mschecker.npu.policy import covered_names
 
 Progress = Callable[[str, int, int | None], None]
 EXIT_CODES = {"PASS": 0, "FIXED": 0, "FAIL": 1}
@@ -234,7 +239,6 @@ def _rescale_first(result: BisectResult, loaded: LoadedModel,
     if result.rescale.model is None or result.rescale.refused:
         return None
     # exact, yet not enough alone: the moves are searched on the rescaled model, what atc will compile
-    from mschecker.graph.loader import from_proto
 
     inner = search_rescaled(from_proto(result.rescale.model, loaded.path.parent))
     if inner.verdict != "FIXED":
@@ -256,7 +260,7 @@ def _search_and_prove(result: BisectResult, loaded: LoadedModel, reference: Exec
     facts = op_facts(npu)
     coster = None
     if cost_model is not None:
-        from mschecker.npu.cost import shapes_of
+        from mschecker.npu.cost import shapes_of  # lazy: start-up (mschecker.npu)
         from mschecker.bisect.frontier import Coster
 
         coster = Coster(loaded, base, facts, shapes_of(analysis, npu, result.samples[0].feeds), cost_model)
@@ -360,8 +364,6 @@ class RescaleOutcome:
         return self.passed or self.combined
 
     def to_dict(self) -> dict:
-        from mschecker.compare import json_float
-
         rep = self.report
         return {"tensors": self.tensors, "k": self.k, "factor": 2.0 ** -self.k if self.k else None,
                 "refused": self.refused, "float64_rel_diff": json_float(self.float64_rel_diff),
@@ -375,9 +377,8 @@ def try_rescale(loaded: LoadedModel, analysis: Analysis, base: NumericsProfile, 
     """The rescale of every tensor whose reference values exceed fp16's range (the activations the format cannot
     hold): planned (bisect.rescale), proven equal on the float64 reference, run on the emulated device on every
     input set and judged like any configuration."""
+    # lazy: start-up (mschecker.bisect.rescale)
     from mschecker.bisect.rescale import apply_rescale, choose_k, plan_rescale, prove
-    from mschecker.bisect.stats import ErrorStats
-
     limit = float(np.finfo(np.float16).max)
     big = {o.tensor: o.reference.peak for n in analysis.nodes for o in n.outputs if o.reference.peak > limit}
     out = RescaleOutcome(sorted(big))
@@ -424,7 +425,7 @@ def _cost_model(base, cost_file, npu: Executor):
     if not base.device:
         raise InputError(f"profile {base.name} models no chip: pricing a fix (--cost, --frontier, --choose cost) "
                          "needs a device profile (ascend910b, ascend310p)")
-    from mschecker.npu.cost import CostModel, load_cost_file
+    from mschecker.npu.cost import CostModel, load_cost_file  # lazy: start-up (mschecker.npu)
 
     measured = load_cost_file(cost_file) if cost_file is not None else None
     model = CostModel(base.device, measured=measured)
@@ -450,7 +451,7 @@ def _ordering(ranked: list[str], order: str, analysis: Analysis, npu: Executor, 
 def _by_cost(result: BisectResult, coster) -> FixConfig | None:
     """Every evaluated configuration priced (frontier.Frontier into result.frontier); the cheapest passing one,
     or None when none passed. The count-minimal fix's cost is kept for the report."""
-    from mschecker.bisect.frontier import cheapest, frontier
+    from mschecker.bisect.frontier import cheapest, frontier  # lazy: start-up (mschecker.bisect.frontier)
 
     result.frontier = frontier(result.search.log, coster)
     if result.search.recommended is not None:
@@ -476,9 +477,6 @@ def _device_dump(folder, graph_json, loaded: LoadedModel, npu: Executor):
     the ONNX graph as given, so that every tensor a device op can write exists whatever the device fused (its
     fusion is read from atc's graph JSON, from the dump's own origins, else assumed as mschecker's plan models it);
     a fused device op is then compared against the reference's outputs of the nodes it covers."""
-    from mschecker.devdump.evidence import DeviceDump
-    from mschecker.devdump.mapping import from_plan
-
     plan = None if graph_json is not None else from_plan(npu.model.proto, getattr(npu.policy, "op_type_of", None))
     return DeviceDump(folder, loaded.proto, device_ops=plan, graph_json=graph_json), reference_executor(loaded)
 
@@ -527,8 +525,6 @@ def _attribute(evaluator: Evaluator, config: FixConfig) -> list[Attribution]:
 def _onnx_names(npu: Executor) -> dict[str, tuple[str, ...]]:
     """Node name in the graph the NPU runs -> the ONNX nodes it stands for: a fused device op (a device
     profile's graph, npu.fusion) covers several ONNX nodes under a name the ONNX model does not have."""
-    from mschecker.npu.policy import covered_names
-
     return {st.label: covered_names(st.node) for st in npu.steps}
 
 
@@ -539,8 +535,6 @@ def _patched_check(loaded: LoadedModel, config: FixConfig, samples, analysis, ru
     smallest prefix of the own-error ranking that onnxruntime also needs in fp32 is added (binary search, at most
     ceil(log2 n) + 1 more runs) and listed as `extra_fp32`: the file meets the tolerance where it will be run.
     `onnx_names`: the ONNX nodes each analysed node stands for (_onnx_names; a name maps to itself by default)."""
-    from mschecker.bisect.writers import serialize
-
     def in_onnx(names) -> set[str]:
         return {o for n in names for o in (onnx_names or {}).get(n, (n,))}
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from mschecker.compare import json_float
 from mschecker.bisect.search import Evaluation, FixConfig
+from mschecker.bisect.policy import npu_policy
 
 
 class Coster:
@@ -27,9 +28,7 @@ class Coster:
     def cost(self, config: FixConfig):
         """The configuration's npu.cost.Cost (per op and per Cast)."""
         if config not in self._cache:
-            from mschecker.npu.plan import _PlanOnly
-            from mschecker.bisect.policy import npu_policy
-
+            from mschecker.npu.plan import _PlanOnly  # lazy: start-up (mschecker.npu)
             executor = _PlanOnly(self.model, npu_policy(config.profile(self.base, self.facts)))
             self._cache[config] = self.cost_model.configuration_cost(executor, self.shapes)
         return self._cache[config]

@@ -24,7 +24,9 @@ from mschecker.untrusted import plain, plot_text
 from mschecker.bisect.engine import BisectResult
 from mschecker.bisect.islands import islands
 from mschecker.bisect.search import members
-from mschecker.bisect.writers import FILES, fix_files
+from mschecker.bisect.writers import FILES, fix_files, serialize
+from mschecker.graph.loader import load_model
+from mschecker.bisect.policy import npu_policy
 
 SCHEMA_VERSION = 1
 PLOT_FILE = "error_by_depth.png"
@@ -41,9 +43,6 @@ def _islands(result: BisectResult):
     rec = result.recommendation
     if rec is None or not rec.config.keep_dtype:
         return []
-    from mschecker.graph.loader import load_model
-    from mschecker.bisect.policy import npu_policy
-
     if not Path(result.model).is_file():
         return []
     # the graph the NPU runs, whose node names the analysis uses (a device profile's fused ops included)
@@ -130,7 +129,7 @@ def render_console(result: BisectResult, console=None, files: dict[str, str] | N
                    frontier_table: bool = False) -> None:
     from rich.text import Text
 
-    from mschecker.console import make_console
+    from mschecker.console import make_console  # lazy: start-up (rich, mschecker.console)
 
     console = console or make_console()  # outside a terminal: wide, no escapes (names and numbers never cut)
     s = result.search
@@ -452,13 +451,11 @@ def write_outputs(result: BisectResult, out, *, json_report: bool = False, html_
     data[PLOT_FILE] = png
     files["plot"] = str(out / PLOT_FILE)
     if result.rescale is not None and result.rescale.used:
-        from mschecker.bisect.writers import serialize
-
         data[RESCALED_FILE] = serialize(result.rescale.model)
         data[RESCALE_REPORT] = ("\n".join(result.rescale.report.lines()) + "\n").encode("utf-8")
         files["rescaled_model"], files["rescale_report"] = str(out / RESCALED_FILE), str(out / RESCALE_REPORT)
     if frontier_plot and result.frontier is not None:
-        from mschecker.bisect.frontier import frontier_png
+        from mschecker.bisect.frontier import frontier_png  # lazy: start-up (mschecker.bisect.frontier)
 
         chosen = next((p for p in result.frontier.points if result.recommendation is not None
                        and p.config == result.recommendation.config), None)

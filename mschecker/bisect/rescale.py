@@ -25,6 +25,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from mschecker.errors import InputError
+from mschecker.graph.executor import Executor
+from mschecker.graph.policy import ReferencePolicy
 
 FP16_MAX = 65504.0
 # the device's TBE LayerNorm rounds its (fp32) variance through fp16: the stream's RMS must stay below sqrt(65504)
@@ -472,9 +474,6 @@ def apply_rescale(model: onnx.ModelProto, plan: RescalePlan) -> onnx.ModelProto:
 
 # --------------------------------------------------------------------------------------------------- proof
 def _reference_outputs(model: onnx.ModelProto, feeds) -> dict[str, np.ndarray]:
-    from mschecker.graph.executor import Executor
-    from mschecker.graph.policy import ReferencePolicy
-
     return {k: np.asarray(v, np.float64) for k, v in Executor(model, ReferencePolicy()).run(feeds).items()}
 
 

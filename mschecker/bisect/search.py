@@ -44,7 +44,7 @@ from typing import Callable
 
 import numpy as np
 
-from mschecker.compare import ToleranceRule
+from mschecker.compare import ToleranceRule, json_float
 from mschecker.graph.executor import Executor
 from mschecker.dtypes import is_float
 from mschecker.npu.profile import NumericsProfile
@@ -125,7 +125,6 @@ class Evaluation:
     detail: object = None    # what a specialised evaluator measured besides (the SD check: its stage metrics)
 
     def to_dict(self) -> dict:
-        from mschecker.compare import json_float
         return {"purpose": self.purpose, "changes": self.config.changes, "config": self.config.to_dict(),
                 "passed": self.passed, "worst_rel_l2": json_float(self.worst_rel_l2),
                 "failing_outputs": self.failing_outputs, "overflow_nodes": self.overflow_nodes[:20],

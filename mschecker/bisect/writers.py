@@ -35,17 +35,17 @@ import numpy as np
 import onnx
 
 from mschecker.compare import ToleranceRule, json_float
-from mschecker.npu.profile import NumericsProfile
+from mschecker.npu.profile import DEFAULT_IMPLMODE, NumericsProfile
 from mschecker.npu.atc import (AtcFlags, atc_command_text, atc_expressible, customize_dtypes_text, fusion_switch_text,
                        keep_dtype_text, modify_mixlist_text, op_precision_text, parse_atc_command,
                        parse_customize_dtypes, parse_customize_line, parse_keep_dtype, parse_modify_mixlist,
                        parse_op_precision_ini)
 from mschecker.npu.fixes import OP_TYPE_PREFIX, OpFacts
-from mschecker.npu.profile import DEFAULT_IMPLMODE
 from mschecker.bisect.lockstep import Analysis
 from mschecker.bisect.samples import Sample
 from mschecker.bisect.search import FixConfig, op_type_of
 from mschecker.bisect.stats import ErrorStats
+from mschecker.npu.fusion import load_switch_file
 
 FILES = {"keep_dtype": "keep_dtype.cfg", "customize_dtypes": "customize_dtypes.cfg",
          "op_precision": "op_precision.ini", "fusion_switch": "fusion_switch.cfg",
@@ -191,8 +191,6 @@ def atc_flags_of(fixed: NumericsProfile, model_path: str, kinds, prefix: str = "
 def read_back(base: NumericsProfile, texts: dict[str, str]) -> NumericsProfile:
     """The profile the written ATC files and flags give when mschecker's ATC readers read them: the base's
     non-ATC settings (chip, overflow mode, bracket, ...) with every ATC setting replaced by the files'."""
-    from mschecker.npu.fusion import load_switch_file
-
     with tempfile.TemporaryDirectory(prefix="mschecker-atc-") as tmp:
         paths = {}
         for kind, text in texts.items():

@@ -62,6 +62,7 @@ from mschecker.campaign.kinds import KINDS
 from mschecker.campaign.kinds.base import STATUS_CRASHED, Cell
 from mschecker.errors import InputError
 from mschecker.machine import MACHINE_FACTS, cpu_model, machine_facts  # noqa: F401  (MACHINE_FACTS: the store's columns)
+from mschecker import __version__
 
 
 def one_line(exc: BaseException) -> str:
@@ -101,7 +102,6 @@ def versions() -> dict:
     import numpy
     import onnxruntime  # here, not at the top: the driver's validation does not need onnxruntime
 
-    from mschecker import __version__
 
     return {"mschecker": __version__, "onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__,
             "python": platform.python_version(), "cpu": cpu_model(), "host": platform.node()}

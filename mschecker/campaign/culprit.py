@@ -45,6 +45,7 @@ from mschecker.campaign.kinds.base import FINISHED, STATUS_CRASHED, cell_from_di
 from mschecker.campaign.compare import SAME, WORSE, allowance, judge_metric, judged
 from mschecker.campaign.spec import Cell, parse_campaign
 from mschecker.campaign.store import CellRecord, Store
+from mschecker.fsio import file_sha256, os_reason
 
 BASE, RUN, BOTH, NEITHER = "base", "run", "both", "neither"
 # Recorded but never a cause: the host name differs between any two machines.
@@ -249,8 +250,6 @@ def _now_values(ctx: Context, ev: Evaluation | None) -> dict[str, str | None]:
     model = kind.model_path(ctx.cell.params) if kind is not None else None
     model = Path(model) if model is not None else None
     if model is not None and model.is_file():
-        from mschecker.fsio import file_sha256
-
         now["model_sha256"] = file_sha256(model)
     elif ev is not None:
         now["model_sha256"] = ev.model_sha256
@@ -352,7 +351,6 @@ def check_overlay_cache(cache) -> Path:
     the first re-run, so a bad folder costs no work)."""
     import os
 
-    from mschecker.fsio import os_reason
 
     path = Path(cache)
     try:

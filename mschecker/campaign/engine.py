@@ -49,6 +49,8 @@ from mschecker.errors import InputError
 from mschecker.campaign.cells import one_line, run_cell, worker_files_root
 from mschecker.campaign.kinds import KINDS
 from mschecker.campaign.kinds.base import FINISHED, STATUS_CRASHED, STATUS_KILLED, STATUS_TIMEOUT, Cell, cell_from_dict
+from mschecker.campaign.shipping import bundle_digest, file_digest, materialize
+from mschecker.fsio import read_bytes
 
 TOPIC = "mschecker-campaign-start"
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -69,7 +71,6 @@ def _task(cell_data: dict, run_id: str, files_id: str, bundle: str | None, blobs
     """Runs on a worker: announce the start (for the timeout), materialize shipped files, run the cell."""
     from distributed import get_worker
 
-    from mschecker.campaign.shipping import materialize
 
     worker = get_worker()
     cell = cell_from_dict(cell_data)
@@ -200,9 +201,6 @@ class DaskEngine:
         Called before `run` and before the store is created or the run begun: an unreadable file is bad input.
         The paths were checked when the campaign was validated (check_cell_files: the graph loader's external-data
         rule, regular files only); they are checked again here, as they are read (mschecker.fsio.read_bytes)."""
-        from mschecker.fsio import read_bytes
-        from mschecker.campaign.shipping import bundle_digest, file_digest
-
         for cell in cells:
             paths = [str(p) for p in KINDS[cell.kind].shipped_files(cell.params)]
             if not paths:   # the kind ships nothing: its workers read what they need

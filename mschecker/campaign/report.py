@@ -20,11 +20,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from mschecker.untrusted import markup, plain as _plain, plot_text as _plot_text
-from mschecker.campaign.compare import (BETTER, EXPECTED_FAILURE, FLAKY_FAILURE, MACHINE, SAME, UNEXPECTED_PASS, WORSE, CellComparison,
-                      Comparison, MetricVerdict, expected_outcome)
+from mschecker.campaign.compare import (BETTER, CellComparison, Comparison, EXPECTED_FAILURE, FLAKY_FAILURE, MACHINE,
+                                        MetricVerdict, SAME, UNEXPECTED_PASS, WORSE, _relative_worsening, cell_status,
+                                        expected_outcome)
 from mschecker.campaign.history import BLIP, STEP
 from mschecker.campaign.kinds import KINDS
 from mschecker.campaign.store import CellRecord, Store
+from mschecker.compare import json_safe
+from mschecker.fsio import atomic_write_text
 
 _ORDER = {WORSE: 0, "crashed": 1, "timeout": 1, "killed": 1, MACHINE: 2, BETTER: 2, "changed": 3, "no baseline": 3,
           "new": 4, "missing": 4, SAME: 5}
@@ -183,8 +186,6 @@ def render_expected(statuses: dict[str, str], expected, console: Console) -> Non
 
 def render_run(summary, records: list[CellRecord], console: Console) -> None:
     """The run's cells (one row per cell, repeats folded) and its counts."""
-    from mschecker.campaign.compare import cell_status
-
     table = Table(title=f"campaign {markup(summary.campaign)} run {markup(summary.run_id)}")
     for col in ("cell", "device", "status", "samples", "wall s", "reason"):
         table.add_column(col, overflow="fold")
@@ -216,8 +217,6 @@ def _utc(t: float) -> str:
 
 
 def render_history(store: Store, runs, console: Console) -> None:
-    from mschecker.campaign.compare import cell_status
-
     table = Table(title=f"runs in {markup(store.path)}")
     for col in ("run id", "campaign", "created (UTC)", "status", "cells", "pass", "fail", "unfinished"):
         table.add_column(col)
@@ -236,14 +235,10 @@ def render_history(store: Store, runs, console: Console) -> None:
 # ----------------------------------------------------------------------------------------------------- JSON
 def to_json(obj) -> str:
     """A comparison or run summary as JSON (non-finite numbers as the strings "nan"/"inf"/"-inf")."""
-    from mschecker.compare import json_safe
-
     return dumps(obj.to_dict())
 
 
 def dumps(data: dict) -> str:
-    from mschecker.compare import json_safe
-
     return json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
 
 
@@ -334,8 +329,6 @@ def history_plots(run_ids: list[str], series: dict[str, dict[str, dict]]) -> lis
 
 def worst_cells_plot(comparison: Comparison, n: int = WORST_CELLS) -> tuple[str, str] | None:
     """A bar per regressed cell: how much its worst metric got worse, relative to the baseline value."""
-    from mschecker.campaign.compare import _relative_worsening
-
     worst = sorted((c for c in comparison.regressed if c.worst() is not None),
                    key=lambda c: -_relative_worsening(c.worst()))[:n]
     if not worst:
@@ -412,8 +405,6 @@ def cell_history_plots(comparison: Comparison, limit: int = CELL_PLOTS_MAX) -> l
 
 
 def write_html(comparison: Comparison, store: Store, path, *, last: int = HISTORY_RUNS) -> None:
-    from mschecker.fsio import atomic_write_text
-
     counts = comparison.counts()
     rows = []
     extra_heads = ("<th>history</th>" * bool(comparison.history)

@@ -40,7 +40,7 @@ def model_files(model: Path) -> list[Path]:
     input (exit 2) before a cluster starts or a store is written."""
     from onnx.external_data_helper import uses_external_data
 
-    from mschecker.fsio import safe_external_path
+    from mschecker.fsio import safe_external_path  # lazy: start-up (mschecker.fsio)
     from mschecker.onnxfile import read_model_proto
 
     proto = read_model_proto(model)
@@ -60,7 +60,7 @@ def tensor_files(spec: Path) -> list[Path]:
     `x.json`: mschecker.tensors.io.sidecar_for reads either). Each is checked with stat before anything reads it
     (mschecker.fsio.check_readable: a regular file, never a FIFO, socket or device), and a directory's entry
     must not resolve (through a symlink) outside the directory: InputError naming the file."""
-    from mschecker.fsio import check_readable
+    from mschecker.fsio import check_readable  # lazy: start-up (mschecker.fsio)
 
     if spec.is_dir():
         root = spec.resolve()

@@ -46,6 +46,8 @@ from mschecker.errors import InputError
 from mschecker.campaign.cells import MACHINE_FACTS
 from mschecker.campaign.kinds.base import FINISHED
 from mschecker.campaign.spec import Cell
+from mschecker import __version__
+from mschecker.campaign.fingerprints import FP_DTYPE, decode_names, digest, encode_names
 
 
 def _v1(db: sqlite3.Connection) -> None:
@@ -354,8 +356,6 @@ class Store:
     def begin_run(self, run_id: str, campaign: str, spec: dict, spec_sha256: str, engine: dict) -> bool:
         """Create the run, or mark an existing one as running again (resume). Returns True when resuming.
         InputError when the id belongs to another campaign."""
-        from mschecker import __version__
-
         existing = self.run(run_id, missing_ok=True)
         if existing is not None and existing.campaign != campaign:
             raise InputError(f"store {self.path}: run id {run_id!r} belongs to campaign {existing.campaign!r}, "
@@ -476,8 +476,6 @@ class Store:
             self.db.execute("DELETE FROM fingerprints WHERE run_id=? AND cell_key=? AND repeat=?", sample)
         new = None
         if fps:
-            from mschecker.campaign.fingerprints import FP_DTYPE, digest, encode_names
-
             names, data = list(fps["names"]), bytes(fps["data"])
             if len(data) != len(names) * FP_DTYPE.itemsize:
                 raise ValueError(f"fingerprints of {cell_key!r}: {len(names)} names for {len(data)} bytes")
@@ -642,7 +640,6 @@ class Store:
         (numpy array of fingerprints.FP_DTYPE, or its bytes). One transaction."""
         import numpy as np
 
-        from mschecker.campaign.fingerprints import FP_DTYPE
 
         data = array.astype(FP_DTYPE, copy=False).tobytes() if isinstance(array, np.ndarray) else bytes(array)
         self._write(self._put_fingerprints, run_id, cell_key, repeat, {"names": names, "data": data})
@@ -655,7 +652,6 @@ class Store:
             return None
         import numpy as np
 
-        from mschecker.campaign.fingerprints import FP_DTYPE, decode_names
 
         sql = ("SELECT g.names, g.count, d.data FROM fingerprints f JOIN fp_graphs g ON g.graph_id=f.graph_id "
                "JOIN fp_data d ON d.data_id=f.data_id WHERE f.run_id=? AND f.cell_key=?")
@@ -686,7 +682,6 @@ class Store:
             return {}
         import numpy as np
 
-        from mschecker.campaign.fingerprints import FP_DTYPE, decode_names
 
         graphs: dict[int, list[str]] = {}
         out = {}

@@ -96,6 +96,7 @@ def existing_path(value: str, base: Path, where: str, key: str) -> str:
 
 
 def profiles_of(block: dict, where: str) -> list[str]:
+    # lazy: start-up (ml_dtypes, numpy, mschecker.dtypes)
     from mschecker.npu.profile import load_profile  # here: a campaign without NPU cells skips the emulator
 
     profiles = list_of(block, "profiles", str, where, ["ascend910b"])
@@ -110,6 +111,7 @@ def profiles_of(block: dict, where: str) -> list[str]:
 def npu_options_of(block: dict, key: str, where: str, table=None) -> dict:
     table = block.get(key, {}) if table is None else table
     check_keys(table, NPU_OPTION_KEYS, f"{where}: {key}")
+    # lazy: start-up (ml_dtypes, numpy, mschecker.dtypes)
     from mschecker.npu.knobs import apply_knobs  # here: a campaign without NPU cells skips the emulator
 
     try:  # the options are checked by the code that will apply them, on the default preset
@@ -124,6 +126,7 @@ def npu_options_of(block: dict, key: str, where: str, table=None) -> dict:
 def check_referee(block: dict, where: str) -> None:
     """referee / referee_k / judge checked by mschecker.modelcheck.referee's own parsers (the flags' rules). A folder of
     outputs (dir:) is refused: cells run on workers that are shipped the model, inputs and goldens only."""
+    # lazy: start-up (numpy, mschecker.modelcheck, mschecker.untrusted)
     from mschecker.modelcheck.referee import check_judge, check_k, parse_side  # here: only blocks with a referee
 
     if "referee" not in block:

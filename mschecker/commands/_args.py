@@ -22,7 +22,6 @@ from mschecker.limits import COUNT_MAX, ULP_MAX
 from mschecker.npu.knobs import add_npu_arguments, npu_flags_given, npu_options_from_args
 from mschecker.modelcheck.runners import DEVICES
 from mschecker.fsio import check_write_target, os_reason
-from mschecker.fsio import os_reason
 
 
 class Parser(argparse.ArgumentParser):
@@ -234,6 +233,7 @@ def bounded_float(flag: str, lo: float, hi: float):
 def add_referee_args(p: argparse.ArgumentParser) -> None:
     """--referee SIDE, --referee-k K, --judge (mschecker.modelcheck.referee; docs/REFEREE.md): the check, sd and campaign
     commands' peer-as-referee verdict beside the tolerance one."""
+    # lazy: start-up (mschecker.modelcheck, mschecker.untrusted)
     from mschecker.modelcheck.referee import JUDGES, K_MAX, K_MIN, SIDE_FORMS
 
     g = p.add_argument_group("referee", "judge the run relative to a second low-precision run, as PyTorch's "
@@ -249,7 +249,7 @@ def add_referee_args(p: argparse.ArgumentParser) -> None:
 
 
 def _referee_k(text):
-    from mschecker.modelcheck.referee import check_k
+    from mschecker.modelcheck.referee import check_k  # lazy: start-up (mschecker.modelcheck, mschecker.untrusted)
 
     try:
         return check_k(text)
@@ -261,7 +261,7 @@ def referee_from_args(args, *, runnable: bool = False):
     """(side or None, k or None, judge) from --referee/--referee-k/--judge; UsageError naming the flag for a bad
     side, or for --referee-k / --judge without --referee. ``runnable``: the side must run models (sd's stages),
     not be a folder of outputs."""
-    from mschecker.modelcheck.referee import parse_side
+    from mschecker.modelcheck.referee import parse_side  # lazy: start-up (mschecker.modelcheck, mschecker.untrusted)
 
     if args.referee is None:
         for flag, value in (("--referee-k", args.referee_k), ("--judge", args.judge)):

@@ -69,7 +69,7 @@ def build_parser(prog: str = "mschecker bisect") -> Parser:
 
 
 def main(argv: list[str]) -> int:
-    from mschecker.bisect.report import render_console, write_outputs
+    from mschecker.bisect.report import render_console, write_outputs  # lazy: start-up (mschecker.bisect)
 
     args = build_parser().parse_args(argv)
     tolerance_rule(args.tolerance)  # a bad tolerance is reported before anything is loaded
@@ -101,7 +101,7 @@ def check_out(out, *, json_report: bool = False, html_report: bool = False) -> N
     for that file)."""
     from pathlib import Path
 
-    from mschecker.bisect.report import output_targets
+    from mschecker.bisect.report import output_targets  # lazy: start-up (mschecker.bisect)
     folder = check_writable_dir(out, "--out")
     if not Path(folder).is_dir():
         return  # created by the write; nothing in it yet
@@ -123,7 +123,7 @@ class _progress:
             return None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-        from mschecker.console import make_console
+        from mschecker.console import make_console  # lazy: start-up (rich, mschecker.console)
 
         self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), transient=True, console=make_console(stderr=True))

@@ -52,6 +52,7 @@ CONNECT_TIMEOUT_MAX_S = 3600.0
 
 
 def _judging_args(p: Parser) -> None:
+    # lazy: start-up (sqlite3, mschecker.campaign, mschecker.machine)
     from mschecker.campaign.history import HISTORY_MAX, HISTORY_MIN
 
     p.add_argument("--history", type=bounded_int("--history", HISTORY_MIN, HISTORY_MAX), metavar="N",
@@ -117,7 +118,7 @@ def run_main(argv: list[str]) -> int:
     if args.keep_fingerprints and code != 3:  # an incomplete run is resumed, not housekept
         _prune_after_run(args.store, summary, args.keep_fingerprints)
     if args.json:
-        from mschecker.campaign.report import dumps
+        from mschecker.campaign.report import dumps  # lazy: start-up (sqlite3, mschecker.campaign, mschecker.machine)
 
         atomic_write_text(args.json, dumps({**summary.to_dict(), "exit_code": code}))
     print(f"run id: {summary.run_id} (store {args.store})")
@@ -128,6 +129,7 @@ def run_main(argv: list[str]) -> int:
 
 def _report_run(summary, expected, args) -> int:
     """The run's console report (cells, history, comparison or expected statuses); returns its exit code."""
+    # lazy: start-up (sqlite3, mschecker.campaign, mschecker.machine)
     from mschecker.campaign.compare import apply_expected, judge_run_against_history, run_exit_code
     from mschecker.campaign.report import render_comparison, render_expected, render_run
     from mschecker.campaign.store import Store
@@ -149,6 +151,7 @@ def _report_run(summary, expected, args) -> int:
 
 
 def _keep_fingerprints_arg(p: Parser, help_: str, **kw) -> None:
+    # lazy: start-up (sqlite3, mschecker.campaign, mschecker.machine)
     from mschecker.campaign.store import KEEP_FINGERPRINTS_MAX
 
     p.add_argument("--keep-fingerprints", type=bounded_int("--keep-fingerprints", 1, KEEP_FINGERPRINTS_MAX),
@@ -158,7 +161,7 @@ def _keep_fingerprints_arg(p: Parser, help_: str, **kw) -> None:
 def _prune_after_run(store_path, summary, keep_last: int) -> None:
     """--keep-fingerprints N of `campaign run`: prune, keeping the run's baseline too. The run and its verdict
     are stored already: a prune that cannot write (store locked, disk full) is one warning line, not a failure."""
-    from mschecker.campaign.store import Store
+    from mschecker.campaign.store import Store  # lazy: start-up (sqlite3, mschecker.campaign, mschecker.machine)
     from mschecker.untrusted import plain
 
     try:
@@ -172,7 +175,7 @@ def _prune_after_run(store_path, summary, keep_last: int) -> None:
 
 def _expected_for_run(spec, args):
     """--expected FILE (overrides [campaign] expected), read and matched against the campaign's cells."""
-    from mschecker.campaign.expected import load_expected
+    from mschecker.campaign.expected import load_expected  # lazy: start-up (mschecker.campaign, mschecker.untrusted)
 
     if args.expected:
         expected = load_expected(args.expected)
@@ -200,7 +203,7 @@ def incomplete_line(summary) -> str:
 
 
 def _say_incomplete(summary) -> None:
-    from mschecker.untrusted import plain
+    from mschecker.untrusted import plain  # lazy: start-up (mschecker.untrusted)
 
     try:
         sys.stdout.flush()
@@ -257,6 +260,7 @@ def compare_main(argv: list[str]) -> int:
             check_writable(value, f"--{flag}")
     if args.strict_expected and not args.expected:
         raise UsageError("--strict-expected needs --expected FILE")
+    # lazy: start-up (sqlite3, mschecker.campaign, mschecker.machine)
     from mschecker.campaign.compare import compare_runs
     from mschecker.campaign.compare import apply_expected as apply
     from mschecker.campaign.expected import load_expected
@@ -285,6 +289,7 @@ def history_main(argv: list[str]) -> int:
     p.add_argument("--campaign", metavar="NAME", help="only this campaign's runs")
     p.add_argument("--last", type=bounded_int("--last", 1, COUNT_MAX), default=20, metavar="N", help="how many runs (default 20)")
     args = p.parse_args(argv)
+    # lazy: start-up (sqlite3, mschecker.campaign, mschecker.machine)
     from mschecker.campaign.report import render_history
     from mschecker.campaign.store import Store
 
@@ -306,7 +311,7 @@ def prune_main(argv: list[str]) -> int:
                    help="then VACUUM: shrink the file now (it rewrites the whole file: time, up to twice its size "
                         "on disk meanwhile, the store locked; without it the freed pages are reused by later runs)")
     args = p.parse_args(argv)
-    from mschecker.campaign.store import Store
+    from mschecker.campaign.store import Store  # lazy: start-up (sqlite3, mschecker.campaign, mschecker.machine)
     from mschecker.untrusted import plain
 
     with Store.open(args.store) as store:
@@ -335,7 +340,7 @@ def export_main(argv: list[str]) -> int:
     _store_arg(p)
     args = p.parse_args(argv)
     check_writable(args.path, "PATH")
-    from mschecker.campaign.store import Store
+    from mschecker.campaign.store import Store  # lazy: start-up (sqlite3, mschecker.campaign, mschecker.machine)
 
     with Store.open(args.store) as store:
         store.run(args.run)
@@ -371,6 +376,7 @@ def bisect_main(argv: list[str]) -> int:
         check_writable(args.json, "--json")
     from pathlib import Path
 
+    # lazy: start-up (sqlite3, mschecker.campaign, mschecker.machine)
     from mschecker.campaign.culprit import investigate
     from mschecker.campaign.store import Store
     if not Path(args.store).is_file():
@@ -381,7 +387,7 @@ def bisect_main(argv: list[str]) -> int:
                              overlay_cache=args.overlay_cache)
     _render_bisect(report, _console())
     if args.json:
-        from mschecker.campaign.report import dumps
+        from mschecker.campaign.report import dumps  # lazy: start-up (sqlite3, mschecker.campaign, mschecker.machine)
 
         atomic_write_text(args.json, dumps(report.to_dict()))
     return report.exit_code

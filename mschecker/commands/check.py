@@ -43,7 +43,7 @@ def emit_report(report, args) -> int:
     removed again unless it replaced a file that was there before."""
     import os
 
-    from mschecker.console import make_console
+    from mschecker.console import make_console  # lazy: start-up (rich, mschecker.console)
     from mschecker.modelcheck.report import render_console, write_html, write_json
 
     render_console(report, make_console())

@@ -35,13 +35,14 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--limit {args.limit}: between 0 and 10000000")
     if args.graph_json and not args.model:
         raise UsageError("--graph-json maps the dump to a model: give --model with it")
+    # lazy: start-up (mschecker.devdump, mschecker.schema, mschecker.tensors)
     from mschecker.devdump.inspect import inspect_folder
 
     report = inspect_folder(args.folder, model=args.model, graph_json=args.graph_json, profile=args.profile)
     if args.json:
         print(json.dumps(report.to_json(), indent=1, allow_nan=False, default=str))
     else:
-        from mschecker.console import make_console
+        from mschecker.console import make_console  # lazy: start-up (rich, mschecker.console)
 
         report.render(make_console(), limit=args.limit or None)
     return 0

@@ -32,6 +32,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     out = check_writable(args.out, "--out") if args.out else None
     profile = npu_options_from_args(args).profile_for()
+    # lazy: start-up (mschecker._fastfp16, mschecker.fastfp16, mschecker.graph)
     from mschecker.npu.plan import device_plan
 
     plan = device_plan(args.model, profile)
@@ -42,7 +43,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(text, end="")
     else:
-        from mschecker.console import make_console
+        from mschecker.console import make_console  # lazy: start-up (rich, mschecker.console)
 
         console = make_console()
         plan.render(console, limit=args.limit)

@@ -35,6 +35,7 @@ def build_parser(prog: str = "mschecker rescale") -> Parser:
 def main(argv: list[str]) -> int:
     import numpy as np
 
+    # lazy: start-up (mschecker._fastfp16, mschecker.bisect, mschecker.devdump)
     from mschecker.bisect import Sample, read_samples
     from mschecker.bisect.lockstep import reference_executor
     from mschecker.bisect.policy import npu_policy

@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
     t2 = time.perf_counter()
     from rich.table import Table
 
-    from mschecker.console import make_console
+    from mschecker.console import make_console  # lazy: start-up (rich, mschecker.console)
     from mschecker.untrusted import markup
 
     table = Table(title=f"{markup(args.model)} on {markup(runner.name)}")
@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
               "--model MODEL with the same NPU flags")
     print(f"load+inputs {t1 - t0:.2f} s, run {t2 - t1:.2f} s")
     if args.dump:
-        from mschecker.untrusted import plain
+        from mschecker.untrusted import plain  # lazy: start-up (mschecker.untrusted)
 
         print(f"device dump ({args.dump_format}) written to {plain(where)}")
     if args.save_outputs:
@@ -116,7 +116,7 @@ def _check_dump(args) -> None:
     """Refused before any work: a dump of a device with no ops to dump, or a target that holds something."""
     from pathlib import Path
 
-    from mschecker.devdump.writer import check_dump_target
+    from mschecker.devdump.writer import check_dump_target  # lazy: start-up (mschecker.devdump, mschecker.untrusted)
 
     if args.device not in ("npu", "reference"):
         raise UsageError(f"--dump needs --device npu or reference (device ops to dump), not {args.device}")
@@ -126,7 +126,7 @@ def _check_dump(args) -> None:
 def _run_and_dump(runner, feeds, args):
     from pathlib import Path
 
-    from mschecker.devdump.writer import run_and_dump
+    from mschecker.devdump.writer import run_and_dump  # lazy: start-up (mschecker.devdump, mschecker.untrusted)
     from mschecker.graph.loader import load_model
 
     return run_and_dump(runner, feeds, load_model(args.model), args.dump, fmt=args.dump_format,

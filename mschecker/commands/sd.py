@@ -37,15 +37,13 @@ from pathlib import Path
 
 from mschecker.errors import InputError, UsageError
 from mschecker.npu.knobs import add_npu_arguments, npu_options_from_args
-from mschecker.sd.folder import FORCE_UPCAST, NUM_IMAGES_MAX, PROMPTS_MAX, SIZE_MAX, XL_STAGES
+from mschecker.sd.folder import FORCE_UPCAST, NUM_IMAGES_MAX, PROMPTS_MAX, SDPipeline, SIZE_MAX, XL_STAGES
 from mschecker.sd.presets import PRESET_NAMES
 from mschecker.sd.scheduler import SCHEDULERS
 from mschecker.commands._args import Parser, add_referee_args, check_writable, check_writable_dir, referee_from_args
 from mschecker.fsio import check_readable
 from mschecker.npu.profile import load_profile
-from mschecker.sd.bundled import bundled_pipeline
-from mschecker.sd.bundled import save_bundled
-from mschecker.sd.folder import SDPipeline
+from mschecker.sd.bundled import bundled_pipeline, save_bundled
 
 DEFAULT_PROMPT = "a photo of an astronaut riding a horse on the moon"
 SEED_MAX = 2**32 - 1  # numpy.random.RandomState(seed), as diffusers' ONNX pipeline draws the initial noise
@@ -189,7 +187,7 @@ def generation_args(args, pipeline) -> dict:
 
 
 def parse_sides(text: str) -> tuple[str, str]:
-    from mschecker.sd.check import SIDES
+    from mschecker.sd.check import SIDES  # lazy: start-up (mschecker._fastfp16, mschecker.bisect, mschecker.devdump)
 
     sides = tuple(x.strip() for x in text.split(","))
     if len(sides) != 2 or sides[0] == sides[1] or any(x not in SIDES for x in sides):
@@ -222,10 +220,10 @@ def main(argv: list[str]) -> int:
     batch = (1 if isinstance(prompt, str) else len(prompt)) * args.num_images_per_prompt
     latents = None
     if args.latents:
-        from mschecker.tensors.io import read_tensor
+        from mschecker.tensors.io import read_tensor  # lazy: start-up (mschecker.schema, mschecker.tensors)
 
         latents = pipeline.check_latents(read_tensor(args.latents), f"--latents {args.latents}", batch)
-    from mschecker.console import make_console
+    from mschecker.console import make_console  # lazy: start-up (rich, mschecker.console)
     from mschecker.sd.check import run_check
     from mschecker.sd.report import render_console, write_json, write_outputs
 

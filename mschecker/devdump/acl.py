@@ -96,7 +96,7 @@ def _tensor(path: Path, io: str, i: int, t, offset: int, file_size: int) -> tupl
 
 def _problem(dtype, dt_name, fmt, device_shape, host_shape, nbytes, embedded, offset, file_size) -> str:
     """Why the tensor cannot be loaded ("" when it can): checked from the header alone, before any byte is read."""
-    from mschecker.devdump import layouts
+    from mschecker.devdump import layouts  # lazy: start-up (mschecker.devdump.layouts)
 
     if dtype is None:
         return f"data type {dt_name} has no numpy equivalent"
@@ -121,7 +121,7 @@ def _problem(dtype, dt_name, fmt, device_shape, host_shape, nbytes, embedded, of
 def _loader(path: Path, offset: int, embedded: bytes | None, dtype: np.dtype, fmt: str, device_shape, host_shape,
             sub_format: int):
     def load() -> np.ndarray:
-        from mschecker.devdump import layouts
+        from mschecker.devdump import layouts  # lazy: start-up (mschecker.devdump.layouts)
 
         count = int(np.prod(device_shape, dtype=object))
         if embedded is not None:
@@ -155,7 +155,7 @@ def file_name(op: OpTensors, task_id: int, timestamp: int, stream_id: int = 0) -
 def encode(op: OpTensors, layouts_of=None, *, dump_time: int = 0) -> bytes:
     """The bytes of one dump file for `op`. `layouts_of(io, index, array) -> format name` picks each tensor's
     layout (default ND)."""
-    from mschecker.devdump import layouts
+    from mschecker.devdump import layouts  # lazy: start-up (mschecker.devdump.layouts)
 
     msg = aclproto.dump_data_class()(version="2.0", dump_time=dump_time, op_name=op.name)
     chunks = []

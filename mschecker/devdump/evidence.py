@@ -107,6 +107,7 @@ class DeviceDump:
             self._mark_inside(dev)
 
     def _candidates(self, op: DumpedOp) -> list[str]:
+        # lazy: start-up (mschecker.devdump.msprobe, mschecker.devdump.npyfiles)
         from mschecker.devdump import msprobe, npyfiles
 
         names = [op.name]
@@ -190,6 +191,7 @@ class DeviceDump:
     @staticmethod
     def _converted(t: DumpedTensor, shape: tuple) -> np.ndarray:
         """Load; an npy conversion still in a device layout is converted with the model's shape."""
+        # lazy: start-up (mschecker.devdump.npyfiles)
         from mschecker.devdump.npyfiles import is_blocked, with_host_shape
 
         if t.problem and t.loader is not None and is_blocked(t.layout):
@@ -200,6 +202,7 @@ class DeviceDump:
 def graph_outputs(folder, model, names, flag: str = "--referee") -> dict[str, np.ndarray]:
     """The graph outputs `names` a dump folder holds (another device's run, as a referee), mapped by the dump's
     own origins and op names; the ones it lacks are left out (the caller lists them)."""
+    # lazy: start-up (mschecker._fastfp16, mschecker.fastfp16, mschecker.graph)
     from mschecker.graph.loader import LoadedModel, load_model
 
     proto = model.proto if isinstance(model, LoadedModel) else model if isinstance(model, onnx.ModelProto) \

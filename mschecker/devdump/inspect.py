@@ -97,6 +97,7 @@ def inspect_folder(folder, *, model=None, graph_json=None, profile="ascend910b")
 
 
 def _mapped(folder, model, graph_json, profile) -> DeviceDump:
+    # lazy: start-up (mschecker._fastfp16, mschecker.fastfp16, mschecker.graph)
     from mschecker.graph.executor import Executor
     from mschecker.graph.loader import load_model
     from mschecker.npu.knobs import apply_knobs
@@ -105,6 +106,7 @@ def _mapped(folder, model, graph_json, profile) -> DeviceDump:
         dump = DeviceDump(folder, loaded.proto, graph_json=graph_json, flag="dump inspect")
         dump.model_nodes = list(loaded.proto.graph.node)
         return dump
+    # lazy: start-up (mschecker._fastfp16, mschecker.fastfp16, mschecker.graph)
     from mschecker.npu.policy import NpuPolicy
 
     npu = Executor(loaded, NpuPolicy(apply_knobs(profile)))  # the plan only: no run, no clamps to record

@@ -438,7 +438,7 @@ def _attach_data(t: DumpedTensor, data_name, dtype: np.dtype, data_dir: Path, co
 def _check_npy(path: Path, shape: tuple, dtype: np.dtype) -> str:
     """"" when the .npy header agrees with dump.json's shape and dtype (a float32 file of a bf16 tensor is
     MindSpore's way to save bf16); else the disagreement."""
-    from mschecker.tensors.io import npy_header
+    from mschecker.tensors.io import npy_header  # lazy: start-up (google.protobuf, onnx, mschecker.schema)
 
     try:
         fsio.check_readable(path, "tensor file")
@@ -458,7 +458,7 @@ def _check_npy(path: Path, shape: tuple, dtype: np.dtype) -> str:
 
 def _npy_loader(path: Path, dtype: np.dtype, shape: tuple):
     def load() -> np.ndarray:
-        from mschecker.tensors.io import read_tensor
+        from mschecker.tensors.io import read_tensor  # lazy: start-up (google.protobuf, onnx, mschecker.schema)
 
         try:
             arr = read_tensor(path)

@@ -286,7 +286,7 @@ def _append_in_order(groups: dict, names: dict, scan: DumpScan) -> None:
 
 def _tensor(path: Path, original: str, parsed: TensorFile, scan: DumpScan) -> DumpedTensor | None:
     """The DumpedTensor of one file from its .npy header; None (and a Skipped line) when the header is unusable."""
-    from mschecker.tensors.io import npy_header
+    from mschecker.tensors.io import npy_header  # lazy: start-up (google.protobuf, onnx, mschecker.schema)
 
     try:
         fsio.check_readable(path, "tensor file")
@@ -333,7 +333,7 @@ def _dtype(file_dtype: np.dtype, token: str | None) -> tuple[np.dtype, str]:
 
 def _loader(path: Path, dtype: np.dtype):
     def load() -> np.ndarray:
-        from mschecker.tensors.io import read_tensor
+        from mschecker.tensors.io import read_tensor  # lazy: start-up (google.protobuf, onnx, mschecker.schema)
 
         try:
             arr = read_tensor(path)
@@ -348,7 +348,7 @@ def with_host_shape(tensor: DumpedTensor, host_shape) -> DumpedTensor:
     """A copy of a device-layout tensor (is_blocked(tensor.layout)) that loads in host layout, padding dropped,
     now that the caller knows the original shape (the model's). Other tensors come back unchanged. The layout is
     checked against the shapes when loaded (DumpProblem then)."""
-    from mschecker.devdump import layouts
+    from mschecker.devdump import layouts  # lazy: start-up (mschecker.devdump.layouts)
 
     if not is_blocked(tensor.layout) or tensor.loader is None:
         return tensor

@@ -62,7 +62,7 @@ def scan_folder(folder, flag: str = "--npu-dump") -> DumpScan:
 
 
 def _read_msprobe(folder: Path, scan: DumpScan) -> set[Path]:
-    from mschecker.devdump import msprobe
+    from mschecker.devdump import msprobe  # lazy: start-up (mschecker.devdump.msprobe)
 
     paths = msprobe.detect(folder)
     if paths:
@@ -82,9 +82,9 @@ def _read_msprobe(folder: Path, scan: DumpScan) -> set[Path]:
 def _read_npy(paths: list[Path], scan: DumpScan, folder: Path) -> None:
     """Converted dumps (npyfiles: `{dump file}.output.0...npy`) and plain `<tensor>.npy` files (kind
     "tensor-files": one op per file, named after the tensor)."""
-    from mschecker.tensors.io import npy_header
+    from mschecker.tensors.io import npy_header  # lazy: start-up (google.protobuf, onnx, mschecker.schema)
 
-    from mschecker.devdump import npyfiles
+    from mschecker.devdump import npyfiles  # lazy: start-up (mschecker.devdump.npyfiles)
 
     wanted = set(paths)
     converted = [p for p in npyfiles.detect(folder) if p in wanted] if paths else []
@@ -109,7 +109,7 @@ def _read_npy(paths: list[Path], scan: DumpScan, folder: Path) -> None:
 
 def _read_raw(paths: list[Path], scan: DumpScan) -> None:
     """`<tensor>.bin` with its `<tensor>.bin.json` sidecar ({"shape", "dtype"}): msame's raw output, renamed."""
-    from mschecker.tensors.io import sidecar_for
+    from mschecker.tensors.io import sidecar_for  # lazy: start-up (google.protobuf, onnx, mschecker.schema)
 
     for p in paths:
         try:
@@ -126,7 +126,7 @@ def _read_raw(paths: list[Path], scan: DumpScan) -> None:
 
 def _npy_loader(path: Path):
     def load():
-        from mschecker.tensors.io import read_tensor
+        from mschecker.tensors.io import read_tensor  # lazy: start-up (google.protobuf, onnx, mschecker.schema)
 
         return read_tensor(path)
     return load

@@ -95,7 +95,7 @@ def write_dump(folder, ops: Iterable[OpTensors], *, fmt: str, model_name: str = 
     folder = Path(folder)
     check_dump_target(folder)
     if fmt == "msprobe":
-        from mschecker.devdump import msprobe
+        from mschecker.devdump import msprobe  # lazy: start-up (ml_dtypes, mschecker.dtypes)
 
         return msprobe.write(folder, ops)
     return _write_acl(folder, ops, model_name)
@@ -108,7 +108,7 @@ def check_dump_target(folder: Path) -> None:
 
 
 def _write_acl(folder: Path, ops: Iterable[OpTensors], model_name: str) -> Path:
-    from mschecker.devdump import acl
+    from mschecker.devdump import acl  # lazy: start-up (ml_dtypes, mschecker.dtypes)
 
     parent = folder.parent
     created = fsio.make_directory(parent)

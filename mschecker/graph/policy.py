@@ -140,7 +140,7 @@ class ReferencePolicy(Policy):
     name = "reference"
 
     def __init__(self) -> None:
-        from mschecker.kernels.registry import get_kernel
+        from mschecker.kernels.registry import get_kernel  # lazy: start-up (mschecker.kernels)
 
         self._get_kernel = get_kernel
 

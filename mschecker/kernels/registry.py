@@ -37,7 +37,7 @@ class Case:
 
     def cast(self, dtype) -> "Case":
         """The same case with every floating input rounded to `dtype` (integer inputs untouched)."""
-        from mschecker.dtypes import round_to
+        from mschecker.dtypes import round_to  # lazy: start-up (ml_dtypes, mschecker.dtypes)
 
         return Case(
             tuple(round_to(x, dtype) if np.issubdtype(np.asarray(x).dtype, np.floating) or _is_bf16(x) else x
@@ -48,7 +48,7 @@ class Case:
 
 
 def _is_bf16(x) -> bool:
-    from mschecker.dtypes import bfloat16
+    from mschecker.dtypes import bfloat16  # lazy: start-up (ml_dtypes, mschecker.dtypes)
 
     return np.asarray(x).dtype == bfloat16
 
@@ -194,7 +194,7 @@ def _load_builtin() -> None:
     if _LOADED:
         return
     _LOADED = True
-    from mschecker.kernels import entries as kernel_entries
+    from mschecker.kernels import entries as kernel_entries  # lazy: start-up (mschecker.kernels.entries)
 
     for mod in pkgutil.iter_modules(kernel_entries.__path__):
         if not mod.name.startswith("_"):

@@ -273,7 +273,7 @@ def cases(draw, *inputs, label: str = "", **params):
     strategy. The label records the input shapes so a failure report says which case broke."""
     arrays_ = tuple(draw(x) if isinstance(x, st.SearchStrategy) else np.asarray(x) for x in inputs)
     drawn: dict[str, Any] = {k: draw(v) if isinstance(v, st.SearchStrategy) else v for k, v in params.items()}
-    from mschecker.kernels.registry import Case
+    from mschecker.kernels.registry import Case  # lazy: start-up (mschecker.kernels.registry)
 
     shapes_ = " ".join("x".join(map(str, a.shape)) or "scalar" for a in arrays_)
     return Case(arrays_, drawn, label=(label + " " if label else "") + f"shapes {shapes_}")

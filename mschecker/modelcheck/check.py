@@ -140,7 +140,7 @@ class RefereedReport(CheckReport):
 
     @property
     def passed(self) -> bool:
-        from mschecker.modelcheck.referee import combine
+        from mschecker.modelcheck.referee import combine  # lazy: start-up (mschecker.untrusted)
 
         return combine(self.tolerance_passed, self.referee, self.judge)
 

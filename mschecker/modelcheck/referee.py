@@ -105,7 +105,7 @@ def is_reduced(dtype) -> bool:
 
 
 def _is_float_array(a: np.ndarray) -> bool:
-    from mschecker.dtypes import is_float
+    from mschecker.dtypes import is_float  # lazy: start-up (ml_dtypes, mschecker.dtypes)
 
     return is_float(np.asarray(a).dtype)
 
@@ -141,6 +141,7 @@ class OutputVerdict:
         return self.err_npu / self.err_referee
 
     def to_dict(self) -> dict:
+        # lazy: start-up (ml_dtypes, mschecker._fastcompare, mschecker.compare)
         from mschecker.compare.results import json_float
 
         return {"name": self.name, "status": self.status, "passed": self.passed, "measure": MEASURE,
@@ -285,7 +286,7 @@ def parse_side(text: str, flag: str = "--referee"):
 
 
 def _check_provider(provider: str, flag: str, text: str) -> str:
-    from mschecker.modelcheck.runners import import_onnxruntime
+    from mschecker.modelcheck.runners import import_onnxruntime  # lazy: start-up (google.protobuf, ml_dtypes, onnx)
 
     available = import_onnxruntime().get_available_providers()
     if provider not in available:
@@ -316,7 +317,7 @@ def model_proto(model):
         return model
     if not isinstance(model, (str, Path)):  # mschecker.graph.loader.LoadedModel
         return model.proto
-    from mschecker.onnxfile import read_model_proto
+    from mschecker.onnxfile import read_model_proto  # lazy: start-up (google.protobuf, ml_dtypes, onnx)
 
     proto = read_model_proto(model)  # every external-data location checked before onnx follows them
     onnx.load_external_data_for_model(proto, str(Path(model).parent))
@@ -337,7 +338,7 @@ def has_fp32(proto) -> bool:
 def to_fp16(proto):
     """The model in fp16, I/O kept fp32: `mschecker bisect`'s converter (bisect.writers.patched_onnx) with no
     node kept in fp32, so the referee is the same fp16 model bisect writes, not a second conversion."""
-    from mschecker.bisect.writers import patched_onnx
+    from mschecker.bisect.writers import patched_onnx  # lazy: start-up (google.protobuf, ml_dtypes, onnx)
 
     return patched_onnx(proto, set())
 
@@ -352,7 +353,7 @@ class _OrtSide:
         return model
 
     def runner(self, model, label: str | None = None):
-        from mschecker.modelcheck.runners import OrtRunner
+        from mschecker.modelcheck.runners import OrtRunner  # lazy: start-up (google.protobuf, ml_dtypes, onnx)
 
         prepared = self.prepare(model)
         label = label or (f"referee {self.spec} of model {model}" if isinstance(model, (str, Path))
@@ -396,7 +397,7 @@ class OrtProviderSide(_OrtSide):
 
 
 def _ort_version() -> str:
-    from mschecker.modelcheck.runners import import_onnxruntime
+    from mschecker.modelcheck.runners import import_onnxruntime  # lazy: start-up (google.protobuf, ml_dtypes, onnx)
 
     return import_onnxruntime().__version__
 
@@ -406,6 +407,7 @@ class ProviderRunner:
     lists the providers the session really took). The Runner protocol, as runners.OrtRunner."""
 
     def __init__(self, model, provider: str, label: str):
+        # lazy: start-up (google.protobuf, ml_dtypes, onnx)
         from mschecker.modelcheck.runners import _ort_dtype, _ort_source, import_onnxruntime, native_stderr_silenced, ort_message
         from mschecker.tensors.meta import TensorMeta
 
@@ -433,7 +435,7 @@ class ProviderRunner:
         return list(self._outputs)
 
     def run(self, feeds: dict) -> dict:
-        from mschecker.modelcheck.runners import ort_message
+        from mschecker.modelcheck.runners import ort_message  # lazy: start-up (google.protobuf, ml_dtypes, onnx)
         from mschecker.tensors.meta import check_feeds
 
         check_feeds(feeds, self._inputs, self.label)
@@ -449,7 +451,7 @@ class ProviderRunner:
 def graph_output_reader():
     """The device-dump reader (mschecker.devdump.evidence.graph_outputs: ACL/GE, msaccucmp/msprobe npy, msprobe
     dump.json or tensor files, read by content) -> {name: array} for the names it finds."""
-    from mschecker.devdump.evidence import graph_outputs
+    from mschecker.devdump.evidence import graph_outputs  # lazy: start-up (google.protobuf, ml_dtypes, onnx)
 
     def read(folder, model, names):
         try:
@@ -485,7 +487,7 @@ class DirSide:
         if rest:
             found.update(self._read_files(rest))
         if not any(m.name in found for m in metas):
-            from mschecker.tensors.io import safe_filename
+            from mschecker.tensors.io import safe_filename  # lazy: start-up (google.protobuf, ml_dtypes, onnx)
 
             wanted = ", ".join(plain(safe_filename(m.name)) + ".npy" for m in metas[:5])
             raise InputError(f"--referee {plain(self.spec)}: holds no value for any output of the model "
@@ -493,7 +495,7 @@ class DirSide:
         return found
 
     def _read_files(self, metas) -> dict[str, np.ndarray]:
-        from mschecker.tensors import golden_store
+        from mschecker.tensors import golden_store  # lazy: start-up (google.protobuf, ml_dtypes, onnx)
         from mschecker.tensors.io import read_tensor, safe_filename
         from mschecker.tensors.meta import check_expected
 
@@ -516,7 +518,7 @@ def referee_model(model, feeds: dict, run_outputs: dict, side, *, k: float | Non
     """The referee verdict on one model run: ``run_outputs`` (the judged run, by output name) against ``side``'s
     outputs on the same ``feeds``, both measured against the float64 reference executor (``truth``: its outputs
     when the caller already has them)."""
-    from mschecker.modelcheck.runners import make_runner
+    from mschecker.modelcheck.runners import make_runner  # lazy: start-up (google.protobuf, ml_dtypes, onnx)
     from mschecker.tensors.meta import TensorMeta
 
     names = list(run_outputs)

@@ -300,7 +300,7 @@ def _ir_type(executor, node) -> str:
 
 
 def _dtype_name(dt) -> str:
-    from mschecker.dtypes import dtype_name
+    from mschecker.dtypes import dtype_name  # lazy: start-up (ml_dtypes, mschecker.dtypes)
 
     return dtype_name(np.dtype(dt))
 
@@ -407,7 +407,7 @@ class CostModel:
         if st.spec.keeps_output_dtype:
             to = next((a.i for a in st.node.attribute if a.name == "to"), None)
             if to is not None:
-                from mschecker.npu.plan import onnx_dtype_name
+                from mschecker.npu.plan import onnx_dtype_name  # lazy: start-up (google.protobuf, ml_dtypes, onnx)
 
                 target = onnx_dtype_name(to)
                 if target in _FLOATS:
@@ -418,7 +418,7 @@ class CostModel:
     def configuration_cost(self, executor, shapes: Mapping[str, tuple]) -> Cost:
         """The estimate for an Executor planned under the configuration's profile (one step per device op, each
         step's ctx.dtype its dtype) given every tensor's shape (shapes_of)."""
-        from mschecker.npu.plan import _onnx_dtypes
+        from mschecker.npu.plan import _onnx_dtypes  # lazy: start-up (google.protobuf, ml_dtypes, onnx)
 
         dtypes = _onnx_dtypes(executor.model.proto)
         cost = Cost(self.chip)

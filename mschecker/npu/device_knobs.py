@@ -97,7 +97,7 @@ def check_device_knobs(profile, where: str) -> None:
                 if why:
                     raise InputError(f"{where}: modify_mixlist {op_type}: {why}")
     if profile.fusion:
-        from mschecker.npu.fusion import pass_names
+        from mschecker.npu.fusion import pass_names  # lazy: start-up (google.protobuf, ml_dtypes, numpy)
 
         known = pass_names()
         for name in profile.fusion:

@@ -77,7 +77,7 @@ def unmatched_entries(profile, graph: onnx.GraphProto, *, op_type_of=None, names
     for name in profile.implmode_by_node:
         if name not in names:
             missing_node("op_precision [ByNodeName]", name)
-    from mschecker.npu.atc import parse_customize_line
+    from mschecker.npu.atc import parse_customize_line  # lazy: start-up (mschecker.fsio)
 
     for k, line in enumerate(getattr(profile, "customize_dtypes", ())):
         e = parse_customize_line(line, f"customize_dtypes[{k}]")

@@ -45,7 +45,7 @@ class OpFacts:
 
 def op_facts(executor) -> dict[str, OpFacts] | None:
     """OpFacts per device op of an Executor planned under a device NpuPolicy (None for a generic profile)."""
-    from mschecker.npu.plan import _onnx_dtypes
+    from mschecker.npu.plan import _onnx_dtypes  # lazy: start-up (google.protobuf, onnx, mschecker._fastfp16)
     from mschecker.npu.policy import covered_names
 
     policy = executor.policy

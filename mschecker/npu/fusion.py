@@ -49,6 +49,7 @@ from onnx import helper, numpy_helper
 from mschecker.errors import InputError
 from mschecker.graph.ops.table import DEVICE_DOMAIN
 from mschecker.npu.device_table import Source as Citation  # repo:path@commit, one definition
+from mschecker.fsio import read_text
 
 VIE = "dengguojie/vue-element-admin"
 _AI_CORE = "ops/built-in/fusion_pass/graph_fusion/ai_core/"
@@ -160,8 +161,6 @@ def load_switch_file(path: str | Path) -> dict[str, str]:
     or lines `name:off` (hicann/ge docs/zh/user_guides/atc_tools/CLI_options/--fusion_switch_file.md). Returns the
     graph-fusion switches (validated: unknown pass, malformed file or a value other than on/off is an InputError
     naming the file). UB fusions are not modelled: a UBFusion table may only say ALL."""
-    from mschecker.fsio import read_text
-
     path = Path(path)
     where = str(path)
     if not path.exists():

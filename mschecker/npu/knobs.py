@@ -298,7 +298,7 @@ def _add_common_knobs(common: dict, args) -> None:
     if getattr(args, "modify_mixlist", None):
         common["modify_mixlist"] = parse_modify_mixlist(args.modify_mixlist)
     if getattr(args, "fusion_switch", None):
-        from mschecker.npu.fusion import load_switch_file
+        from mschecker.npu.fusion import load_switch_file  # lazy: start-up (google.protobuf, onnx, mschecker._fastfp16)
 
         common["fusion"] = load_switch_file(args.fusion_switch)
 

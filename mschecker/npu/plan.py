@@ -20,6 +20,8 @@ from onnx import helper
 
 from mschecker.dtypes import dtype_name, resolve_dtype
 from mschecker.npu.fusion import DEVICE_DOMAIN, FusionReport
+from mschecker.graph.loader import from_proto, load_model
+from mschecker.graph.executor import Executor
 
 PLAN_SCHEMA = "mschecker.device_plan/1"
 
@@ -77,7 +79,7 @@ class DevicePlan:
         name from the model is printed literally (markup escaped, control characters made visible)."""
         from rich.table import Table
 
-        from mschecker.untrusted import markup
+        from mschecker.untrusted import markup  # lazy: start-up (mschecker.untrusted)
 
         t = Table(title=f"device plan of {markup(self.model)} under {markup(self.profile)}"
                         + (f" ({markup(self.chip)})" if self.chip else ""))
@@ -130,7 +132,7 @@ def _row(chip: str, ir_type: str):
     if not chip:
         return None
     try:
-        from mschecker.npu import device_table
+        from mschecker.npu import device_table  # lazy: optional (a build without the device tables plans too)
 
         return device_table.kernel_row(chip, ir_type)
     except (ImportError, KeyError):
@@ -143,6 +145,7 @@ def _ir_type(policy, node) -> str:
     if hasattr(policy, "op_type_of"):
         return policy.op_type_of(node)
     try:
+        # lazy: optional (a build without the device tables plans with the ONNX op types)
         from mschecker.graph.ops import attribute_values
         from mschecker.npu.device_table import ir_type_of
 
@@ -195,7 +198,7 @@ def device_plan(model, profile_or_policy="ascend910b", *, fusion: Mapping[str, A
     ex = _PlanOnly(loaded, policy)
     report = getattr(policy, "fusion_report", None)
     fused_by = _fused_by(report)
-    from mschecker.npu.entries import unmatched_entries
+    from mschecker.npu.entries import unmatched_entries  # lazy: start-up (mschecker.npu.entries)
 
     notes = unmatched_entries(policy.profile, ex.model.graph, op_type_of=policy.op_type_of,
                               names_of=policy.names_of) + list(getattr(policy, "notes", []))
@@ -217,7 +220,7 @@ def device_plan(model, profile_or_policy="ascend910b", *, fusion: Mapping[str, A
 
 def _plan_policy(profile_or_policy, fusion: Mapping[str, Any] | None):
     """The NpuPolicy to plan with: the one given, or one for the profile given, its fusion switches merged."""
-    from mschecker.npu.policy import NpuPolicy
+    from mschecker.npu.policy import NpuPolicy  # lazy: start-up (mschecker.kernels)
     from mschecker.npu.profile import load_profile
 
     if isinstance(profile_or_policy, NpuPolicy):
@@ -233,8 +236,6 @@ def _plan_policy(profile_or_policy, fusion: Mapping[str, Any] | None):
 
 def _loaded(model):
     """A LoadedModel from a path, a ModelProto or a LoadedModel."""
-    from mschecker.graph.loader import from_proto, load_model
-
     if isinstance(model, onnx.ModelProto):
         return from_proto(model)
     if hasattr(model, "proto"):
@@ -295,8 +296,6 @@ def _io_dtypes(step, dtypes: Mapping[str, str], dname: str) -> tuple[list[str], 
 
 
 def _plan_only_executor():
-    from mschecker.graph.executor import Executor
-
     class PlanOnly(Executor):
         """The executor's plan with nothing computed: no constant rounded, staged or folded."""
 

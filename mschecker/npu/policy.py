@@ -67,10 +67,11 @@ from mschecker.errors import KnobNote
 from mschecker.graph.policy import KernelUnavailable, NodeContext, Policy
 from mschecker.kernels.registry import KernelInfo, Variant, get_kernel
 from mschecker.graph.ops import attribute_values, lookup
-from mschecker.npu.atc import parse_customize_line
+from mschecker.npu.atc import mixlist_updates, parse_customize_line
 from mschecker.npu.device_table import default_implmode, has_implmode, ir_type_of, kernel_row, variant_for
 from mschecker.npu.fusion import DEVICE_DOMAIN, apply as apply_fusions  # DEVICE_DOMAIN: the fused nodes' domain
 from mschecker.npu.profile import DEFAULT_IMPLMODE, KERNEL_SWITCHES, MIXED_MODES, NumericsProfile, load_profile
+from mschecker.npu.mixlist import MixState
 
 #: ini modes that change nothing the emulator computes: index bounds checks, fp32 without HF32 (an fp32 node here
 #: is plain fp32), a norm op class tag -- the op runs its default path
@@ -284,9 +285,6 @@ class NpuPolicy(Policy):
     def prepare(self, initializers) -> None:
         self.constant_shapes = {k: tuple(v.shape) for k, v in initializers.items()}
         if self.profile.precision_mode in MIXED_MODES:
-            from mschecker.npu.atc import mixlist_updates
-            from mschecker.npu.mixlist import MixState
-
             low = "bf16" if self.profile.precision_mode.endswith("bf16") else "fp16"
             self._mix = MixState(self.chip, low=low, updates=mixlist_updates(self.profile.modify_mixlist))
             for name, value in initializers.items():

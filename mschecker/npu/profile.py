@@ -49,6 +49,7 @@ from mschecker.dtypes import dtype_name, resolve_dtype
 from mschecker.errors import InputError
 from mschecker.npu.atc import (FLOAT_DTYPES as FLOAT_CUSTOM_DTYPES, IMPLMODES, INI_MODES, MIXED_MODES, PRECISION_MODES_V1,
                   PRECISION_MODES_V2, SELECT_IMPLMODES, V2_TO_V1, parse_customize_line, validate_modify_mixlist)
+from mschecker.fsio import read_text
 
 PRECISION_MODES = PRECISION_MODES_V1
 OVERFLOW_MODES = ("inf_nan", "saturation")
@@ -128,7 +129,7 @@ class NumericsProfile:
         if self.bracket not in BRACKETS:
             raise InputError(f"{where}: bracket {self.bracket!r} is not one of {', '.join(BRACKETS)}")
         if self.device:
-            from mschecker.npu.device_knobs import check_device_knobs
+            from mschecker.npu.device_knobs import check_device_knobs  # lazy: start-up (mschecker.npu.device_knobs)
 
             check_device_knobs(self, where)
 
@@ -182,7 +183,7 @@ _TOP_KEYS = {"name", "description", "precision_mode", "storage_dtype", "cube_acc
 def _profile_schema():
     """The profile file's schema (mschecker.schema): types, choices and names checked before any field is used,
     so a wrong type is one line naming the file and field instead of a TypeError."""
-    from mschecker import schema as sc
+    from mschecker import schema as sc  # lazy: start-up (mschecker.schema)
 
     name = sc.Str(max_len=1024)
     mode = sc.Str(choices=INI_MODES)
@@ -212,7 +213,7 @@ def _profile_schema():
 
 
 def profile_from_dict(data: Mapping[str, Any], where: str) -> NumericsProfile:
-    from mschecker.schema import validate
+    from mschecker.schema import validate  # lazy: start-up (mschecker.schema)
 
     if isinstance(data, Mapping):
         unknown = sorted(str(k) for k in set(data) - _TOP_KEYS)
@@ -259,7 +260,7 @@ def profile_from_dict(data: Mapping[str, Any], where: str) -> NumericsProfile:
 
 def _parse_text(text: str, where: str, suffix: str) -> dict:
     """Profile text parsed (mschecker.schema: invalid syntax and runaway nesting are one InputError line)."""
-    from mschecker.schema import parse_json, parse_toml
+    from mschecker.schema import parse_json, parse_toml  # lazy: start-up (mschecker.schema)
 
     try:
         return parse_json(text, where) if suffix == ".json" else parse_toml(text, where)
@@ -285,7 +286,6 @@ def load_profile(spec: str | Path | NumericsProfile) -> NumericsProfile:
     path = Path(text_spec)
     if path.suffix.lower() not in (".toml", ".json"):
         raise InputError(f"profile {text_spec!r} is neither a preset ({', '.join(preset_names())}) nor a .toml/.json file")
-    from mschecker.fsio import read_text
 
     if not path.exists():
         raise InputError(f"{path}: profile file does not exist")

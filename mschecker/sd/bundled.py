@@ -18,6 +18,10 @@ from pathlib import Path
 
 from mschecker.sd.folder import PipelineFiles, SDModels, SDPipeline, write_files
 from mschecker.sd.presets import get_preset, is_xl_preset
+from mschecker.sd.clip import build_text_encoder
+from mschecker.sd.unet import build_unet
+from mschecker.sd.vae import build_vae_decoder
+from mschecker.errors import InputError
 
 BOS, EOS = "<|startoftext|>", "<|endoftext|>"
 
@@ -42,9 +46,7 @@ def bundled_files(preset="small", weights_seed: int = 0, scheduler: str = "ddim"
     """(PipelineFiles of the preset's pipeline folder, the SDPreset); ``models`` (an SDModels of ModelProtos)
     reuses graphs already built; ``lazy`` puts builders in place of the graphs (for writing the folder one stage
     at a time: mschecker.sd.folder.write_files)."""
-    from mschecker.errors import InputError
-
-    from mschecker.sd.scheduler import SCHEDULERS, SD15_CONFIG
+    from mschecker.sd.scheduler import SCHEDULERS, SD15_CONFIG  # lazy: start-up (mschecker.sd.scheduler)
 
     p = get_preset(preset)
     if scheduler not in SCHEDULERS:
@@ -54,10 +56,6 @@ def bundled_files(preset="small", weights_seed: int = 0, scheduler: str = "ddim"
     scheduler_config = {**SD15_CONFIG, "_class_name": SCHEDULERS[scheduler].__name__}
     if lazy:
         from functools import partial
-
-        from mschecker.sd.clip import build_text_encoder
-        from mschecker.sd.unet import build_unet
-        from mschecker.sd.vae import build_vae_decoder
 
         models = SDModels(*(partial(build, p, weights_seed) for build in (build_text_encoder, build_unet,
                                                                             build_vae_decoder)))
@@ -98,13 +96,13 @@ def _xl_files(p, weights_seed: int, scheduler: str, models, lazy: bool) -> Pipel
     """The SDXL-like preset as optimum writes an SDXL folder: two text encoders and tokenizers (the second pads
     with "!", as SDXL's tokenizer_2 does), the text_time UNet, the VAE with SDXL's scaling factor and
     force_upcast, force_zeros_for_empty_prompt in model_index.json."""
-    from mschecker.sd.scheduler import SCHEDULERS, SD15_CONFIG
+    from mschecker.sd.scheduler import SCHEDULERS, SD15_CONFIG  # lazy: start-up (mschecker.sd.scheduler)
     from mschecker.sd.sdxl_graphs import build_sdxl_models
 
     if lazy:
         from functools import partial
 
-        from mschecker.sd.sdxl_graphs import SDXL_BUILDERS
+        from mschecker.sd.sdxl_graphs import SDXL_BUILDERS  # lazy: start-up (mschecker.sd.sdxl_graphs)
 
         graphs = {stage: partial(build, p, weights_seed) for stage, build in SDXL_BUILDERS.items()}
     elif models is not None:
@@ -146,8 +144,7 @@ def save_bundled(preset, directory, scheduler: str = "ddim", weights_seed: int =
     """Write the bundled ``preset`` as a diffusers ONNX folder, one stage's graph in memory at a time.
     ``tokenizer``: a tokenizer folder (e.g. SD's real CLIP vocabulary) to ship instead of the byte-level one;
     its ids must fit the preset's text encoder (small and sd15 have CLIP's 49408)."""
-    from mschecker.errors import InputError
-    from mschecker.sd.tokenizer import load_clip_tokenizer
+    from mschecker.sd.tokenizer import load_clip_tokenizer  # lazy: start-up (mschecker.sd.tokenizer)
 
     files, p = bundled_files(preset, weights_seed, scheduler, lazy=True)
     if tokenizer is not None:

@@ -51,16 +51,18 @@ from mschecker.bisect.search import Evaluation, Evaluator, FixConfig, high_preci
     rank_candidates, search
 from mschecker.bisect.stats import Headroom, is_overflow
 from mschecker.compare import TensorComparison, ToleranceRule, compare_arrays
-from mschecker.dtypes import float_format
+from mschecker.dtypes import float_format, is_float
 from mschecker.errors import InputError, KnobNote
 from mschecker.graph.executor import Executor
-from mschecker.dtypes import is_float
 from mschecker.npu.knobs import NpuOptions
 from mschecker.sd.images import image_psnr, image_ssim
 from mschecker.sd.bundled import bundled_pipeline
 from mschecker.sd.folder import FORCE_UPCAST, MODEL_FILES, TEXT_STAGES, XL_STAGES, SDPipeline
 from mschecker.sd.pipeline import STAGES, PipelineResult, SDModels, decode, run_in_batches, run_pipeline, \
     stage_runner_factory, to_uint8_images
+from mschecker.npu.atc import parse_customize_line
+from mschecker.npu.profile import NumericsProfile
+from mschecker.tensors.meta import tensor_meta
 
 SIDES = ("reference", "npu", "ort")
 # The stage tensors are not judged element-wise: the verdict is the image rule (SDCheck.passed), and the metrics
@@ -235,7 +237,6 @@ class FixAttempt:
     def describe(self) -> str:
         if self.precision_mode:
             return f"{self.stage}: precision_mode {self.precision_mode}"
-        from mschecker.npu.atc import parse_customize_line
 
         parts = [f"op_precision_mode {t}={m}" for t, m in self.by_op_type.items()]
         parts += [f"op_precision_mode [ByNodeName] {n}={m}" for n, m in self.by_node.items()]
@@ -317,7 +318,7 @@ class SDCheck:
     def passed(self) -> bool:
         """The exit code's verdict: the image rule, combined with the referee's per ``judge`` when there is one
         (mschecker.modelcheck.referee.combine)."""
-        from mschecker.modelcheck.referee import combine
+        from mschecker.modelcheck.referee import combine  # lazy: start-up (mschecker.modelcheck)
 
         return combine(self.tolerance_passed, self.referee, self.judge)
 
@@ -538,7 +539,7 @@ def _diagnose(check: SDCheck, common: dict, knobs: NpuOptions, announce, fix_by:
 def _attach_referee(check: SDCheck, side, k, common: dict, knobs: NpuOptions, announce) -> None:
     """check.referee: the referee pipeline judged against the float64 run -- the check's own when one of its
     sides is the reference, else a float64 run made here."""
-    from mschecker.modelcheck.referee import check_judge
+    from mschecker.modelcheck.referee import check_judge  # lazy: start-up (mschecker.modelcheck)
     from mschecker.sd.referee import referee_pipeline
 
     check_judge(check.judge, "judge")
@@ -559,9 +560,7 @@ def check_stage_entries(pipeline: SDPipeline, knobs: NpuOptions) -> None:
     """Every keep_dtype / op_precision entry the user gave names something, before minutes of work: one with a
     STAGE: prefix in that stage's graph, one without in at least one stage's graph (it applies to all three, and
     each matches only its own). InputError naming the entry and what exists otherwise."""
-    from mschecker.npu.entries import unmatched_entries
-    from mschecker.npu.profile import NumericsProfile
-
+    from mschecker.npu.entries import unmatched_entries  # lazy: start-up (mschecker.npu)
     def entries(opts):
         return NumericsProfile(name="entries", keep_dtype=tuple((opts or {}).get("keep_dtype", ())),
                                implmode_by_op_type=dict((opts or {}).get("implmode_by_op_type", {})),
@@ -674,8 +673,6 @@ def locate(stage: str, check: SDCheck, knobs: NpuOptions) -> Located:
     """``stage`` run in lockstep on the reference and the NPU from the NPU run's own stage inputs (a static-batch-1
     graph's batch split into samples, as the pipeline runs it): the first node that overflows -- saturation mode's
     clamps included -- or whose relative error exceeds DIVERGENCE."""
-    from mschecker.tensors.meta import tensor_meta
-
     model = getattr(check.pipeline.models, stage)
     npu = Executor(model, npu_policy(knobs.profile_for(stage)))
     reference = reference_executor(npu.model)  # the graph the device runs (fused ops in float64): bisect._plan

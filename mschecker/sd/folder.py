@@ -41,6 +41,11 @@ import onnx
 
 from mschecker.errors import InputError
 from mschecker.tensors.meta import TensorMeta, tensor_meta
+from mschecker.sd.clip import build_text_encoder
+from mschecker.sd.presets import get_preset, is_xl_preset
+from mschecker.sd.unet import build_unet
+from mschecker.sd.vae import build_vae_decoder
+from mschecker.sd.modelfile import save_model
 
 STAGES = ("text_encoder", "unet", "vae_decoder")                       # SD 1.x / 2.x
 XL_STAGES = ("text_encoder", "text_encoder_2", "unet", "vae_decoder")  # SDXL: every stage any pipeline has
@@ -80,14 +85,9 @@ class SDModels:
     @classmethod
     def build(cls, preset, seed: int = 0) -> "SDModels":
         """The bundled graphs of ``preset`` (mschecker.sd.presets), weights from ``seed``."""
-        from mschecker.sd.clip import build_text_encoder
-        from mschecker.sd.presets import get_preset, is_xl_preset
-        from mschecker.sd.unet import build_unet
-        from mschecker.sd.vae import build_vae_decoder
-
         p = get_preset(preset)
         if is_xl_preset(p):
-            from mschecker.sd.sdxl_graphs import build_sdxl_models
+            from mschecker.sd.sdxl_graphs import build_sdxl_models  # lazy: start-up (mschecker.sd.sdxl_graphs)
 
             return cls(**build_sdxl_models(p, seed))
         return cls(build_text_encoder(p, seed), build_unet(p, seed), build_vae_decoder(p, seed))
@@ -125,6 +125,7 @@ class PipelineFiles:
     def read_json(self, name: str, optional: bool = False) -> dict:
         if optional and not self.exists(name):
             return {}
+        # lazy: start-up (mschecker.schema)
         from mschecker.schema import parse_json  # invalid JSON, and nesting past the parser's recursion limit: one line
 
         try:
@@ -144,7 +145,7 @@ class PipelineFiles:
 
     def model_header(self, name: str) -> onnx.ModelProto:
         """The model without its external weights (graph_header's model: opsets and inline constants kept)."""
-        from mschecker.onnxfile import read_model_proto
+        from mschecker.onnxfile import read_model_proto  # lazy: start-up (mschecker.fsio, mschecker.onnxfile)
 
         model = self.model(name)
         return model if isinstance(model, onnx.ModelProto) else read_model_proto(model)
@@ -384,9 +385,7 @@ def write_files(files: PipelineFiles, directory: str | Path) -> Path:
     builder, called when its turn comes and dropped after saving, so that only one stage's weights are in memory
     (the sd15 UNet alone is 3.4 GB). Written into a hidden sibling folder and renamed into place: an interrupted
     save leaves no half-written pipeline."""
-    from mschecker.fsio import make_directory, os_reason, remove_directories
-    from mschecker.sd.modelfile import save_model
-
+    from mschecker.fsio import make_directory, os_reason, remove_directories  # lazy: start-up (mschecker.fsio)
     target = Path(directory)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise InputError(f"--save-pipeline {target}: exists and is not an empty folder")
@@ -671,7 +670,7 @@ def _load_tokenizer(files: PipelineFiles, max_length: int, folder: str = "tokeni
     mschecker.sd.tokenizer.load_clip_tokenizer), padded and truncated to the text encoder's length. In-memory
     files are handed to it through a temporary folder (a few small text files), so the bundled tokenizer is read
     exactly as a saved folder's."""
-    from mschecker.sd.tokenizer import load_clip_tokenizer
+    from mschecker.sd.tokenizer import load_clip_tokenizer  # lazy: start-up (mschecker.sd.tokenizer)
 
     if files.root is not None:
         return load_clip_tokenizer(files.root / folder, max_length=max_length)
@@ -687,7 +686,7 @@ def make_scheduler_for(pipe: SDPipeline, steps: int, override: str | None = None
     """The scheduler of the folder's scheduler_config.json (mschecker.sd.scheduler.scheduler_from_config);
     ``override``, a --scheduler name, replaces the class and keeps the config values (diffusers' from_config).
     An unsupported class is an InputError naming the file and the supported classes."""
-    from mschecker.sd.scheduler import scheduler_from_config
+    from mschecker.sd.scheduler import scheduler_from_config  # lazy: start-up (mschecker.sd.scheduler)
 
     return scheduler_from_config(pipe.scheduler_config, steps, name=override,
                                  source=pipe.files.where(SCHEDULER_CONFIG), noise_rng=noise_rng, eta=eta)

@@ -84,6 +84,7 @@ def stage_runner_factory(device: str = "ort", profile: str | None = None, *, cap
     ``capture_filter``, a mschecker.graph.capture.CaptureFilter); the UNet's calls come in step order, one
     announced stage call per step (a static-batch-1 graph's two runs included). Not available on "ort".
     """
+    # lazy: start-up (mschecker.fsio, mschecker.modelcheck, mschecker.onnxfile)
     from mschecker.modelcheck.runners import make_runner
 
     if device == "ort" and capture is not None:

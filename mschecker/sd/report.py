@@ -24,11 +24,13 @@ import json
 import math
 from pathlib import Path
 
-from mschecker.bisect.writers import FILES as FIX_FILES  # the ATC file names, one definition
+from mschecker.bisect.writers import FILES as FIX_FILES, written_profile
 from mschecker.compare import TensorComparison, json_safe
-from mschecker.modelcheck.report import fmt_num
-from mschecker.sd.check import SDCheck
+from mschecker.modelcheck.report import fmt_num, referee_table
+from mschecker.sd.check import SDCheck, SIDES, XL_STAGES
 from mschecker.sd.images import difference_image, figure_png, nan_pixels, plot_series, side_by_side, write_atomic
+from mschecker.fsio import write_file_set
+from mschecker.sd.folder import MODEL_FILES
 
 SIDE_BY_SIDE, ERROR_PLOT = "sd_side_by_side.png", "sd_error_per_step.png"
 
@@ -190,7 +192,6 @@ def referee_lines(check: SDCheck) -> list[str]:
 def render_console(check: SDCheck, console=None) -> None:
     from rich.console import Console
 
-    from mschecker.modelcheck.report import referee_table
 
     console = console or Console()
     console.print(stage_table(check))
@@ -255,7 +256,6 @@ def write_outputs(check: SDCheck, out_dir: str | Path) -> list[Path]:
     left alone."""
     import os
 
-    from mschecker.fsio import write_file_set
 
     files = output_files(check)
     out = Path(out_dir)
@@ -270,9 +270,6 @@ def fix_files(check: SDCheck) -> dict[str, bytes]:
     """The chosen fix's ATC files for its stage, `<stage>.<file>` (bisect.writers.FILES: keep_dtype.cfg,
     customize_dtypes.cfg, ..., atc_flags.txt naming the stage's model and those files), read back by mschecker's
     own ATC readers before they are written (writers.written_profile)."""
-    from mschecker.bisect.writers import written_profile
-    from mschecker.sd.folder import MODEL_FILES
-
     fix = check.fix
     if fix is None or fix.profile is None:
         return {}
@@ -283,7 +280,6 @@ def fix_files(check: SDCheck) -> dict[str, bytes]:
 def _own_file_pattern():
     import re
 
-    from mschecker.sd.check import SIDES, XL_STAGES
 
     sides = "|".join(re.escape(s) for s in SIDES)
     stages = "|".join(re.escape(s) for s in XL_STAGES)

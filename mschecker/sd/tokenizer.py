@@ -112,6 +112,7 @@ def _read_json(folder: Path, name: str, required: bool):
     path, text = _read_text(folder, name, required)
     if text is None:
         return path, None
+    # lazy: start-up (mschecker.schema)
     from mschecker.schema import parse_json  # invalid JSON, and nesting past the parser's recursion limit: one line
 
     return path, parse_json(text, str(path))

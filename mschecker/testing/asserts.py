@@ -28,6 +28,8 @@ from mschecker.kernels.check import (OutputCheck, _to_f64, as_tuple, check_case,
                           run_variant)
 from mschecker.kernels.registry import Case, Contract, KernelInfo, Variant, get_kernel, register_kernel, registry
 from mschecker.testing.runstore import RunSession, active
+from mschecker.fsio import file_sha256
+from mschecker.kernels import registry as _registry
 
 
 
@@ -72,6 +74,7 @@ def _session():
 
 
 def _render(report: CheckReport) -> str:
+    # lazy: start-up (rich, mschecker.console, mschecker.modelcheck)
     from mschecker.modelcheck.report import render_text
 
     return render_text(report)
@@ -269,9 +272,7 @@ def assert_matches_golden(name: str, actual, *, rule: ToleranceRule | None = Non
     written at once. A missing golden, without update, fails with the command that records it.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not mschecker's internals
-    from mschecker.tensors import golden_store
-    from mschecker.fsio import file_sha256
-
+    from mschecker.tensors import golden_store  # lazy: start-up (google.protobuf, onnx, mschecker.schema)
     state = _session()
     default_dir = state.ini_golden_dir if state is not None else None
     run_dir = state.golden_dir if state is not None else DEFAULT_GOLDEN_DIR.resolve()
@@ -334,14 +335,14 @@ class GoldenDir:
                                      **tolerance)
 
     def names(self) -> list[str]:
-        from mschecker.tensors import golden_store
+        from mschecker.tensors import golden_store  # lazy: start-up (google.protobuf, onnx, mschecker.schema)
 
         if not golden_store.manifest_path(self.path).is_file():
             return []
         return list(golden_store.read_manifest(self.path)["tensors"])
 
     def load(self, name: str) -> np.ndarray:
-        from mschecker.tensors import golden_store
+        from mschecker.tensors import golden_store  # lazy: start-up (google.protobuf, onnx, mschecker.schema)
 
         return golden_store.load(self.path, verify=False)[name]
 
@@ -432,8 +433,6 @@ def register_user_kernel(name: str, reference: Callable, variants: Mapping[str, 
 
 def unregister_user_kernel(name: str) -> None:
     """Remove a kernel added by register_user_kernel (test clean-up); built-in kernels cannot be removed."""
-    from mschecker.kernels import registry as _registry
-
     if name not in _USER_KERNELS:
         raise ValueError(f"{name!r} is not a user kernel registered with register_user_kernel")
     _registry._REGISTRY.pop(name, None)
@@ -530,7 +529,7 @@ def check_planted_bugs(name: str, *, max_examples: int = 300) -> list[Case]:
     Returns the failing case found for each bug; AssertionError names a bug that was not caught.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not mschecker's internals
-    from mschecker.kernels.suite import find_breaking_case
+    from mschecker.kernels.suite import find_breaking_case  # lazy: start-up (hypothesis, mschecker.kernels)
 
     info = get_kernel(name)
     found = []

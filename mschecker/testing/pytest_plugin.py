@@ -98,7 +98,7 @@ def _configure_profiles(config) -> None:
     hyp = getattr(config.option, "hypothesis_profile", None)
     if not option and not hyp and not os.environ.get("MSCHECKER_HYPOTHESIS_PROFILE"):
         return  # nothing asked for: do not even import hypothesis
-    from mschecker.testing import hypothesis_profiles
+    from mschecker.testing import hypothesis_profiles  # lazy: start-up (mschecker.testing.hypothesis_profiles)
 
     if hyp and str(hyp).startswith(hypothesis_profiles.PREFIX):
         hypothesis_profiles.register_profiles()

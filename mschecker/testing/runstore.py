@@ -112,7 +112,7 @@ class RunSession:
         """xdist worker: write queued goldens into the controller's staging directory (golden format)."""
         if not self.pending or self.staging_dir is None or self.worker_id is None:
             return
-        from mschecker.tensors import golden_store
+        from mschecker.tensors import golden_store  # lazy: start-up (google.protobuf, ml_dtypes, numpy)
 
         for i, (directory, tensors) in enumerate(sorted(self.pending.items())):
             target = self.staging_dir / f"{self.worker_id}-{i}"
@@ -135,7 +135,7 @@ class RunSession:
             return
         import numpy as np
 
-        from mschecker.tensors import golden_store
+        from mschecker.tensors import golden_store  # lazy: start-up (google.protobuf, ml_dtypes, numpy)
 
         new: dict[str, dict] = {d: dict(t) for d, t in self.pending.items()}
         conflicts: dict[str, list[str]] = {}
@@ -237,6 +237,7 @@ def build_run_report(state: RunSession) -> dict:
 def write_run_report(state: RunSession, path) -> list[str]:
     """Write the run report atomically: JSON, or HTML plus JSON beside it when `path` ends in .html."""
     path = Path(path)
+    # lazy: start-up (ml_dtypes, numpy, mschecker._fastcompare)
     from mschecker.compare import json_safe  # NaN/inf -> "nan"/"inf", as in every mschecker JSON (REPORT_SCHEMA.md)
 
     doc = json_safe(build_run_report(state))
@@ -251,6 +252,7 @@ def write_run_report(state: RunSession, path) -> list[str]:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
+    # lazy: start-up (mschecker.errors, mschecker.fsio)
     from mschecker.fsio import atomic_write_text  # temp file in the same directory + os.replace; OSError -> one line
 
     path.parent.mkdir(parents=True, exist_ok=True)

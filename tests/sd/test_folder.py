@@ -376,11 +376,11 @@ def test_wrong_initial_latents_are_exit_2(bundled_dir, tmp_path, capsys):
 def test_a_full_disk_during_save_leaves_nothing(tmp_path, monkeypatch, capsys):
     import errno
 
-    import mschecker.sd.modelfile as modelfile
+    import mschecker.sd.folder as folder
 
     def full(model, path, **kw):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(modelfile, "save_model", full)
+    monkeypatch.setattr(folder, "save_model", full)  # patched where it is called
     target = tmp_path / "deep" / "pipe"
     assert main(["sd", "--preset", "tiny", "--save-pipeline", str(target)]) == 2
     err = capsys.readouterr().err

@@ -93,10 +93,12 @@ def profile_hash(profile: str | None, options: dict, stage_options: dict | None 
     preset file edited between runs shows up even when its name did not change."""
     if profile is None:
         return None
+    # lazy: start-up (mschecker.npu)
     from mschecker.npu.knobs import apply_knobs  # here: the NPU emulator loads only for cells with a profile
 
     if stage_options is None:
         return _sha256_default(apply_knobs(profile, **options).to_dict())
+    # lazy: start-up (google.protobuf, onnx, mschecker._fastfp16)
     from mschecker.sd.check import stage_npu_options  # here: only sd cells load mschecker.sd
 
     per_stage = stage_npu_options(options, stage_options)
@@ -112,6 +114,7 @@ def referee_side(params: dict):
     """The cell's referee side (mschecker.modelcheck.referee.parse_side of its ``referee`` param), None without one."""
     if "referee" not in params:
         return None
+    # lazy: start-up (mschecker.modelcheck, mschecker.untrusted)
     from mschecker.modelcheck.referee import parse_side  # here: only cells with a referee load it
 
     return parse_side(params["referee"], flag="referee")

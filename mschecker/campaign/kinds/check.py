@@ -140,6 +140,7 @@ class _RecordingRunner:
 def run_check(p: dict, *, fingerprints: bool = False) -> dict:
     """fingerprints: record per-node fingerprints (graph executor devices only; see the module docstring)."""
     # here, not at the top: the driver validates and ships without loading onnxruntime or the executor
+    # lazy: start-up (google.protobuf, onnx, mschecker.modelcheck)
     from mschecker.modelcheck.check import check_model, golden_tolerance_hint
     from mschecker.modelcheck.runners import make_runner
 

@@ -28,6 +28,7 @@ class KernelsKind(CellKind):
     headline = ("error_ratio", "worst error / bound over variants, max over kernels")
 
     def validate(self, block: dict, where: str, base: Path) -> dict:
+        # lazy: start-up (hypothesis, mschecker.kernels)
         from mschecker.kernels.suite import resolve_kernels  # here: only a campaign with kernels blocks pays
 
         names = list_of(block, "kernels", str, where, []) if "kernels" in block else []  # none listed: all
@@ -65,6 +66,7 @@ class KernelFingerprints:
         self._groups: dict[str, set[str]] = {}           # kernel -> its strategies and "golden"
 
     def __call__(self, kernel: str, variant: str, case, outputs: tuple) -> None:
+        # lazy: start-up (mschecker.kernels)
         from mschecker.kernels.registry import get_kernel  # here: the registry imports every kernel entry
 
         if kernel not in self._groups:
@@ -84,6 +86,7 @@ class KernelFingerprints:
 
 def _run_kernels(p: dict, *, fingerprints: bool = True) -> dict:
     """fingerprints: record the variants' outputs' fingerprints (KernelFingerprints)."""
+    # lazy: start-up (hypothesis, mschecker.kernels)
     from mschecker.kernels.suite import run_suite  # here: the driver never loads the kernel suite
 
     recorder = KernelFingerprints() if fingerprints else None

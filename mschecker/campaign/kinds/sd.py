@@ -112,6 +112,7 @@ def _params(block: dict, point: dict) -> dict:
 # ------------------------------------------------------------------------------------------------ validation
 def _validate_source(block: dict, where: str, base: Path) -> None:
     """preset or pipelines: the bundled graphs of a preset, or diffusers ONNX folders (an axis)."""
+    # lazy: start-up (google.protobuf, onnx, mschecker.sd)
     from mschecker.sd.presets import PRESET_NAMES  # here, not at the top: only a campaign with SD blocks pays
 
     if "pipelines" in block:  # diffusers ONNX folders, an axis; read by path on the workers (GBs: not shipped)
@@ -130,6 +131,7 @@ def _validate_source(block: dict, where: str, base: Path) -> None:
 
 def _validate_generation(block: dict, where: str) -> None:
     """The pipeline call's axes and arguments: prompts, sizes, negative prompts, images, seeds."""
+    # lazy: start-up (google.protobuf, onnx, mschecker.sd)
     from mschecker.sd.folder import FORCE_UPCAST, NUM_IMAGES_MAX, SIZE_MAX  # here: only SD blocks pay
 
     block["prompts"] = list_of(block, "prompts", str, where, [])
@@ -157,6 +159,7 @@ def _validate_generation(block: dict, where: str) -> None:
 
 def _validate_sampling(block: dict, where: str) -> None:
     """scheduler (a name of the SD command's table, mschecker.sd.scheduler.SCHEDULERS), steps, guidance."""
+    # lazy: start-up (google.protobuf, onnx, mschecker.sd)
     from mschecker.sd.scheduler import SCHEDULERS, make_scheduler  # here: mschecker.sd loads its graph builders
 
     if block.get("scheduler", "ddim") not in SCHEDULERS:
@@ -175,6 +178,7 @@ def _validate_sampling(block: dict, where: str) -> None:
 
 def _validate_numerics(block: dict, where: str) -> None:
     """profiles, npu_options and per-stage stage_options (SDXL's stages)."""
+    # lazy: start-up (google.protobuf, onnx, mschecker.sd)
     from mschecker.sd.folder import XL_STAGES  # here: only SD blocks pay
 
     block["profiles"] = profiles_of(block, where)
@@ -196,7 +200,7 @@ def sd_models_sha256(preset: str, weights_seed: int) -> str | None:
     three SD stages). None for graphs past protobuf's 2 GB (sd15): they are a function of (preset, weights_seed,
     mschecker version), recorded anyway."""
     # here, not at the top: mschecker.sd loads its graph builders, which only sd cells' workers need
-    from mschecker.sd.modelfile import fits_protobuf
+    from mschecker.sd.modelfile import fits_protobuf  # lazy: start-up (google.protobuf, onnx, mschecker.sd)
     from mschecker.sd.pipeline import STAGES, SDModels
 
     models = SDModels.build(preset, weights_seed)
@@ -224,6 +228,7 @@ def _folder_models_sha256(folder: str, stamp: tuple) -> str:
 
 def pipeline_models_sha256(folder: str) -> str:
     """What the model_sha256 of a pipeline-folder cell hashes: every file under its stage folders' model dirs."""
+    # lazy: start-up (google.protobuf, onnx, mschecker.sd)
     from mschecker.sd.folder import XL_STAGES  # here: only sd cells load mschecker.sd
 
     root = Path(folder)
@@ -315,7 +320,7 @@ def sd_graph_inputs(pipeline) -> dict[str, set[str]]:
 def _run_sd(p: dict, *, fingerprints: bool = True) -> dict:
     """fingerprints: record the judged (NPU) run's per-node fingerprints (SDFingerprints)."""
     # here, not at the top: mschecker.sd loads its graph builders, which only sd cells' workers need
-    from mschecker.sd.bundled import bundled_pipeline
+    from mschecker.sd.bundled import bundled_pipeline  # lazy: start-up (google.protobuf, onnx, mschecker.sd)
     from mschecker.sd.check import run_check
     from mschecker.sd.folder import SDPipeline
 
@@ -325,6 +330,7 @@ def _run_sd(p: dict, *, fingerprints: bool = True) -> dict:
         pipeline = bundled_pipeline(p.get("preset") or "small", p["weights_seed"], p["scheduler"] or "ddim")
     recorder = None
     if fingerprints:
+        # lazy: start-up (google.protobuf, onnx, mschecker.sd)
         from mschecker.sd.folder import make_scheduler_for  # here: only sd cells load mschecker.sd
 
         eta = (p.get("generation") or {}).get("eta", 0.0)

@@ -20,6 +20,7 @@ __all__ = ["OPS", "OpFn", "OpSpec", "attribute_values", "device_ops", "lookup", 
 
 
 def _load_all() -> None:
+    # lazy: start-up (scipy, mschecker._fastref, mschecker.reference)
     from mschecker.graph.ops import compute, device, elementwise, onnx_reference, pointwise, tensor  # noqa: F401  (they register)
 
 
