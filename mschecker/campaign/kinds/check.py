@@ -15,7 +15,7 @@ from mschecker.campaign.kinds.base import (BIT_EXACT_DEVICES, REFEREE_METRICS, S
 from mschecker.campaign.shipping import check_cell_files
 from mschecker.campaign.validation import (REFEREE_KEYS, check_keys, check_referee, existing_path, int_in, list_of,
                                            npu_options_of, profiles_of, referee_params)
-from mschecker.compare.rules import TOLERANCE_KEYS, ToleranceRule, resolve_rule
+from mschecker.compare.rules import TOLERANCE_KEYS, ToleranceRule
 from mschecker.errors import InputError
 from mschecker.limits import COUNT_MAX, ULP_MAX
 
@@ -141,16 +141,16 @@ def run_check(p: dict, *, fingerprints: bool = False) -> dict:
     """fingerprints: record per-node fingerprints (graph executor devices only; see the module docstring)."""
     # here, not at the top: the driver validates and ships without loading onnxruntime or the executor
     # lazy: start-up (google.protobuf, onnx, mschecker.modelcheck)
-    from mschecker.modelcheck.check import check_model, golden_tolerance_hint
+    from mschecker.modelcheck.check import check_model
     from mschecker.modelcheck.runners import make_runner
 
-    rule, _ = resolve_rule(p["tolerance"], golden_tolerance_hint(p["golden"]))
     options = p["npu_options"] if p["device"] == "npu" else {}
     runner = make_runner(p["model"], device=p["device"], profile=p["profile"], **options)
     recording = None
     if fingerprints and p["device"] in ("reference", "npu") and hasattr(runner, "run_captured"):
         runner = recording = _RecordingRunner(runner)
-    report = check_model(p["model"], p["inputs"], p["golden"], rule, device=p["device"], profile=p["profile"],
+    report = check_model(p["model"], p["inputs"], p["golden"], tolerance=p["tolerance"], device=p["device"],
+                         profile=p["profile"],
                          runner=runner, topk=p["topk"], referee=referee_side(p), referee_k=p.get("referee_k"),
                          judge=p.get("judge", "both"))
     metrics, reason = _outcome(report)
